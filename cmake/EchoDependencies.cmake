@@ -1,0 +1,10 @@
+# System-package dependencies (Debian names in third_party/README.md). Nothing vendored.
+find_package(MPI REQUIRED COMPONENTS CXX)
+find_package(yaml-cpp REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(Threads REQUIRED)
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)

@@ -1,0 +1,2 @@
+// placeholder, replaced by the dist module
+namespace echo::dist {}
