@@ -1,1 +1,215 @@
-int main() { return 0; }
+// echo_bench: the all-reduce benchmark, read like nccl-tests. For each message size it times
+// the chosen implementation and, in the same run, the exact 16-bit all-reduce and the MPI
+// library's own fp32 MPI_Allreduce; it reports bytes on the wire, the error against the exact
+// fp32 sum and whether every rank's output is bitwise identical.
+//   mpirun -np 4 echo_bench --sizes 1K..256M --impl echo --bits 4 --compensate --json out.jsonl
+// A size is the byte size of the 16-bit message (n = size / 2 values), as in the paper.
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "apps/bench/sizes.h"
+#include "apps/bench/timing.h"
+#include "comm/echo/echo_all_reduce.h"
+#include "comm/exact_all_reduce.h"
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/guarded_main.h"
+
+namespace echo::bench {
+namespace {
+
+struct Options {
+  std::string sizes = "1K..16M";
+  size_t step_factor = 2;
+  std::string impl = "echo";
+  int bits = 4;
+  int group_size = 128;
+  std::string quantizer = "asym_zero_aware";
+  bool compensate = false;
+  std::string direction = "forward";
+  int iters = 20;
+  int warmup = 5;
+  std::string json;
+};
+
+struct Row {
+  size_t bytes = 0, count = 0, wire_bytes = 0, exact_wire_bytes = 0;
+  LatencyStats impl, exact16, mpi;
+  double max_rel_err = 0;
+  bool identical = false;
+};
+
+QuantPolicy parse_policy(const std::string& s) {
+  if (s == "symmetric") return QuantPolicy::symmetric;
+  if (s == "asym_naive") return QuantPolicy::asym_naive;
+  if (s == "asym_zero_aware") return QuantPolicy::asym_zero_aware;
+  ECHO_FAIL("--quantizer '{}' is not one of symmetric, asym_naive, asym_zero_aware", s);
+}
+
+std::unique_ptr<comm::AllReduce> make_impl(const Options& o, const dist::Communicator& c) {
+  if (o.impl == "exact") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::bf16);
+  if (o.impl == "exact_fp32") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::fp32);
+  ECHO_CHECK(o.impl == "echo", "--impl '{}' is not one of exact, exact_fp32, echo", o.impl);
+  comm::EchoOptions e;
+  e.quant = {parse_policy(o.quantizer), o.bits, o.group_size};
+  e.compensate = o.compensate;
+  return std::make_unique<comm::EchoAllReduce>(c, e);
+}
+
+// FNV-1a of the output bytes: equal hashes on every rank <=> (with overwhelming probability)
+// bitwise identical outputs, without moving the whole tensor.
+uint64_t fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl, comm::AllReduce& exact16,
+            comm::AllReduce& exact32, size_t bytes) {
+  const comm::Site site{0, o.direction == "backward" ? comm::Direction::backward : comm::Direction::forward};
+  Row row;
+  row.bytes = bytes;
+  row.count = bytes / 2;
+  std::mt19937_64 gen(1234 + c.rank());
+  std::normal_distribution<float> dist(0.1f, 1.0f);
+  std::vector<float> input(row.count), work(row.count), ref(row.count);
+  for (auto& v : input) v = dist(gen);
+  const auto restore = [&] { std::copy(input.begin(), input.end(), work.begin()); };
+  const auto run = [&](comm::AllReduce& ar) {
+    return [&] {
+      ar.begin_pass(site.direction);
+      ar.all_reduce(std::span<float>(work), site);
+    };
+  };
+
+  // Correctness first: error against the exact fp32 sum and identity across ranks.
+  ref = input;
+  exact32.all_reduce(std::span<float>(ref), site);
+  restore();
+  run(impl)();
+  double max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < row.count; ++i) {
+    max_err = std::max(max_err, static_cast<double>(std::fabs(work[i] - ref[i])));
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+  }
+  row.max_rel_err = max_ref > 0 ? max_err / max_ref : max_err;
+  const uint64_t mine = fnv1a(work);
+  uint64_t lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, c.get());
+  MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, c.get());
+  row.identical = lo == hi;
+
+  row.impl = time_collective(c.get(), o.warmup, o.iters, restore, run(impl));
+  row.exact16 = time_collective(c.get(), o.warmup, o.iters, restore, run(exact16));
+  row.mpi = time_collective(c.get(), o.warmup, o.iters, restore, [&] {
+    MPI_Allreduce(MPI_IN_PLACE, work.data(), static_cast<int>(row.count), MPI_FLOAT, MPI_SUM, c.get());
+  });
+  const size_t wire = impl.wire_bytes_per_rank(row.count, site), wire16 = exact16.wire_bytes_per_rank(row.count, site);
+  MPI_Allreduce(&wire, &row.wire_bytes, 1, MPI_UINT64_T, MPI_MAX, c.get());
+  MPI_Allreduce(&wire16, &row.exact_wire_bytes, 1, MPI_UINT64_T, MPI_MAX, c.get());
+  return row;
+}
+
+double gbps(size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0; }
+
+nlohmann::json to_json(const Options& o, int P, const Row& r) {
+  const double bus = 2.0 * (P - 1) / P;
+  return {{"impl", o.impl},
+          {"bits", o.impl == "echo" ? o.bits : (o.impl == "exact" ? 16 : 32)},
+          {"group_size", o.group_size},
+          {"quantizer", o.quantizer},
+          {"compensate", o.compensate},
+          {"direction", o.direction},
+          {"P", P},
+          {"bytes", r.bytes},
+          {"wire_bytes", r.wire_bytes},
+          {"wire_ratio_vs_exact", static_cast<double>(r.wire_bytes) / std::max<size_t>(1, r.exact_wire_bytes)},
+          {"median_us", r.impl.median_us},
+          {"p10_us", r.impl.p10_us},
+          {"p90_us", r.impl.p90_us},
+          {"algbw_gbps", gbps(r.bytes, r.impl.median_us)},
+          {"busbw_gbps", gbps(r.bytes, r.impl.median_us) * bus},
+          {"exact_median_us", r.exact16.median_us},
+          {"mpi_allreduce_fp32_median_us", r.mpi.median_us},
+          {"speedup_vs_exact", r.exact16.median_us / r.impl.median_us},
+          {"max_rel_err", r.max_rel_err},
+          {"ranks_identical", r.identical}};
+}
+
+void print_header(const Options& o, int P) {
+  std::printf("# echo_bench: impl=%s bits=%d group_size=%d quantizer=%s compensate=%d direction=%s P=%d iters=%d warmup=%d\n",
+              o.impl.c_str(), o.bits, o.group_size, o.quantizer.c_str(), o.compensate, o.direction.c_str(), P, o.iters,
+              o.warmup);
+  std::printf("# size = bytes of the 16-bit message; times are the slowest rank's; busbw = algbw * 2(P-1)/P\n");
+  std::printf("# exact16 = our 16-bit all-reduce, mpi32 = MPI_Allreduce on fp32, both timed in this run\n");
+  std::printf("#%9s %10s %12s %6s %10s %10s %10s %8s %8s %10s %10s %8s %10s %5s\n", "size", "count", "wire(B)", "wire/16",
+              "median(us)", "p10(us)", "p90(us)", "algbw", "busbw", "exact16(us)", "mpi32(us)", "speedup", "max_relerr",
+              "ident");
+}
+
+void print_row(int P, const Row& r) {
+  const double alg = gbps(r.bytes, r.impl.median_us), bus = alg * 2.0 * (P - 1) / P;
+  std::printf(" %9s %10zu %12zu %6.3f %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %10.1f %8.2f %10.3e %5s\n",
+              format_size(r.bytes).c_str(), r.count, r.wire_bytes,
+              static_cast<double>(r.wire_bytes) / std::max<size_t>(1, r.exact_wire_bytes), r.impl.median_us,
+              r.impl.p10_us, r.impl.p90_us, alg, bus, r.exact16.median_us, r.mpi.median_us,
+              r.exact16.median_us / r.impl.median_us, r.max_rel_err, r.identical ? "yes" : "NO");
+  std::fflush(stdout);
+}
+
+int bench_main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"echo_bench: Echo quantized all-reduce vs the exact 16-bit all-reduce, nccl-tests style"};
+  app.add_option("--sizes", o.sizes, "sizes of the 16-bit message: 1K..256M, 64M or 1K,4K,1M")->capture_default_str();
+  app.add_option("--step-factor", o.step_factor, "multiplier between sizes of a range")->capture_default_str();
+  app.add_option("--impl", o.impl, "exact | exact_fp32 | echo")->capture_default_str();
+  app.add_option("--bits", o.bits, "Echo bit width: 4 | 8")->capture_default_str();
+  app.add_option("--group-size", o.group_size, "values per quantization group (power of two)")->capture_default_str();
+  app.add_option("--quantizer", o.quantizer, "symmetric | asym_naive | asym_zero_aware")->capture_default_str();
+  app.add_flag("--compensate", o.compensate, "run the error-feedback compensator");
+  app.add_option("--direction", o.direction, "forward | backward (backward adds the 2^e rescale)")
+      ->check(CLI::IsMember({"forward", "backward"}))
+      ->capture_default_str();
+  app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--json", o.json, "write one JSON record per size to this file (rank 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+
+  auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
+  const auto sizes = parse_sizes(o.sizes, o.step_factor);
+  auto impl = make_impl(o, world);
+  comm::ExactAllReduce exact16(world, comm::ExactPrecision::bf16), exact32(world, comm::ExactPrecision::fp32);
+  std::ofstream json;
+  if (world.rank() == 0 && !o.json.empty()) {
+    json.open(o.json);
+    ECHO_CHECK(json.good(), "cannot write --json file '{}'", o.json);
+  }
+  if (world.rank() == 0) print_header(o, world.size());
+  for (size_t bytes : sizes) {
+    ECHO_CHECK(bytes >= 2, "size {} is smaller than one 16-bit value", bytes);
+    const Row row = measure(o, world, *impl, exact16, exact32, bytes);
+    if (world.rank() != 0) continue;
+    print_row(world.size(), row);
+    if (json.is_open()) json << to_json(o, world.size(), row).dump() << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace echo::bench
+
+int main(int argc, char** argv) { return echo::dist::guarded_main(argc, argv, echo::bench::bench_main); }

@@ -1,0 +1,105 @@
+// Echo's per-site flow: compensate, rescale, QAR, unscale, update, telemetry.
+#include "comm/echo/echo_all_reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "comm/echo/rescale.h"
+#include "core/error.h"
+#include "dist/mpi_check.h"
+
+namespace echo::comm {
+
+EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& options)
+    : options_(options),
+      policy_{options.quant.bits, options.early_site_8bit, options.num_layers},
+      engine_(comm),
+      exact_(comm, ExactPrecision::bf16),
+      forward_{Compensator(options.coeffs), {}},
+      backward_{Compensator(options.coeffs), {}} {
+  QuantCodec check(options_.quant);  // validates bits and group size up front
+  (void)check;
+  ECHO_CHECK(!options_.early_site_8bit || options_.num_layers > 0,
+             "early_site_8bit needs the number of layers to know which sites are early");
+  const auto& k = options_.coeffs;
+  ECHO_CHECK(k.eta >= 0 && k.eta <= 1, "compensator eta = {} is outside [0, 1]", k.eta);
+  ECHO_CHECK(k.a >= 0 && k.a <= 1, "compensator a = {} is outside [0, 1]", k.a);
+  ECHO_CHECK(k.beta1 >= 0 && k.beta1 < 1 && k.beta2 >= 0 && k.beta2 < 1,
+             "compensator beta1 = {}, beta2 = {} must lie in [0, 1)", k.beta1, k.beta2);
+}
+
+void EchoAllReduce::begin_pass(Direction direction) {
+  state(direction).compensator.reset();
+  state(direction).telemetry.reset();
+}
+
+int EchoAllReduce::bits_for(Site site) const {
+  return options_.num_layers > 0 ? policy_.bits_for(site) : options_.quant.bits;
+}
+
+size_t EchoAllReduce::wire_bytes_per_rank(size_t n, Site site) const {
+  if (!quantized(site.direction)) return exact_.wire_bytes_per_rank(n, site);
+  QuantSpec spec = options_.quant;
+  spec.bits = bits_for(site);
+  return TwoPhaseReduce::wire_bytes_per_rank(n, engine_.comm().size(), engine_.comm().rank(), QuantCodec(spec));
+}
+
+int EchoAllReduce::group_rescale_exponent(std::span<const float> x_comp, Site site) {
+  float local = 0.0f;
+  for (float v : x_comp) {
+    // NOTE: a non-finite value becomes +inf here, never NaN: MPI_MAX need not propagate NaN.
+    const float a = std::isfinite(v) ? std::fabs(v) : std::numeric_limits<float>::infinity();
+    local = std::max(local, a);
+  }
+  float gmax = 0.0f;
+  MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, engine_.comm().get()));
+  ECHO_CHECK(std::isfinite(gmax), "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)",
+             to_string(site));
+  return rescale_exponent(gmax);
+}
+
+void EchoAllReduce::all_reduce(std::span<float> x, Site site) {
+  if (!quantized(site.direction)) return exact_.all_reduce(x, site);
+  if (options_.num_layers > 0) policy_.layer_of(site);  // range check of the site index
+  PassState& st = state(site.direction);
+  const std::string site_name = to_string(site);
+
+  // x' = x + c (or x' = x without compensation)
+  x_comp_.resize(x.size());
+  if (options_.telemetry) x_saved_.assign(x.begin(), x.end());
+  if (options_.compensate)
+    st.compensator.apply(x, x_comp_, site_name.c_str());
+  else
+    std::copy(x.begin(), x.end(), x_comp_.begin());
+
+  const int exponent =
+      (site.direction == Direction::backward && options_.backward_rescale) ? group_rescale_exponent(x_comp_, site) : 0;
+  const float up = std::ldexp(1.0f, exponent);
+  const float down = std::ldexp(1.0f, -exponent);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x_comp_[i] * up;
+
+  QuantSpec spec = options_.quant;
+  spec.bits = bits_for(site);
+  check_output(engine_.run(x, QuantCodec(spec)), site, "Echo quantized");
+  if (exponent != 0)
+    for (float& v : x) v *= down;
+
+  if (options_.compensate) st.compensator.update(x_comp_, x, engine_.comm().size());
+  if (options_.telemetry) gather_telemetry(x_saved_, x, site, spec.bits, exponent);
+}
+
+void EchoAllReduce::gather_telemetry(std::span<const float> x, std::span<const float> y, Site site, int bits,
+                                     int exponent) {
+  const size_t n = x.size();
+  const float p = static_cast<float>(engine_.comm().size());
+  tele_.resize(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    tele_[i] = x_comp_[i] - y[i] / p;  // u, as the compensator forms it
+    tele_[n + i] = x[i];
+  }
+  check_output(engine_.run(tele_, Fp32Codec()), site, "telemetry");
+  state(site.direction).telemetry.record(site, bits, exponent, tele_.data() + n, tele_.data(), y.data(), n);
+}
+
+}  // namespace echo::comm

@@ -1,0 +1,72 @@
+// Echo: the quantized all-reduce with the two-timescale error-feedback compensator
+// (Echo paper Algorithm 1), backward power-of-two rescaling (Sec. 5.4), a per-site bit
+// policy and optional error telemetry. At each site, on each rank:
+//   c  = η·(a·m1 + (1-a)·m2);  x' = x + c
+//   backward only: e from max|x'| over the group; x' <- x'·2^e
+//   ŷ  = QAR(x') over MPI (TwoPhaseReduce with the group quantizer); backward: ŷ <- ŷ·2^-e
+//   u  = x' - ŷ/P in original units;  m_j <- β_j·m_j + (1-β_j)·u
+// The compensator state is per direction and reset by begin_pass(). A direction whose
+// quantization is disabled falls back to the exact 16-bit all-reduce.
+#pragma once
+
+#include <vector>
+
+#include "comm/all_reduce.h"
+#include "comm/echo/bit_policy.h"
+#include "comm/echo/compensator.h"
+#include "comm/echo/telemetry.h"
+#include "comm/exact_all_reduce.h"
+#include "comm/two_phase_reduce.h"
+#include "core/quant_spec.h"
+
+namespace echo::comm {
+
+struct EchoOptions {
+  QuantSpec quant;             // bits here is the base width of the bit policy
+  bool early_site_8bit = false;
+  int num_layers = 0;          // for early_site_8bit and site-range checks; 0 = unchecked
+  bool compensate = true;
+  CompensatorCoeffs coeffs;
+  bool forward = true;         // quantize forward sites (else exact 16-bit)
+  bool backward = true;        // quantize backward sites (else exact 16-bit)
+  bool backward_rescale = true;
+  bool telemetry = false;
+};
+
+class EchoAllReduce final : public AllReduce {
+ public:
+  EchoAllReduce(const dist::Communicator& comm, const EchoOptions& options);
+
+  void begin_pass(Direction direction) override;
+  using AllReduce::all_reduce;
+  void all_reduce(std::span<float> x, Site site) override;
+  std::string name() const override { return "echo"; }
+  size_t wire_bytes_per_rank(size_t n, Site site) const override;
+
+  int bits_for(Site site) const;
+  const Compensator& compensator(Direction d) const { return state(d).compensator; }
+  // Telemetry of the current (or last) pass in each direction; empty unless enabled.
+  const std::vector<SiteTelemetry>& telemetry(Direction d) const { return state(d).telemetry.records(); }
+
+ private:
+  struct PassState {
+    Compensator compensator;
+    TelemetryPass telemetry;
+  };
+  PassState& state(Direction d) { return d == Direction::forward ? forward_ : backward_; }
+  const PassState& state(Direction d) const { return d == Direction::forward ? forward_ : backward_; }
+  bool quantized(Direction d) const { return d == Direction::forward ? options_.forward : options_.backward; }
+  int group_rescale_exponent(std::span<const float> x_comp, Site site);
+  void gather_telemetry(std::span<const float> x, std::span<const float> y, Site site, int bits, int exponent);
+
+  EchoOptions options_;
+  BitPolicy policy_;
+  TwoPhaseReduce engine_;
+  ExactAllReduce exact_;
+  PassState forward_, backward_;
+  std::vector<float> x_comp_;   // x' = x + c for the current site
+  std::vector<float> x_saved_;  // the uncompensated x (telemetry only)
+  std::vector<float> tele_;     // [u | x] summed over the group (telemetry only)
+};
+
+}  // namespace echo::comm

@@ -1,0 +1,33 @@
+// Exact 16-bit and fp32 all-reduce over the two-phase engine.
+#include "comm/exact_all_reduce.h"
+
+#include "core/error.h"
+
+namespace echo::comm {
+
+void check_output(size_t bad, Site site, const char* what) {
+  ECHO_CHECK(bad == 0,
+             "non-finite values in the {} all-reduce at {}: {} bad output {} (a rank's contribution holds NaN/Inf, "
+             "or a group scale overflowed fp16)",
+             what, to_string(site), bad, bad == 1 ? "entry" : "entries");
+}
+
+ExactAllReduce::ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision)
+    : engine_(comm), precision_(precision) {
+  if (precision_ == ExactPrecision::bf16)
+    codec_ = std::make_unique<Bf16Codec>();
+  else
+    codec_ = std::make_unique<Fp32Codec>();
+}
+
+void ExactAllReduce::all_reduce(std::span<float> x, Site site) {
+  check_output(engine_.run(x, *codec_), site, precision_ == ExactPrecision::bf16 ? "exact bf16" : "exact fp32");
+}
+
+std::string ExactAllReduce::name() const { return precision_ == ExactPrecision::bf16 ? "exact" : "exact_fp32"; }
+
+size_t ExactAllReduce::wire_bytes_per_rank(size_t n, Site) const {
+  return TwoPhaseReduce::wire_bytes_per_rank(n, engine_.comm().size(), engine_.comm().rank(), *codec_);
+}
+
+}  // namespace echo::comm

@@ -1,0 +1,35 @@
+// The exact baselines: `bf16` is the 16-bit all-reduce Echo is measured against (values
+// rounded to bf16, summed in fp32, the sum rounded to bf16, identical on every rank) and
+// `fp32` sums without rounding. Both move their values through the same two-phase engine as
+// Echo, so a benchmark compares codecs, not algorithms.
+#pragma once
+
+#include <memory>
+
+#include "comm/all_reduce.h"
+#include "comm/two_phase_reduce.h"
+
+namespace echo::comm {
+
+enum class ExactPrecision { bf16, fp32 };
+
+class ExactAllReduce final : public AllReduce {
+ public:
+  ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision);
+
+  using AllReduce::all_reduce;
+  void all_reduce(std::span<float> x, Site site) override;
+  std::string name() const override;
+  size_t wire_bytes_per_rank(size_t n, Site site) const override;
+
+ private:
+  TwoPhaseReduce engine_;
+  ExactPrecision precision_;
+  std::unique_ptr<SegmentCodec> codec_;
+};
+
+// Throws an echo::Error naming the site when an all-reduce produced bad values. Every rank
+// sees the same count, so every rank throws together and none is left in a collective.
+void check_output(size_t bad, Site site, const char* what);
+
+}  // namespace echo::comm

@@ -1,0 +1,54 @@
+// Communicator lifetime and splitting.
+#include "dist/communicator.h"
+
+#include <utility>
+
+#include "dist/mpi_check.h"
+
+namespace echo::dist {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return fmt::format("MPI error code {}", code);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+Communicator::Communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+Communicator Communicator::borrow(MPI_Comm comm) { return Communicator(comm, false); }
+Communicator Communicator::adopt(MPI_Comm comm) { return Communicator(comm, true); }
+
+Communicator Communicator::split(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, color, key, &out));
+  return adopt(out);
+}
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+      owned_(std::exchange(other.owned_, false)),
+      rank_(other.rank_),
+      size_(other.size_) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    this->~Communicator();
+    new (this) Communicator(std::move(other));
+  }
+  return *this;
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+void Communicator::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
+
+}  // namespace echo::dist

@@ -1,0 +1,35 @@
+// RAII wrapper of an MPI communicator: owns (and frees) communicators it created, borrows
+// MPI_COMM_WORLD. Every echo communicator reports errors by return code (MPI_CHECK).
+#pragma once
+
+#include <mpi.h>
+
+namespace echo::dist {
+
+class Communicator {
+ public:
+  Communicator() = default;
+  static Communicator borrow(MPI_Comm comm);  // not freed on destruction (e.g. MPI_COMM_WORLD)
+  static Communicator adopt(MPI_Comm comm);   // freed on destruction
+  Communicator split(int color, int key) const;
+
+  Communicator(Communicator&& other) noexcept;
+  Communicator& operator=(Communicator&& other) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  MPI_Comm get() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  void barrier() const;
+
+ private:
+  Communicator(MPI_Comm comm, bool owned);
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owned_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace echo::dist
