@@ -1,0 +1,120 @@
+// Validation of typed values: each key against its rule in the key table, then the
+// combinations the model, the parallel layout and the backends need. Messages name both keys
+// and both values, at the place the user most likely has to edit.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/config/schema.h"
+#include "core/config/stages.h"
+
+namespace echo::config {
+namespace {
+
+using schema::dotted;
+
+// Walks the key table and applies each key's rule to its typed value.
+class RangeChecker {
+ public:
+  RangeChecker(std::string prefix, const Origins& origins) : prefix_(std::move(prefix)), origins_(origins) {}
+
+  template <class T>
+  void field(const char* key, T& value, const char*, const schema::Check& check = {}) {
+    const std::string full = dotted(prefix_, key);
+    if constexpr (std::is_same_v<T, double>) {
+      if (!std::isfinite(value))
+        fail_at(origins_.where(full), fmt::format("'{}' = {} must be a finite number", full, value));
+    }
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      if (!check.number) return;
+      const std::string problem = check.number(static_cast<double>(value));
+      if (!problem.empty())
+        fail_at(origins_.where(full), fmt::format("'{}' = {} {}", full, schema::yaml_scalar(value), problem));
+    }
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (check.non_empty && value.empty()) fail_at(origins_.where(full), fmt::format("'{}' must not be empty", full));
+    }
+  }
+
+  template <class S>
+  void section(const char* key, S& value, const char*) {
+    RangeChecker inner(dotted(prefix_, key), origins_);
+    schema::visit(value, inner);
+  }
+
+ private:
+  std::string prefix_;
+  const Origins& origins_;
+};
+
+// Megatron-style TP splits heads, kv heads, ffn and the padded vocabulary across tp ranks.
+void check_tp_split(const Config& c, const Origins& o) {
+  const int tp = c.parallel.tp;
+  const std::pair<const char*, int> split[] = {
+      {"model.heads", c.model.heads}, {"model.kv_heads", c.model.kv_heads}, {"model.ffn", c.model.ffn}};
+  for (const auto& [key, value] : split) {
+    if (value % tp != 0)
+      fail_at(o.where_any({"parallel.tp", key}, "parallel"),
+              fmt::format("'parallel.tp' = {} does not divide '{}' = {}", tp, key, value));
+  }
+  const std::int64_t padded = c.model.padded_vocab();
+  if (padded % tp != 0)
+    fail_at(o.where_any({"parallel.tp", "model.vocab_size", "model.vocab_pad_multiple"}, "parallel"),
+            fmt::format("'parallel.tp' = {} does not divide the padded vocabulary {} ('model.vocab_size' = {} "
+                        "rounded up to a multiple of 'model.vocab_pad_multiple' = {})",
+                        tp, padded, c.model.vocab_size, c.model.vocab_pad_multiple));
+}
+
+void check_model(const Config& c, const Origins& o) {
+  // GQA: each key/value head serves heads / kv_heads query heads.
+  if (c.model.heads % c.model.kv_heads != 0)
+    fail_at(
+        o.where_any({"model.heads", "model.kv_heads"}, "model"),
+        fmt::format("'model.heads' = {} is not a multiple of 'model.kv_heads' = {}", c.model.heads, c.model.kv_heads));
+}
+
+// world = dp x tp, and every dp rank runs whole micro-batches of the global batch.
+void check_batch(const Config& c, const Origins& o, int world_size) {
+  const int tp = c.parallel.tp;
+  if (world_size > 0 && world_size % tp != 0)
+    fail_at(o.where("parallel.tp"),
+            fmt::format("world size {} is not a multiple of 'parallel.tp' = {} (world = dp x tp)", world_size, tp));
+  const int dp = world_size > 0 ? world_size / tp : 1;
+  const std::int64_t step = static_cast<std::int64_t>(c.train.micro_batch) * dp;
+  if (c.train.global_batch % step == 0) return;
+  const std::string dp_text =
+      world_size > 0 ? fmt::format(" x dp = {} (world size {} / 'parallel.tp' = {})", dp, world_size, tp) : "";
+  fail_at(o.where_any({"train.global_batch", "train.micro_batch"}, "train"),
+          fmt::format("'train.global_batch' = {} is not a multiple of 'train.micro_batch' = {}{}", c.train.global_batch,
+                      c.train.micro_batch, dp_text));
+}
+
+void check_backend(const Config& c, const Origins& o) {
+  if (c.comm.transport == Transport::cuda_ipc && c.run.device != Device::cuda)
+    fail_at(o.where_any({"comm.transport", "run.device"}, "comm"),
+            fmt::format("'comm.transport' = cuda_ipc needs 'run.device' = cuda, got 'run.device' = {}",
+                        to_string(c.run.device)));
+}
+
+void check_optim(const Config& c, const Origins& o) {
+  if (c.optim.min_lr > c.optim.lr)
+    fail_at(o.where_any({"optim.min_lr", "optim.lr"}, "optim"),
+            fmt::format("'optim.min_lr' = {} must be <= 'optim.lr' = {}", schema::yaml_scalar(c.optim.min_lr),
+                        schema::yaml_scalar(c.optim.lr)));
+}
+
+}  // namespace
+
+void check_config(const Config& config, const Origins& origins, int world_size) {
+  ECHO_CHECK(world_size >= 0, "world_size must be >= 0 (0: not known yet), got {}", world_size);
+  Config values = config;  // the key table visits mutable structs; checking changes nothing
+  RangeChecker ranges("", origins);
+  schema::visit(values, ranges);
+  check_model(config, origins);
+  check_tp_split(config, origins);
+  check_batch(config, origins, world_size);
+  check_backend(config, origins);
+  check_optim(config, origins);
+}
+
+}  // namespace echo::config

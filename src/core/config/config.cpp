@@ -1,0 +1,99 @@
+// load_config: file -> YAML tree -> overrides -> typed Config -> checks; and the small helpers
+// the structs carry.
+#include "core/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "core/config/schema.h"
+#include "core/config/stages.h"
+
+namespace echo::config {
+namespace {
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source_name) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail_at(fmt::format("{}:{}", source_name, e.mark.line + 1), fmt::format("YAML syntax error: {}", e.msg));
+  }
+}
+
+// Collects every leaf key in dotted form, descending into sections.
+struct DottedKeys {
+  std::string prefix;
+  std::vector<std::string>* keys;
+  template <class T>
+  void field(const char* key, T&, const char*, const schema::Check& = {}) {
+    keys->push_back(schema::dotted(prefix, key));
+  }
+  template <class S>
+  void section(const char* key, S& value, const char*) {
+    DottedKeys inner{schema::dotted(prefix, key), keys};
+    schema::visit(value, inner);
+  }
+};
+
+}  // namespace
+
+std::int64_t ModelConfig::padded_vocab() const {
+  ECHO_CHECK(vocab_size >= 1 && vocab_pad_multiple >= 1, "padded_vocab: vocab_size {} and vocab_pad_multiple {}",
+             vocab_size, vocab_pad_multiple);
+  const std::int64_t multiple = vocab_pad_multiple;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+QuantSpec CommConfig::quant_spec(int bits) const {
+  ECHO_CHECK(bits == 4 || bits == 8, "quant_spec: bits must be 4 or 8, got {}", bits);
+  return QuantSpec{quantizer, bits, group_size};
+}
+
+bool Config::operator==(const Config& o) const {
+  return std::tie(run, model, parallel, comm, linear, optim, schedule, data, train) ==
+         std::tie(o.run, o.model, o.parallel, o.comm, o.linear, o.optim, o.schedule, o.data, o.train);
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides, int world_size) {
+  ECHO_CHECK(world_size >= 0, "world_size must be >= 0 (0: not known yet), got {}", world_size);
+  Origins origins(source_name);
+  YAML::Node root = parse_yaml(yaml_text, source_name);
+  apply_overrides(root, overrides, origins);
+  Config config = read_config(root, origins);
+  check_config(config, origins, world_size);
+  config.source = source_name;
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  // NOTE: an ifstream opens a directory without complaint and then reads nothing, which
+  // would silently give every default.
+  if (std::filesystem::is_directory(path)) fail_at(path, "cannot open config file: it is a directory");
+  std::ifstream in(path);
+  if (!in) fail_at(path, fmt::format("cannot open config file: {}", std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides, world_size);
+}
+
+void validate(const Config& config, int world_size) {
+  // A Config built in code has no lines to point at: errors name its source, if any.
+  const Origins origins(config.source.empty() ? "config" : config.source);
+  check_config(config, origins, world_size);
+}
+
+std::vector<std::string> known_keys() {
+  Config unused;
+  std::vector<std::string> keys;
+  DottedKeys lister{"", &keys};
+  schema::visit(unused, lister);
+  return keys;
+}
+
+}  // namespace echo::config

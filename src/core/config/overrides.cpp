@@ -1,0 +1,98 @@
+// `--set a.b=c` overrides, applied to the YAML tree before typed reading so an override passes
+// exactly the checks a file value does; an error in one names the --set instead of a file line.
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <string_view>
+
+#include "core/config/schema.h"
+#include "core/config/stages.h"
+
+namespace echo::config {
+namespace {
+
+struct Override {
+  std::string text;               // as given, for messages
+  std::vector<std::string> path;  // "comm.compensator.eta" -> {comm, compensator, eta}
+  YAML::Node value;
+};
+
+std::string_view trim(std::string_view s) {
+  const std::size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t") - begin + 1);
+}
+
+bool is_name(std::string_view s) {
+  if (s.empty()) return false;
+  for (char ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
+  return true;
+}
+
+std::vector<std::string> split_key(std::string_view key, const std::string& where) {
+  std::vector<std::string> path;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = key.find('.', start);
+    const std::string_view part = key.substr(start, dot == std::string_view::npos ? dot : dot - start);
+    if (!is_name(part))
+      fail_at(where, fmt::format("malformed override key '{}': expected dotted names like comm.compensator.eta", key));
+    path.emplace_back(part);
+    if (dot == std::string_view::npos) return path;
+    start = dot + 1;
+  }
+}
+
+// The value as YAML: flow collections ("{eta: 0.5}", "[1, 2]") are parsed; anything else is
+// one plain scalar, typed later by the key it lands on, as a file value is.
+YAML::Node parse_value(std::string_view text, const std::string& where) {
+  if (text.empty() || (text.front() != '{' && text.front() != '[')) return YAML::Node(std::string(text));
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", text, e.msg));
+  }
+}
+
+Override parse_override(const std::string& text) {
+  const std::string where = "--set " + text;
+  const std::size_t eq = text.find('=');
+  if (eq == std::string::npos) fail_at(where, "malformed override: expected key=value, e.g. --set comm.bits=8");
+  const std::string_view view(text);
+  return {text, split_key(trim(view.substr(0, eq)), where), parse_value(trim(view.substr(eq + 1)), where)};
+}
+
+void apply_override(YAML::Node& root, const Override& item, Origins& origins) {
+  // NOTE: YAML::Node copies share the node they refer to, so `node.reset(child)` walks down
+  // the tree while `node = child` would overwrite the parent's contents.
+  YAML::Node node;
+  node.reset(root);
+  std::string key;
+  for (std::size_t i = 0; i + 1 < item.path.size(); ++i) {
+    const std::string& name = item.path[i];
+    key = schema::dotted(key, name);
+    YAML::Node child = node[name];
+    if (!child.IsDefined() || child.IsNull()) {
+      node[name] = YAML::Node(YAML::NodeType::Map);
+      origins.add_override(key, item.text);
+      child.reset(node[name]);
+    } else if (!child.IsMap()) {
+      fail_at("--set " + item.text, fmt::format("cannot set a key inside '{}': it is not a mapping ({})", key,
+                                                origins.where_line(key, child.Mark().line + 1)));
+    }
+    node.reset(child);
+  }
+  node[item.path.back()] = item.value;
+  origins.add_override(schema::dotted(key, item.path.back()), item.text);
+}
+
+}  // namespace
+
+void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, Origins& origins) {
+  if (overrides.empty()) return;
+  check_top_level(root, origins);
+  if (root.IsNull()) root.reset(YAML::Node(YAML::NodeType::Map));
+  for (const std::string& text : overrides) apply_override(root, parse_override(text), origins);
+}
+
+}  // namespace echo::config

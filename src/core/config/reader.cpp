@@ -1,0 +1,158 @@
+// YAML tree -> typed Config: checks the shape (sections are mappings, keys are known and not
+// repeated) and the type of each value. Ranges are left to checks.cpp, which also serves
+// configs built in code.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <type_traits>
+
+#include "core/config/schema.h"
+#include "core/config/stages.h"
+
+namespace echo::config {
+namespace {
+
+using schema::dotted;
+
+std::string describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "an empty value";
+  if (node.IsSequence()) return "a sequence";
+  if (node.IsMap()) return "a mapping";
+  return fmt::format("'{}'", node.Scalar());
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// ---- scalar decoding: one overload per field type ----------------------------------------
+
+template <class T>
+bool decode_as(const YAML::Node& node, T& out) {
+  return node.IsScalar() && YAML::convert<T>::decode(node, out);
+}
+
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {
+  if (!decode_as(node, out))
+    fail_at(origins.where(key), fmt::format("'{}' must be an integer, got {}", key, describe(node)));
+}
+
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::uint64_t& out) {
+  if (!decode_as(node, out))
+    fail_at(origins.where(key), fmt::format("'{}' must be a non-negative integer, got {}", key, describe(node)));
+}
+
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, double& out) {
+  if (!decode_as(node, out))
+    fail_at(origins.where(key), fmt::format("'{}' must be a number, got {}", key, describe(node)));
+}
+
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, bool& out) {
+  if (!decode_as(node, out))
+    fail_at(origins.where(key), fmt::format("'{}' must be true or false, got {}", key, describe(node)));
+}
+
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::string& out) {
+  // NOTE: any scalar is a string here (out_dir: 2024 is the directory "2024"); only an
+  // empty value, a sequence or a mapping is not.
+  if (!node.IsScalar()) fail_at(origins.where(key), fmt::format("'{}' must be a string, got {}", key, describe(node)));
+  out = node.Scalar();
+}
+
+template <ConfigEnum E>
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, E& out) {
+  const std::optional<E> value = node.IsScalar() ? try_parse<E>(node.Scalar()) : std::nullopt;
+  if (!value)
+    fail_at(origins.where(key), fmt::format("'{}' = {} is not one of: {}", key, describe(node), enum_choices<E>()));
+  out = *value;
+}
+
+// ---- sections ----------------------------------------------------------------------------
+
+// The entries of one mapping, indexed by key after checking that each key is known and given
+// once; fills in the fields the visit names.
+class SectionReader {
+ public:
+  SectionReader(const YAML::Node& map, std::string prefix, Origins& origins, const std::vector<std::string>& known)
+      : prefix_(std::move(prefix)), origins_(origins) {
+    for (auto it = map.begin(); it != map.end(); ++it) index(it->first, it->second, known);
+  }
+
+  template <class T>
+  void field(const char* key, T& out, const char*, const schema::Check& = {}) {
+    if (auto it = values_.find(key); it != values_.end()) decode(it->second, dotted(prefix_, key), origins_, out);
+  }
+
+  template <class S>
+  void section(const char* key, S& out, const char*);
+
+ private:
+  void index(const YAML::Node& key_node, const YAML::Node& value, const std::vector<std::string>& known);
+
+  std::string prefix_;
+  Origins& origins_;
+  std::map<std::string, YAML::Node> values_;
+  std::map<std::string, int> lines_;
+};
+
+void SectionReader::index(const YAML::Node& key_node, const YAML::Node& value, const std::vector<std::string>& known) {
+  const int line = key_node.Mark().line + 1;
+  if (!key_node.IsScalar())
+    fail_at(origins_.where_line(prefix_, line),
+            fmt::format("a key in '{}' must be a plain name, got {}", prefix_.empty() ? "the top level" : prefix_,
+                        describe(key_node)));
+  const std::string& name = key_node.Scalar();
+  const std::string key = dotted(prefix_, name);
+  if (auto seen = lines_.find(name); seen != lines_.end())
+    fail_at(origins_.where_line(key, line),
+            fmt::format("duplicate key '{}' (first given on line {})", key, seen->second));
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    const std::string what = prefix_.empty()
+                                 ? fmt::format("unknown top-level section '{}' (known sections: {})", key, join(known))
+                                 : fmt::format("unknown key '{}' (known keys in '{}': {})", key, prefix_, join(known));
+    fail_at(origins_.where_line(key, line), what);
+  }
+  origins_.add_line(key, line);
+  lines_[name] = line;
+  values_.emplace(name, value);  // a copy shares the node (assignment would merge into it)
+}
+
+// Reads `node` (the value of section `prefix`) into `out`; an absent or empty section keeps
+// every default.
+template <class S>
+void read_section(const YAML::Node& node, const std::string& prefix, S& out, Origins& origins) {
+  if (!node.IsDefined() || node.IsNull()) return;
+  if (!node.IsMap())
+    fail_at(origins.where(prefix), fmt::format("'{}' must be a mapping of keys ({}), got {}", prefix,
+                                               join(schema::keys_of<S>()), describe(node)));
+  SectionReader reader(node, prefix, origins, schema::keys_of<S>());
+  schema::visit(out, reader);
+}
+
+template <class S>
+void SectionReader::section(const char* key, S& out, const char*) {
+  if (auto it = values_.find(key); it != values_.end()) read_section(it->second, dotted(prefix_, key), out, origins_);
+}
+
+}  // namespace
+
+void check_top_level(const YAML::Node& root, const Origins& origins) {
+  if (!root.IsNull() && !root.IsMap())
+    fail_at(origins.source_name(), fmt::format("the top level must be a mapping of sections ({}), got {}",
+                                               join(schema::keys_of<Config>()), describe(root)));
+}
+
+Config read_config(const YAML::Node& root, Origins& origins) {
+  check_top_level(root, origins);
+  Config config;
+  if (root.IsNull()) return config;  // an empty file: every default
+  SectionReader reader(root, "", origins, schema::keys_of<Config>());
+  schema::visit(config, reader);
+  return config;
+}
+
+}  // namespace echo::config

@@ -1,0 +1,185 @@
+// The key table: every section's keys in file order, each with its one-line doc and the rule
+// its value obeys. Reading, range checking, writing and key listing all walk this one table
+// (through a visitor), so a key added here is known to all of them. Internal to src/core/config.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+
+namespace echo::config::schema {
+
+// A value's constraint. `number` returns "" when the value is fine, else what is wrong,
+// phrased to follow "'key' = value ", e.g. "is out of range [0, 1]".
+struct Check {
+  std::function<std::string(double)> number;
+  bool non_empty = false;  // for strings
+};
+
+Check at_least(double lo);
+Check greater_than(double lo);
+Check in_closed(double lo, double hi);
+Check in_half_open(double lo, double hi);  // [lo, hi)
+Check power_of_two(double lo, double hi);
+Check one_of(std::vector<int> allowed);
+Check even_at_least(double lo, std::string why);
+Check non_empty();
+
+// "a.b" from prefix "a" and key "b"; the key alone at the top level.
+std::string dotted(const std::string& prefix, const std::string& key);
+
+// How a value is spelled in YAML so that it reads back to the same value: doubles in their
+// shortest round-trip form with a '.' (YAML 1.1 readers need it), strings quoted when plain
+// text would read as another type.
+std::string yaml_scalar(double value);
+std::string yaml_scalar(int value);
+std::string yaml_scalar(std::uint64_t value);
+std::string yaml_scalar(bool value);
+std::string yaml_scalar(const std::string& value);
+template <ConfigEnum E>
+std::string yaml_scalar(E value) {
+  return std::string(to_string(value));
+}
+
+// ---- the table. A visitor V has
+//   template <class T> void field(const char* key, T& value, const char* doc, const Check& = {});
+//   template <class S> void section(const char* key, S& value, const char* doc);
+
+template <class V>
+void visit(RunConfig& c, V& v) {
+  v.field("seed", c.seed, "seeds init, data order and the S3R thresholds");
+  v.field("device", c.device, "cpu | cuda: the backend that runs the ops");
+  v.field("out_dir", c.out_dir, "checkpoints, metrics and the effective config go here", non_empty());
+}
+
+template <class V>
+void visit(ModelConfig& c, V& v) {
+  v.field("vocab_size", c.vocab_size, "embedding rows (Qwen3: 151936 = 128 x 1187)", at_least(1));
+  v.field("vocab_pad_multiple", c.vocab_pad_multiple, "vocab_size is rounded up to a multiple of this",
+          in_closed(1, 1 << 20));
+  v.field("hidden", c.hidden, "residual stream width", at_least(1));
+  v.field("ffn", c.ffn, "MLP inner width", at_least(1));
+  v.field("layers", c.layers, "transformer blocks", at_least(1));
+  v.field("heads", c.heads, "query heads; a multiple of kv_heads", at_least(1));
+  v.field("kv_heads", c.kv_heads, "key/value heads (GQA)", at_least(1));
+  v.field("head_dim", c.head_dim, "width of one head, even",
+          even_at_least(2, "RoPE pairs element i with i + head_dim/2"));
+  v.field("rope_base", c.rope_base, "RoPE theta", greater_than(0));
+  v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0));
+  v.field("tie_embeddings", c.tie_embeddings, "the LM head reuses the embedding matrix");
+  v.field("init_std", c.init_std, "std of the normal weight init", greater_than(0));
+}
+
+template <class V>
+void visit(ParallelConfig& c, V& v) {
+  v.field("tp", c.tp, "tensor-parallel ranks; dp = world / tp", at_least(1));
+}
+
+template <class V>
+void visit(CompensatorConfig& c, V& v) {
+  v.field("enabled", c.enabled, "apply error feedback at the echo sites");
+  v.field("eta", c.eta, "compensation strength; 0 = per-call quantization only", in_closed(0, 1));
+  v.field("a", c.a, "weight of m1 against m2", in_closed(0, 1));
+  v.field("beta1", c.beta1, "decay of m1", in_half_open(0, 1));
+  v.field("beta2", c.beta2, "decay of m2", in_half_open(0, 1));
+}
+
+template <class V>
+void visit(CommConfig& c, V& v) {
+  v.field("allreduce", c.allreduce, "exact | exact_fp32 | echo | two_collective");
+  v.field("transport", c.transport, "mpi | cuda_ipc | auto: how quantized bytes travel");
+  v.field("bits", c.bits, "4 | 8: bits per code", one_of({4, 8}));
+  v.field("group_size", c.group_size, "values per quantization group, a power of two", power_of_two(2, 1 << 20));
+  v.field("quantizer", c.quantizer, "symmetric | asym_naive | asym_zero_aware");
+  v.section("compensator", c.compensator, "error feedback: c = eta * (a * m1 + (1 - a) * m2)");
+  v.field("forward", c.forward, "quantize the forward sites");
+  v.field("backward", c.backward, "quantize the backward sites");
+  v.field("backward_rescale", c.backward_rescale, "power-of-two rescale before quantizing backward sites");
+  v.field("early_site_8bit", c.early_site_8bit, "sites of the first half of the layers use 8 bits");
+  v.field("telemetry_interval", c.telemetry_interval, "steps between per-site error logs; 0 = off", at_least(0));
+  v.field("embedding_exact", c.embedding_exact, "embedding and LM-head all-reduces stay exact");
+}
+
+template <class V>
+void visit(LinearConfig& c, V& v) {
+  v.field("mode", c.mode, "bf16 | int8: arithmetic of the linear layers");
+  v.field("backward_rounding", c.backward_rounding, "rtne | sr_independent | s3r: int8 gradient rounding");
+  v.field("thresholds", c.thresholds, "per_token | per_example | independent: S3R threshold sharing");
+  v.field("ec", c.ec, "none | dx_only | two_way: S3R structured error correction");
+}
+
+template <class V>
+void visit(OptimConfig& c, V& v) {
+  v.field("lr", c.lr, "peak learning rate", greater_than(0));
+  v.field("min_lr", c.min_lr, "learning rate at the end of the decay, <= lr", at_least(0));
+  v.field("beta1", c.beta1, "AdamW first-moment decay", in_half_open(0, 1));
+  v.field("beta2", c.beta2, "AdamW second-moment decay", in_half_open(0, 1));
+  v.field("eps", c.eps, "AdamW epsilon", greater_than(0));
+  v.field("weight_decay", c.weight_decay, "decoupled weight decay (matrices only)", at_least(0));
+  v.field("grad_clip", c.grad_clip, "clip of the global gradient norm; 0 = off", at_least(0));
+}
+
+template <class V>
+void visit(ScheduleConfig& c, V& v) {
+  v.field("warmup_steps", c.warmup_steps, "linear warmup from 0 to lr", at_least(0));
+  v.field("decay", c.decay, "cosine | linear | constant: lr to min_lr after warmup");
+}
+
+template <class V>
+void visit(DataConfig& c, V& v) {
+  v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on", non_empty());
+  v.field("valid", c.valid, "indexed dataset prefix to evaluate on");
+  v.field("seq_len", c.seq_len, "tokens per sequence", at_least(1));
+}
+
+template <class V>
+void visit(TrainConfig& c, V& v) {
+  v.field("steps", c.steps, "optimizer steps", at_least(1));
+  v.field("micro_batch", c.micro_batch, "sequences per rank per forward/backward", at_least(1));
+  v.field("global_batch", c.global_batch, "sequences per step; a multiple of micro_batch x dp", at_least(1));
+  v.field("eval_interval", c.eval_interval, "steps between evaluations; 0 = never", at_least(0));
+  v.field("eval_batches", c.eval_batches, "micro-batches per evaluation", at_least(1));
+  v.field("checkpoint_interval", c.checkpoint_interval, "steps between checkpoints; 0 = never", at_least(0));
+  v.field("keep_checkpoints", c.keep_checkpoints, "most recent checkpoints kept on disk", at_least(1));
+  v.field("log_interval", c.log_interval, "steps between metrics lines", at_least(1));
+}
+
+template <class V>
+void visit(Config& c, V& v) {
+  v.section("run", c.run, "seed, backend, output directory");
+  v.section("model", c.model, "Qwen3 shape (defaults: Qwen3-0.6B)");
+  v.section("parallel", c.parallel, "tensor parallelism");
+  v.section("comm", c.comm, "tensor-parallel all-reduce (Echo)");
+  v.section("linear", c.linear, "linear-layer arithmetic (S3R-EC)");
+  v.section("optim", c.optim, "AdamW");
+  v.section("schedule", c.schedule, "learning-rate schedule");
+  v.section("data", c.data, "datasets");
+  v.section("train", c.train, "loop lengths and batch sizes");
+}
+
+// ---- key listing ----------------------------------------------------------------------------
+
+// The keys (fields and sub-sections) directly inside S, in table order.
+struct KeyLister {
+  std::vector<std::string> keys;
+  template <class T>
+  void field(const char* key, T&, const char*, const Check& = {}) {
+    keys.emplace_back(key);
+  }
+  template <class S>
+  void section(const char* key, S&, const char*) {
+    keys.emplace_back(key);
+  }
+};
+
+template <class S>
+std::vector<std::string> keys_of() {
+  S unused;
+  KeyLister lister;
+  visit(unused, lister);
+  return lister.keys;
+}
+
+}  // namespace echo::config::schema

@@ -1,0 +1,735 @@
+// Tests of the config module: §8 defaults, parsing, every kind of error message (file, line,
+// key, value), --set overrides, the effective-config round trip and configs/default.yaml.
+#include "core/config/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace echo::config {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// The message of the echo::Error that `f` throws, or a marker that fails every HasSubstr.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const echo::Error& e) {
+    return e.message();
+  }
+  return "<no echo::Error thrown>";
+}
+
+// The repository root, from this file's path: tests/core/config_test.cpp.
+fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+
+// Whether the YAML tree holds a scalar at dotted `key`.
+bool has_scalar(const YAML::Node& node, std::string_view key) {
+  const std::size_t dot = key.find('.');
+  if (!node.IsMap()) return false;
+  const YAML::Node child = node[std::string(key.substr(0, dot))];
+  if (!child.IsDefined()) return false;
+  return dot == std::string_view::npos ? child.IsScalar() : has_scalar(child, key.substr(dot + 1));
+}
+
+// A fresh directory per test for the YAML files it writes.
+class ConfigFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = fs::temp_directory_path() / ("echo_config_test_" + std::to_string(::getpid()) + "_" + name);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "x.yaml").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes the lines (line N of the file is lines[N - 1]) and returns the path.
+  std::string write(const std::string& name, std::initializer_list<std::string_view> lines) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream out(path);
+    for (std::string_view line : lines) out << line << '\n';
+    return path;
+  }
+
+  // The error of loading a file made of `lines`, prefixed "<path>:" so tests can match lines.
+  std::string load_error(std::initializer_list<std::string_view> lines, const std::vector<std::string>& sets = {},
+                         int world_size = 0) {
+    write("x.yaml", lines);
+    return error_of([&] { load_config(path_, sets, world_size); });
+  }
+
+  std::string at(int line) const { return path_ + ":" + std::to_string(line) + ": "; }
+
+  fs::path dir_;
+  std::string path_;  // the file load_error writes; fixed up front so at() can run first
+};
+
+// ---- defaults and helpers -----------------------------------------------------------------
+
+TEST(ConfigDefaults, MatchArchitectureSection8) {
+  const Config c;
+  EXPECT_EQ(c.run.seed, 1234u);
+  EXPECT_EQ(c.run.device, Device::cpu);
+  EXPECT_EQ(c.run.out_dir, "runs/quickstart");
+
+  EXPECT_EQ(c.model.vocab_size, 151936);
+  EXPECT_EQ(c.model.vocab_pad_multiple, 128);
+  EXPECT_EQ(c.model.hidden, 1024);
+  EXPECT_EQ(c.model.ffn, 3072);
+  EXPECT_EQ(c.model.layers, 28);
+  EXPECT_EQ(c.model.heads, 16);
+  EXPECT_EQ(c.model.kv_heads, 8);
+  EXPECT_EQ(c.model.head_dim, 128);
+  EXPECT_EQ(c.model.rope_base, 1000000.0);
+  EXPECT_EQ(c.model.norm_eps, 1.0e-6);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.init_std, 0.02);
+
+  EXPECT_EQ(c.parallel.tp, 4);
+
+  EXPECT_EQ(c.comm.allreduce, AllReduceKind::echo);
+  EXPECT_EQ(c.comm.transport, Transport::automatic);
+  EXPECT_EQ(c.comm.bits, 4);
+  EXPECT_EQ(c.comm.group_size, 128);
+  EXPECT_EQ(c.comm.quantizer, QuantPolicy::asym_zero_aware);
+  EXPECT_TRUE(c.comm.compensator.enabled);
+  EXPECT_EQ(c.comm.compensator.eta, 0.75);
+  EXPECT_EQ(c.comm.compensator.a, 0.35);
+  EXPECT_EQ(c.comm.compensator.beta1, 0.7);
+  EXPECT_EQ(c.comm.compensator.beta2, 0.3);
+  EXPECT_TRUE(c.comm.forward);
+  EXPECT_TRUE(c.comm.backward);
+  EXPECT_TRUE(c.comm.backward_rescale);
+  EXPECT_FALSE(c.comm.early_site_8bit);
+  EXPECT_EQ(c.comm.telemetry_interval, 0);
+  EXPECT_TRUE(c.comm.embedding_exact);
+
+  EXPECT_EQ(c.linear.mode, LinearMode::bf16);
+  EXPECT_EQ(c.linear.backward_rounding, BackwardRounding::s3r);
+  EXPECT_EQ(c.linear.thresholds, ThresholdMode::per_token);
+  EXPECT_EQ(c.linear.ec, EcMode::two_way);
+
+  EXPECT_EQ(c.optim.lr, 3.0e-4);
+  EXPECT_EQ(c.optim.min_lr, 3.0e-5);
+  EXPECT_EQ(c.optim.beta1, 0.9);
+  EXPECT_EQ(c.optim.beta2, 0.95);
+  EXPECT_EQ(c.optim.eps, 1.0e-5);
+  EXPECT_EQ(c.optim.weight_decay, 0.1);
+  EXPECT_EQ(c.optim.grad_clip, 1.0);
+
+  EXPECT_EQ(c.schedule.warmup_steps, 100);
+  EXPECT_EQ(c.schedule.decay, LrDecay::cosine);
+
+  EXPECT_EQ(c.data.train, "data/demo/train");
+  EXPECT_EQ(c.data.valid, "data/demo/valid");
+  EXPECT_EQ(c.data.seq_len, 2048);
+
+  EXPECT_EQ(c.train.steps, 12716);
+  EXPECT_EQ(c.train.micro_batch, 24);
+  EXPECT_EQ(c.train.global_batch, 384);
+  EXPECT_EQ(c.train.eval_interval, 500);
+  EXPECT_EQ(c.train.eval_batches, 20);
+  EXPECT_EQ(c.train.checkpoint_interval, 1000);
+  EXPECT_EQ(c.train.keep_checkpoints, 3);
+  EXPECT_EQ(c.train.log_interval, 1);
+  EXPECT_EQ(c.source, "");
+}
+
+TEST(ConfigDefaults, AreValidForThePaperLayout) {
+  EXPECT_NO_THROW(validate(Config{}));
+  EXPECT_NO_THROW(validate(Config{}, 8));  // tp 4 x dp 2: 384 = 24 x 2 x 8
+}
+
+TEST(ConfigKeys, KeepEveryNameOfTheContract) {
+  // §8 says the key names are the contract with scripts and sweeps: none may be renamed.
+  const std::vector<std::string> keys = known_keys();
+  for (const char* key : {"run.seed",
+                          "run.device",
+                          "run.out_dir",
+                          "model.vocab_size",
+                          "model.vocab_pad_multiple",
+                          "model.hidden",
+                          "model.ffn",
+                          "model.layers",
+                          "model.heads",
+                          "model.kv_heads",
+                          "model.head_dim",
+                          "model.rope_base",
+                          "model.norm_eps",
+                          "model.tie_embeddings",
+                          "model.init_std",
+                          "parallel.tp",
+                          "comm.allreduce",
+                          "comm.transport",
+                          "comm.bits",
+                          "comm.group_size",
+                          "comm.quantizer",
+                          "comm.compensator.enabled",
+                          "comm.compensator.eta",
+                          "comm.compensator.a",
+                          "comm.compensator.beta1",
+                          "comm.compensator.beta2",
+                          "comm.forward",
+                          "comm.backward",
+                          "comm.backward_rescale",
+                          "comm.early_site_8bit",
+                          "comm.telemetry_interval",
+                          "comm.embedding_exact",
+                          "linear.mode",
+                          "linear.backward_rounding",
+                          "linear.thresholds",
+                          "linear.ec",
+                          "optim.lr",
+                          "optim.min_lr",
+                          "optim.beta1",
+                          "optim.beta2",
+                          "optim.eps",
+                          "optim.weight_decay",
+                          "optim.grad_clip",
+                          "schedule.warmup_steps",
+                          "schedule.decay",
+                          "data.train",
+                          "data.valid",
+                          "data.seq_len",
+                          "train.steps",
+                          "train.micro_batch",
+                          "train.global_batch",
+                          "train.eval_interval",
+                          "train.eval_batches",
+                          "train.checkpoint_interval",
+                          "train.keep_checkpoints",
+                          "train.log_interval"}) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
+  }
+  EXPECT_EQ(keys.front(), "run.seed");
+}
+
+TEST(ConfigHelpers, PaddedVocabRoundsUpToTheMultiple) {
+  ModelConfig m;
+  EXPECT_EQ(m.padded_vocab(), 151936);  // already 128 x 1187
+  m.vocab_size = 151669;                // the tokenizer's size
+  EXPECT_EQ(m.padded_vocab(), 151680);  // 128 x 1185
+  m.vocab_pad_multiple = 1;
+  EXPECT_EQ(m.padded_vocab(), 151669);
+}
+
+TEST(ConfigHelpers, QuantSpecTakesPolicyAndGroupFromComm) {
+  CommConfig comm;
+  comm.quantizer = QuantPolicy::symmetric;
+  comm.group_size = 64;
+  const QuantSpec spec = comm.quant_spec(8);
+  EXPECT_EQ(spec.policy, QuantPolicy::symmetric);
+  EXPECT_EQ(spec.bits, 8);
+  EXPECT_EQ(spec.group_size, 64);
+  EXPECT_EQ(comm.quant_spec(4).bits, 4);
+  EXPECT_THAT(error_of([&] { comm.quant_spec(3); }), HasSubstr("bits must be 4 or 8, got 3"));
+}
+
+template <class E>
+void expect_every_spelling_round_trips() {
+  for (std::string_view name : EnumNames<E>::kNames) {
+    const std::optional<E> value = try_parse<E>(name);
+    ASSERT_TRUE(value.has_value()) << name;
+    EXPECT_EQ(to_string(*value), name);
+    EXPECT_EQ(parse<E>(name), *value);
+  }
+  EXPECT_FALSE(try_parse<E>("no_such_value").has_value());
+}
+
+TEST(ConfigEnums, EverySpellingRoundTrips) {
+  expect_every_spelling_round_trips<Device>();
+  expect_every_spelling_round_trips<AllReduceKind>();
+  expect_every_spelling_round_trips<Transport>();
+  expect_every_spelling_round_trips<LinearMode>();
+  expect_every_spelling_round_trips<BackwardRounding>();
+  expect_every_spelling_round_trips<ThresholdMode>();
+  expect_every_spelling_round_trips<EcMode>();
+  expect_every_spelling_round_trips<LrDecay>();
+  expect_every_spelling_round_trips<QuantPolicy>();
+}
+
+TEST(ConfigEnums, SpellingsMatchTheYamlContract) {
+  EXPECT_EQ(to_string(Transport::automatic), "auto");
+  EXPECT_EQ(parse<AllReduceKind>("exact_fp32"), AllReduceKind::exact_fp32);
+  EXPECT_EQ(parse<QuantPolicy>("asym_naive"), QuantPolicy::asym_naive);
+  EXPECT_EQ(parse<ThresholdMode>("independent"), ThresholdMode::independent);
+  EXPECT_EQ(enum_choices<EcMode>(), "none, dx_only, two_way");
+  EXPECT_THAT(error_of([] { parse<LrDecay>("step"); }),
+              AllOf(HasSubstr("'step'"), HasSubstr("cosine, linear, constant")));
+}
+
+// ---- parsing ----------------------------------------------------------------------------
+
+TEST_F(ConfigFile, EmptyFileGivesDefaults) {
+  const std::string path = write("empty.yaml", {});
+  const Config c = load_config(path);
+  EXPECT_EQ(c, Config{});
+  EXPECT_EQ(c.source, path);
+  EXPECT_EQ(load_config(write("comments.yaml", {"# nothing but a comment"})), Config{});
+  EXPECT_EQ(load_config(write("nulls.yaml", {"comm:", "model:"})), Config{});
+}
+
+TEST_F(ConfigFile, PartialFileKeepsOtherDefaults) {
+  const Config c = load_config(write("partial.yaml", {"comm:", "  compensator:", "    eta: 0.5", "train: {steps: 7}"}));
+  Config expected;
+  expected.comm.compensator.eta = 0.5;
+  expected.train.steps = 7;
+  EXPECT_EQ(c, expected);
+}
+
+const std::initializer_list<std::string_view> kFullFile = {
+    "run: {seed: 42, device: cuda, out_dir: runs/full}",
+    "model:",
+    "  vocab_size: 1000",
+    "  vocab_pad_multiple: 64",
+    "  hidden: 256",
+    "  ffn: 512",
+    "  layers: 4",
+    "  heads: 8",
+    "  kv_heads: 2",
+    "  head_dim: 32",
+    "  rope_base: 10000.0",
+    "  norm_eps: 1.0e-5",
+    "  tie_embeddings: false",
+    "  init_std: 0.01",
+    "parallel: {tp: 2}",
+    "comm:",
+    "  allreduce: two_collective",
+    "  transport: cuda_ipc",
+    "  bits: 8",
+    "  group_size: 64",
+    "  quantizer: symmetric",
+    "  compensator: {enabled: false, eta: 0.5, a: 0.25, beta1: 0.8, beta2: 0.2}",
+    "  forward: false",
+    "  backward: false",
+    "  backward_rescale: false",
+    "  early_site_8bit: true",
+    "  telemetry_interval: 10",
+    "  embedding_exact: false",
+    "linear: {mode: int8, backward_rounding: sr_independent, thresholds: per_example, ec: dx_only}",
+    "optim: {lr: 1.0e-3, min_lr: 1.0e-4, beta1: 0.8, beta2: 0.99, eps: 1.0e-8, weight_decay: 0.0, grad_clip: 0.5}",
+    "schedule: {warmup_steps: 10, decay: linear}",
+    "data: {train: a/train, valid: a/valid, seq_len: 128}",
+    "train:",
+    "  steps: 100",
+    "  micro_batch: 4",
+    "  global_batch: 16",
+    "  eval_interval: 10",
+    "  eval_batches: 2",
+    "  checkpoint_interval: 50",
+    "  keep_checkpoints: 2",
+    "  log_interval: 5",
+};
+
+TEST_F(ConfigFile, FullFileParsesEveryKey) {
+  const Config c = load_config(write("full.yaml", kFullFile), {}, 4);
+  EXPECT_EQ(c.run.seed, 42u);
+  EXPECT_EQ(c.run.device, Device::cuda);
+  EXPECT_EQ(c.run.out_dir, "runs/full");
+  EXPECT_EQ(c.model.vocab_size, 1000);
+  EXPECT_EQ(c.model.vocab_pad_multiple, 64);
+  EXPECT_EQ(c.model.padded_vocab(), 1024);
+  EXPECT_EQ(c.model.hidden, 256);
+  EXPECT_EQ(c.model.ffn, 512);
+  EXPECT_EQ(c.model.layers, 4);
+  EXPECT_EQ(c.model.heads, 8);
+  EXPECT_EQ(c.model.kv_heads, 2);
+  EXPECT_EQ(c.model.head_dim, 32);
+  EXPECT_EQ(c.model.rope_base, 10000.0);
+  EXPECT_EQ(c.model.norm_eps, 1.0e-5);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.init_std, 0.01);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.comm.allreduce, AllReduceKind::two_collective);
+  EXPECT_EQ(c.comm.transport, Transport::cuda_ipc);
+  EXPECT_EQ(c.comm.bits, 8);
+  EXPECT_EQ(c.comm.group_size, 64);
+  EXPECT_EQ(c.comm.quantizer, QuantPolicy::symmetric);
+  EXPECT_FALSE(c.comm.compensator.enabled);
+  EXPECT_EQ(c.comm.compensator.eta, 0.5);
+  EXPECT_EQ(c.comm.compensator.a, 0.25);
+  EXPECT_EQ(c.comm.compensator.beta1, 0.8);
+  EXPECT_EQ(c.comm.compensator.beta2, 0.2);
+  EXPECT_FALSE(c.comm.forward);
+  EXPECT_FALSE(c.comm.backward);
+  EXPECT_FALSE(c.comm.backward_rescale);
+  EXPECT_TRUE(c.comm.early_site_8bit);
+  EXPECT_EQ(c.comm.telemetry_interval, 10);
+  EXPECT_FALSE(c.comm.embedding_exact);
+  EXPECT_EQ(c.linear.mode, LinearMode::int8);
+  EXPECT_EQ(c.linear.backward_rounding, BackwardRounding::sr_independent);
+  EXPECT_EQ(c.linear.thresholds, ThresholdMode::per_example);
+  EXPECT_EQ(c.linear.ec, EcMode::dx_only);
+  EXPECT_EQ(c.optim.lr, 1.0e-3);
+  EXPECT_EQ(c.optim.min_lr, 1.0e-4);
+  EXPECT_EQ(c.optim.beta1, 0.8);
+  EXPECT_EQ(c.optim.beta2, 0.99);
+  EXPECT_EQ(c.optim.eps, 1.0e-8);
+  EXPECT_EQ(c.optim.weight_decay, 0.0);
+  EXPECT_EQ(c.optim.grad_clip, 0.5);
+  EXPECT_EQ(c.schedule.warmup_steps, 10);
+  EXPECT_EQ(c.schedule.decay, LrDecay::linear);
+  EXPECT_EQ(c.data.train, "a/train");
+  EXPECT_EQ(c.data.valid, "a/valid");
+  EXPECT_EQ(c.data.seq_len, 128);
+  EXPECT_EQ(c.train.steps, 100);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.global_batch, 16);
+  EXPECT_EQ(c.train.eval_interval, 10);
+  EXPECT_EQ(c.train.eval_batches, 2);
+  EXPECT_EQ(c.train.checkpoint_interval, 50);
+  EXPECT_EQ(c.train.keep_checkpoints, 2);
+  EXPECT_EQ(c.train.log_interval, 5);
+}
+
+// ---- shape and type errors ----------------------------------------------------------------
+
+TEST_F(ConfigFile, UnknownKeyNamesFileLineKeyAndKnownKeys) {
+  const std::string error = load_error({"run:", "  seed: 1", "comm:", "  bits: 4", "  bitz: 8"});
+  EXPECT_THAT(error, StartsWith(at(5) + "unknown key 'comm.bitz'"));
+  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, bits, group_size,"));
+  EXPECT_THAT(
+      load_error({"comm:", "  compensator: {eta: 0.5, etta: 0.4}"}),
+      StartsWith(at(2) + "unknown key 'comm.compensator.etta' (known keys in 'comm.compensator': enabled, eta"));
+}
+
+TEST_F(ConfigFile, UnknownTopLevelSectionListsSections) {
+  EXPECT_THAT(load_error({"run: {seed: 1}", "optimizer: {lr: 0.1}"}),
+              AllOf(StartsWith(at(2) + "unknown top-level section 'optimizer'"),
+                    HasSubstr("known sections: run, model, parallel, comm, linear, optim, schedule, data, train")));
+}
+
+TEST_F(ConfigFile, NonMappingSectionIsAnError) {
+  EXPECT_THAT(load_error({"run: {seed: 1}", "comm: 4"}),
+              AllOf(StartsWith(at(2) + "'comm' must be a mapping of keys"), HasSubstr("got '4'")));
+  EXPECT_THAT(load_error({"model: [1, 2]"}),
+              AllOf(StartsWith(at(1) + "'model' must be a mapping"), HasSubstr("got a sequence")));
+  EXPECT_THAT(load_error({"comm:", "  compensator: off"}),
+              StartsWith(at(2) + "'comm.compensator' must be a mapping of keys (enabled, eta, a, beta1, beta2)"));
+  EXPECT_THAT(load_error({"- run", "- model"}), HasSubstr("the top level must be a mapping of sections"));
+}
+
+TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
+  EXPECT_THAT(load_error({"model:", "  hidden: 64", "  layers: abc"}),
+              StartsWith(at(3) + "'model.layers' must be an integer, got 'abc'"));
+  EXPECT_THAT(load_error({"model:", "  layers: 2.5"}),
+              StartsWith(at(2) + "'model.layers' must be an integer, got '2.5'"));
+  EXPECT_THAT(load_error({"optim: {lr: fast}"}), StartsWith(at(1) + "'optim.lr' must be a number, got 'fast'"));
+  EXPECT_THAT(load_error({"comm:", "  forward: maybe"}),
+              StartsWith(at(2) + "'comm.forward' must be true or false, got 'maybe'"));
+  EXPECT_THAT(load_error({"run:", "  out_dir: [a, b]"}),
+              StartsWith(at(2) + "'run.out_dir' must be a string, got a sequence"));
+  EXPECT_THAT(load_error({"run:", "  seed: -1"}),
+              StartsWith(at(2) + "'run.seed' must be a non-negative integer, got '-1'"));
+  EXPECT_THAT(load_error({"comm:", "  bits:"}),
+              StartsWith(at(2) + "'comm.bits' must be an integer, got an empty value"));
+}
+
+TEST_F(ConfigFile, UnknownEnumValueListsAllowedOnes) {
+  EXPECT_THAT(load_error({"comm:", "  allreduce: fast"}),
+              StartsWith(at(2) + "'comm.allreduce' = 'fast' is not one of: exact, exact_fp32, echo, two_collective"));
+  EXPECT_THAT(load_error({"comm: {quantizer: asym}"}),
+              HasSubstr("'comm.quantizer' = 'asym' is not one of: symmetric, asym_naive, asym_zero_aware"));
+  EXPECT_THAT(load_error({"run: {device: gpu}"}), HasSubstr("'run.device' = 'gpu' is not one of: cpu, cuda"));
+  EXPECT_THAT(load_error({"linear: {ec: both}"}),
+              HasSubstr("'linear.ec' = 'both' is not one of: none, dx_only, two_way"));
+}
+
+TEST_F(ConfigFile, DuplicateKeyNamesBothLines) {
+  EXPECT_THAT(load_error({"comm:", "  bits: 8", "  group_size: 64", "  bits: 4"}),
+              StartsWith(at(4) + "duplicate key 'comm.bits' (first given on line 2)"));
+}
+
+TEST_F(ConfigFile, SyntaxErrorReportsYamlLine) {
+  EXPECT_THAT(load_error({"run: {seed: 1}", "comm:", "  group_size: [128", "  bits: 4"}),
+              StartsWith(at(4) + "YAML syntax error"));
+  EXPECT_THAT(load_error({"model:", "  layers: 2", " hidden: 3"}), StartsWith(at(3) + "YAML syntax error"));
+}
+
+TEST_F(ConfigFile, MissingFileNamesThePath) {
+  const std::string path = (dir_ / "absent.yaml").string();
+  EXPECT_THAT(error_of([&] { load_config(path); }), StartsWith(path + ": cannot open config file"));
+  EXPECT_THAT(error_of([&] { load_config(dir_.string()); }),
+              StartsWith(dir_.string() + ": cannot open config file: it is a directory"));
+}
+
+// ---- ranges ---------------------------------------------------------------------------------
+
+TEST_F(ConfigFile, OutOfRangeValuesNameFileLineKeyAndValue) {
+  EXPECT_THAT(load_error({"run: {seed: 1}", "comm:", "  compensator:", "    a: 0.5", "    eta: 1.5"}),
+              StartsWith(at(5) + "'comm.compensator.eta' = 1.5 is out of range [0, 1]"));
+  EXPECT_THAT(load_error({"comm:", "  group_size: 100"}),
+              StartsWith(at(2) + "'comm.group_size' = 100 must be a power of two"));
+  EXPECT_THAT(load_error({"comm:", "  bits: 3"}), StartsWith(at(2) + "'comm.bits' = 3 must be 4 or 8"));
+}
+
+TEST_F(ConfigFile, EveryRangeIsEnforced) {
+  const struct {
+    std::string_view yaml;
+    std::string_view message;
+  } cases[] = {
+      {"model: {layers: 0}", "'model.layers' = 0 must be >= 1"},
+      {"model: {hidden: 0}", "'model.hidden' = 0 must be >= 1"},
+      {"model: {heads: -2}", "'model.heads' = -2 must be >= 1"},
+      {"model: {vocab_size: 0}", "'model.vocab_size' = 0 must be >= 1"},
+      {"model: {head_dim: 127}", "'model.head_dim' = 127 must be even"},
+      {"model: {norm_eps: 0.0}", "'model.norm_eps' = 0.0 must be > 0"},
+      {"model: {rope_base: .inf}", "'model.rope_base' = inf must be a finite number"},
+      {"parallel: {tp: 0}", "'parallel.tp' = 0 must be >= 1"},
+      {"comm: {group_size: 1}", "'comm.group_size' = 1 must be a power of two in [2, 1048576]"},
+      {"comm: {group_size: 2097152}", "'comm.group_size' = 2097152 must be a power of two"},
+      {"comm: {compensator: {a: -0.1}}", "'comm.compensator.a' = -0.1 is out of range [0, 1]"},
+      {"comm: {compensator: {beta1: 1.0}}", "'comm.compensator.beta1' = 1.0 is out of range [0, 1)"},
+      {"comm: {compensator: {beta2: 1.0}}", "'comm.compensator.beta2' = 1.0 is out of range [0, 1)"},
+      {"comm: {telemetry_interval: -1}", "'comm.telemetry_interval' = -1 must be >= 0"},
+      {"optim: {lr: 0}", "'optim.lr' = 0.0 must be > 0"},
+      {"optim: {min_lr: -1.0e-5}", "'optim.min_lr' = -1.0e-05 must be >= 0"},
+      {"optim: {beta2: 1.0}", "'optim.beta2' = 1.0 is out of range [0, 1)"},
+      {"optim: {weight_decay: -0.1}", "'optim.weight_decay' = -0.1 must be >= 0"},
+      {"optim: {grad_clip: -1}", "'optim.grad_clip' = -1.0 must be >= 0"},
+      {"schedule: {warmup_steps: -1}", "'schedule.warmup_steps' = -1 must be >= 0"},
+      {"data: {seq_len: 0}", "'data.seq_len' = 0 must be >= 1"},
+      {"data: {train: ''}", "'data.train' must not be empty"},
+      {"run: {out_dir: ''}", "'run.out_dir' must not be empty"},
+      {"train: {steps: 0}", "'train.steps' = 0 must be >= 1"},
+      {"train: {keep_checkpoints: 0}", "'train.keep_checkpoints' = 0 must be >= 1"},
+      {"train: {micro_batch: 0}", "'train.micro_batch' = 0 must be >= 1"},
+      {"train: {log_interval: 0}", "'train.log_interval' = 0 must be >= 1"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    EXPECT_THAT(load_error({c.yaml}), StartsWith(at(1) + std::string(c.message)));
+  }
+}
+
+TEST_F(ConfigFile, BoundaryValuesAreAccepted) {
+  const std::string path = write("edges.yaml", {"comm: {group_size: 2, compensator: {eta: 0, a: 1, beta1: 0}}",
+                                                "optim: {min_lr: 0, grad_clip: 0, weight_decay: 0}",
+                                                "train: {eval_interval: 0, checkpoint_interval: 0}"});
+  const Config c = load_config(path);
+  EXPECT_EQ(c.comm.group_size, 2);
+  EXPECT_EQ(c.comm.compensator.eta, 0.0);
+  EXPECT_EQ(c.comm.compensator.a, 1.0);
+  EXPECT_EQ(load_config(write("big.yaml", {"comm: {group_size: 1048576}"})).comm.group_size, 1 << 20);
+}
+
+// ---- combinations -------------------------------------------------------------------------
+
+TEST_F(ConfigFile, TpMustDivideHeadsKvHeadsFfnAndPaddedVocab) {
+  // tp given on line 2, heads at its default: the error points at tp.
+  EXPECT_THAT(load_error({"run: {seed: 1}", "parallel: {tp: 3}"}),
+              StartsWith(at(2) + "'parallel.tp' = 3 does not divide 'model.heads' = 16"));
+  EXPECT_THAT(load_error({"model: {heads: 12, kv_heads: 6}"}),
+              StartsWith(at(1) + "'parallel.tp' = 4 does not divide 'model.kv_heads' = 6"));
+  EXPECT_THAT(load_error({"model:", "  ffn: 3070"}),
+              StartsWith(at(2) + "'parallel.tp' = 4 does not divide 'model.ffn' = 3070"));
+  EXPECT_THAT(load_error({"model: {heads: 12, kv_heads: 6, ffn: 3072}", "parallel: {tp: 3}"}),
+              AllOf(StartsWith(at(2) + "'parallel.tp' = 3 does not divide the padded vocabulary 151936"),
+                    HasSubstr("'model.vocab_size' = 151936"), HasSubstr("'model.vocab_pad_multiple' = 128")));
+  // Padding is what makes a vocabulary divisible: 1001 -> 1024 splits over 8.
+  EXPECT_EQ(load_config(write("pad.yaml", {"model: {vocab_size: 1001}", "parallel: {tp: 8}"})).model.padded_vocab(),
+            1024);
+}
+
+TEST_F(ConfigFile, HeadsMustBeAMultipleOfKvHeadsAtTheLaterKey) {
+  EXPECT_THAT(load_error({"model:", "  heads: 16", "  kv_heads: 6"}),
+              StartsWith(at(3) + "'model.heads' = 16 is not a multiple of 'model.kv_heads' = 6"));
+  EXPECT_THAT(load_error({"model:", "  kv_heads: 6", "  heads: 16"}), StartsWith(at(3) + "'model.heads' = 16"));
+}
+
+TEST_F(ConfigFile, GlobalBatchMustSplitOverMicroBatchAndDp) {
+  EXPECT_THAT(load_error({"train:", "  micro_batch: 24", "  global_batch: 100"}),
+              StartsWith(at(3) + "'train.global_batch' = 100 is not a multiple of 'train.micro_batch' = 24"));
+  // 48 = 24 x 2 splits over world 8 (dp = 8 / tp 4 = 2) but not over world 16 (dp 4).
+  const std::string path = write("dp.yaml", {"train: {micro_batch: 24, global_batch: 48}"});
+  EXPECT_NO_THROW(load_config(path, {}, 8));
+  EXPECT_THAT(
+      error_of([&] { load_config(path, {}, 16); }),
+      AllOf(StartsWith(path + ":1: 'train.global_batch' = 48 is not a multiple of 'train.micro_batch' = 24 x dp = 4"),
+            HasSubstr("world size 16")));
+}
+
+TEST_F(ConfigFile, BothDefaultsPointAtTheSectionOrTheFile) {
+  // 384 is not a multiple of 24 x dp 5: neither batch key is in the file.
+  EXPECT_THAT(load_error({"run: {seed: 1}", "train:", "  steps: 10"}, {}, 20),
+              StartsWith(at(2) + "'train.global_batch' = 384 is not a multiple of 'train.micro_batch' = 24 x dp = 5"));
+  EXPECT_THAT(load_error({"run: {seed: 1}"}, {}, 20), StartsWith(path_ + ": 'train.global_batch' = 384"));
+}
+
+TEST_F(ConfigFile, WorldSizeMustBeAMultipleOfTp) {
+  EXPECT_THAT(load_error({"parallel:", "  tp: 4"}, {}, 6),
+              StartsWith(at(2) + "world size 6 is not a multiple of 'parallel.tp' = 4"));
+}
+
+TEST_F(ConfigFile, CudaIpcNeedsTheCudaDevice) {
+  EXPECT_THAT(load_error({"run: {seed: 3}", "comm:", "  transport: cuda_ipc"}),
+              StartsWith(at(3) + "'comm.transport' = cuda_ipc needs 'run.device' = cuda, got 'run.device' = cpu"));
+  EXPECT_NO_THROW(load_config(write("ok.yaml", {"run: {device: cuda}", "comm: {transport: cuda_ipc}"})));
+}
+
+TEST_F(ConfigFile, MinLrMustNotExceedLr) {
+  EXPECT_THAT(load_error({"optim:", "  lr: 1.0e-4", "  min_lr: 1.0e-3"}),
+              StartsWith(at(3) + "'optim.min_lr' = 0.001 must be <= 'optim.lr' = 0.0001"));
+}
+
+// ---- overrides ------------------------------------------------------------------------------
+
+TEST_F(ConfigFile, OverridesChangeValues) {
+  const std::string path = write("base.yaml", {"comm:", "  bits: 4", "run: {out_dir: runs/a}"});
+  const Config c = load_config(path, {"comm.bits=8", "comm.compensator.eta=0.5", "run.out_dir=runs/x",
+                                      "linear.mode=int8", "comm.forward=false", "model.layers = 2"});
+  EXPECT_EQ(c.comm.bits, 8);
+  EXPECT_EQ(c.comm.compensator.eta, 0.5);
+  EXPECT_EQ(c.run.out_dir, "runs/x");
+  EXPECT_EQ(c.linear.mode, LinearMode::int8);
+  EXPECT_FALSE(c.comm.forward);
+  EXPECT_EQ(c.model.layers, 2);
+  EXPECT_EQ(c.comm.group_size, 128);  // untouched keys keep their values
+}
+
+TEST_F(ConfigFile, LaterOverrideWinsAndFlowMapsWork) {
+  const std::string path = write("base.yaml", {});
+  const Config c = load_config(path, {"comm.bits=8", "comm.bits=4", "comm.compensator={eta: 0.25, a: 0.5}"});
+  EXPECT_EQ(c.comm.bits, 4);
+  EXPECT_EQ(c.comm.compensator.eta, 0.25);
+  EXPECT_EQ(c.comm.compensator.a, 0.5);
+  EXPECT_EQ(c.comm.compensator.beta1, 0.7);
+}
+
+TEST_F(ConfigFile, OverridesGoThroughValidation) {
+  const std::string path = write("base.yaml", {"comm:", "  bits: 4"});
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm.bits=3"}); }),
+              AllOf(StartsWith("--set comm.bits=3: 'comm.bits' = 3 must be 4 or 8"), Not(HasSubstr("base.yaml"))));
+  EXPECT_THAT(error_of([&] { load_config(path, {"model.layers=abc"}); }),
+              StartsWith("--set model.layers=abc: 'model.layers' must be an integer, got 'abc'"));
+  EXPECT_THAT(error_of([&] { load_config(path, {"parallel.tp=3"}); }),
+              StartsWith("--set parallel.tp=3: 'parallel.tp' = 3 does not divide 'model.heads' = 16"));
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm.compensator={eta: 2}"}); }),
+              StartsWith("--set comm.compensator={eta: 2}: 'comm.compensator.eta' = 2.0 is out of range [0, 1]"));
+}
+
+TEST_F(ConfigFile, OverrideOfUnknownKeySaysItCameFromSet) {
+  const std::string path = write("base.yaml", {"comm:", "  bits: 4"});
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm.bitz=8"}); }),
+              AllOf(StartsWith("--set comm.bitz=8: unknown key 'comm.bitz' (known keys in 'comm': allreduce"),
+                    Not(HasSubstr("base.yaml:"))));
+  EXPECT_THAT(error_of([&] { load_config(path, {"optimizer.lr=0.1"}); }),
+              StartsWith("--set optimizer.lr=0.1: unknown top-level section 'optimizer'"));
+}
+
+TEST_F(ConfigFile, MalformedOverridesAreErrors) {
+  const std::string path = write("base.yaml", {"run: {seed: 5}"});
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm.bits"}); }),
+              StartsWith("--set comm.bits: malformed override: expected key=value"));
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm..bits=8"}); }),
+              StartsWith("--set comm..bits=8: malformed override key 'comm..bits'"));
+  EXPECT_THAT(error_of([&] { load_config(path, {"=8"}); }), HasSubstr("malformed override key"));
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm.compensator={eta: [1"}); }),
+              AllOf(StartsWith("--set comm.compensator={eta: [1: value"), HasSubstr("is not valid YAML")));
+  EXPECT_THAT(
+      error_of([&] { load_config(path, {"run.seed.low=1"}); }),
+      StartsWith("--set run.seed.low=1: cannot set a key inside 'run.seed': it is not a mapping (" + path + ":1)"));
+}
+
+// ---- writing ----------------------------------------------------------------------------
+
+TEST_F(ConfigFile, EffectiveConfigRoundTrips) {
+  Config original = load_config(write("full.yaml", kFullFile));
+  // Values whose text is easy to get wrong: long fractions, tiny exponents, strings that read
+  // as numbers, bools or null, and YAML punctuation.
+  original.optim.lr = 0.1 + 0.2;
+  original.optim.min_lr = 1.0e-7;
+  original.model.norm_eps = 1.0 / 3.0;
+  original.model.rope_base = 1.0e20;
+  original.run.seed = 18446744073709551615u;
+  original.run.out_dir = "runs/a: b # c";
+  original.data.train = "123";
+  original.data.valid = "";
+  const std::string path = (dir_ / "out" / "nested" / "config.yaml").string();
+  write_effective_config(original, path);
+  const Config loaded = load_config(path, {}, 4);
+  EXPECT_EQ(loaded, original);
+  EXPECT_EQ(loaded.source, path);
+  EXPECT_EQ(loaded.data.train, "123");
+  EXPECT_EQ(loaded.data.valid, "");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  Config defaults;
+  write_effective_config(defaults, path);  // replaces the previous file
+  EXPECT_EQ(load_config(path), defaults);
+}
+
+TEST(ConfigYaml, WritesEveryKeyWithAComment) {
+  const std::string text = to_yaml(Config{});
+  const YAML::Node root = YAML::Load(text);
+  for (const std::string& key : known_keys()) {
+    EXPECT_TRUE(has_scalar(root, key)) << key;
+  }
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) {
+      EXPECT_THAT(line, HasSubstr("  # "));
+    }
+  EXPECT_THAT(text, HasSubstr("  transport: auto "));
+  EXPECT_THAT(text, HasSubstr("  norm_eps: 1.0e-06 "));
+}
+
+TEST(ConfigValidate, ChecksConfigsBuiltInCode) {
+  Config c;
+  c.comm.bits = 5;
+  EXPECT_THAT(error_of([&] { validate(c); }), StartsWith("config: 'comm.bits' = 5 must be 4 or 8"));
+  c = Config{};
+  c.source = "mine.yaml";
+  c.parallel.tp = 3;
+  EXPECT_THAT(error_of([&] { validate(c); }), StartsWith("mine.yaml: 'parallel.tp' = 3 does not divide"));
+  c = Config{};
+  EXPECT_THAT(error_of([&] { validate(c, 7); }), HasSubstr("world size 7 is not a multiple of 'parallel.tp' = 4"));
+  EXPECT_THAT(error_of([&] { validate(c, -1); }), HasSubstr("world_size must be >= 0"));
+}
+
+TEST(ConfigEquality, IgnoresTheSourceButNoValue) {
+  Config a, b;
+  b.source = "elsewhere.yaml";
+  EXPECT_EQ(a, b);
+  b.comm.compensator.beta2 = 0.25;
+  EXPECT_NE(a, b);
+  b = a;
+  b.train.log_interval = 2;
+  EXPECT_NE(a, b);
+}
+
+// ---- the shipped default config -------------------------------------------------------------
+
+TEST(DefaultYaml, LoadsToTheBuiltInDefaults) {
+  const std::string path = (repo_root() / "configs" / "default.yaml").string();
+  ASSERT_TRUE(fs::exists(path)) << path;
+  const Config c = load_config(path, {}, 8);
+  EXPECT_EQ(c, Config{});
+}
+
+TEST(DefaultYaml, NamesEveryKeyWithAComment) {
+  const std::string path = (repo_root() / "configs" / "default.yaml").string();
+  const YAML::Node root = YAML::LoadFile(path);
+  for (const std::string& key : known_keys()) {
+    EXPECT_TRUE(has_scalar(root, key)) << key << " is missing from " << path;
+  }
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.front() != '#') {
+      EXPECT_THAT(line, HasSubstr("# ")) << "undocumented line in " << path;
+    }
+}
+
+}  // namespace
+}  // namespace echo::config
