@@ -44,6 +44,9 @@ class EchoAllReduce final : public AllReduce {
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
 
   int bits_for(Site site) const;
+  // Telemetry costs one exact fp32 all-reduce per site: the trainer turns it on for the
+  // steps it logs (comm.telemetry_interval).
+  void set_telemetry(bool on) { options_.telemetry = on; }
   const Compensator& compensator(Direction d) const { return state(d).compensator; }
   // Telemetry of the current (or last) pass in each direction; empty unless enabled.
   const std::vector<SiteTelemetry>& telemetry(Direction d) const { return state(d).telemetry.records(); }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages), then configures and builds echo into build/.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#   bash scripts/setup.sh            # Release build, CUDA parts compiled when nvcc is found
+#   ECHO_CUDA=OFF bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev
+          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libutf8proc-dev)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages; run as root:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+BUILD_DIR=${ECHO_BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Release} -DECHO_CUDA=${ECHO_CUDA:-AUTO} >/dev/null
+cmake --build "$BUILD_DIR" -j"${ECHO_JOBS:-2}"
+echo "setup: built into $BUILD_DIR/"

@@ -1,0 +1,49 @@
+// comm.allreduce / comm.transport -> an AllReduce implementation.
+#include "comm/make_all_reduce.h"
+
+#include "comm/echo/echo_all_reduce.h"
+#include "comm/exact_all_reduce.h"
+#include "core/error.h"
+
+namespace echo::comm {
+
+EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers) {
+  EchoOptions o;
+  o.quant = cfg.quant_spec(cfg.bits);
+  o.early_site_8bit = cfg.early_site_8bit;
+  o.num_layers = num_layers;
+  o.compensate = cfg.compensator.enabled;
+  o.coeffs = {static_cast<float>(cfg.compensator.eta), static_cast<float>(cfg.compensator.a),
+              static_cast<float>(cfg.compensator.beta1), static_cast<float>(cfg.compensator.beta2)};
+  o.forward = cfg.forward;
+  o.backward = cfg.backward;
+  o.backward_rescale = cfg.backward_rescale;
+  o.telemetry = cfg.telemetry_interval > 0;
+  return o;
+}
+
+std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config::Device device,
+                                           const dist::Communicator& tp, int num_layers) {
+  // NOTE: only the MPI transport exists so far; cuda_ipc (and NCCL for exact) come with the
+  // CUDA backend. Refuse rather than silently fall back to something slower.
+  ECHO_CHECK(cfg.transport != config::Transport::cuda_ipc,
+             "'comm.transport' = cuda_ipc is not available in this version; use mpi or auto");
+  ECHO_CHECK(device == config::Device::cpu,
+             "'run.device' = cuda: the CUDA all-reduce transports are not available in this version");
+  switch (cfg.allreduce) {
+    case config::AllReduceKind::exact:
+      return std::make_unique<ExactAllReduce>(tp, ExactPrecision::bf16);
+    case config::AllReduceKind::exact_fp32:
+      return std::make_unique<ExactAllReduce>(tp, ExactPrecision::fp32);
+    case config::AllReduceKind::echo:
+      return std::make_unique<EchoAllReduce>(tp, echo_options_from(cfg, num_layers));
+    case config::AllReduceKind::two_collective:
+      ECHO_FAIL(
+          "'comm.allreduce' = two_collective is the unpipelined baseline of the cuda_ipc transport, which this "
+          "version does not have; over MPI, echo already runs as two separate collectives (use allreduce: echo with "
+          "compensator.enabled: false for the uncompensated ZeRO++-style baseline)");
+  }
+  ECHO_FAIL("unhandled comm.allreduce value");
+}
+
+}  // namespace echo::comm

@@ -1,0 +1,62 @@
+// The config -> all-reduce factory: each comm.allreduce value gives the implementation it names,
+// with the config's coefficients, and the unavailable transports are refused with a message.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include "comm/echo/echo_all_reduce.h"
+#include "comm/make_all_reduce.h"
+#include "core/error.h"
+
+namespace echo::comm {
+
+TEST(MakeAllReduce, BuildsWhatTheConfigNames) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  config::CommConfig cfg;
+  cfg.allreduce = config::AllReduceKind::exact;
+  EXPECT_EQ(make_all_reduce(cfg, config::Device::cpu, tp, 4)->name(), "exact");
+  cfg.allreduce = config::AllReduceKind::exact_fp32;
+  EXPECT_EQ(make_all_reduce(cfg, config::Device::cpu, tp, 4)->name(), "exact_fp32");
+  cfg.allreduce = config::AllReduceKind::echo;
+  cfg.bits = 4;
+  cfg.early_site_8bit = true;
+  auto ar = make_all_reduce(cfg, config::Device::cpu, tp, 4);
+  auto* echo = dynamic_cast<EchoAllReduce*>(ar.get());
+  ASSERT_NE(echo, nullptr);
+  EXPECT_EQ(echo->bits_for({0, Direction::forward}), 8);
+  EXPECT_EQ(echo->bits_for({7, Direction::forward}), 4);
+}
+
+TEST(MakeAllReduce, EchoOptionsCarryTheCompensatorCoefficients) {
+  config::CommConfig cfg;
+  cfg.compensator.eta = 0.5;
+  cfg.compensator.a = 0.2;
+  cfg.compensator.beta1 = 0.6;
+  cfg.compensator.beta2 = 0.1;
+  cfg.backward_rescale = false;
+  cfg.telemetry_interval = 10;
+  const EchoOptions o = echo_options_from(cfg, 2);
+  EXPECT_FLOAT_EQ(o.coeffs.eta, 0.5f);
+  EXPECT_FLOAT_EQ(o.coeffs.a, 0.2f);
+  EXPECT_FLOAT_EQ(o.coeffs.beta1, 0.6f);
+  EXPECT_FLOAT_EQ(o.coeffs.beta2, 0.1f);
+  EXPECT_FALSE(o.backward_rescale);
+  EXPECT_TRUE(o.telemetry);
+  EXPECT_EQ(o.quant.group_size, 128);
+}
+
+TEST(MakeAllReduce, UnavailableTransportsAreRefusedWithAReason) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  config::CommConfig cfg;
+  cfg.transport = config::Transport::cuda_ipc;
+  try {
+    make_all_reduce(cfg, config::Device::cpu, tp, 2);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'comm.transport' = cuda_ipc"), std::string::npos) << e.what();
+  }
+  cfg.transport = config::Transport::mpi;
+  cfg.allreduce = config::AllReduceKind::two_collective;
+  EXPECT_THROW(make_all_reduce(cfg, config::Device::cpu, tp, 2), Error);
+}
+
+}  // namespace echo::comm
