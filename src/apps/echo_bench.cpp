@@ -18,6 +18,7 @@
 #include "apps/bench/timing.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/exact_all_reduce.h"
+#include "core/config/config.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
@@ -46,19 +47,12 @@ struct Row {
   bool identical = false;
 };
 
-QuantPolicy parse_policy(const std::string& s) {
-  if (s == "symmetric") return QuantPolicy::symmetric;
-  if (s == "asym_naive") return QuantPolicy::asym_naive;
-  if (s == "asym_zero_aware") return QuantPolicy::asym_zero_aware;
-  ECHO_FAIL("--quantizer '{}' is not one of symmetric, asym_naive, asym_zero_aware", s);
-}
-
 std::unique_ptr<comm::AllReduce> make_impl(const Options& o, const dist::Communicator& c) {
   if (o.impl == "exact") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::bf16);
   if (o.impl == "exact_fp32") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::fp32);
   ECHO_CHECK(o.impl == "echo", "--impl '{}' is not one of exact, exact_fp32, echo", o.impl);
   comm::EchoOptions e;
-  e.quant = {parse_policy(o.quantizer), o.bits, o.group_size};
+  e.quant = {config::parse<QuantPolicy>(o.quantizer), o.bits, o.group_size};
   e.compensate = o.compensate;
   return std::make_unique<comm::EchoAllReduce>(c, e);
 }

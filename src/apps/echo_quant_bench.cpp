@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/echo/quantize.h"
+#include "core/config/config.h"
 #include "core/error.h"
 
 namespace {
@@ -43,18 +44,6 @@ Options parse(int argc, char** argv) {
   }
   ECHO_CHECK(o.mib > 0 && o.runs > 0, "--mib and --runs must be positive");
   return o;
-}
-
-const char* name_of(QuantPolicy p) {
-  switch (p) {
-    case QuantPolicy::symmetric:
-      return "symmetric";
-    case QuantPolicy::asym_naive:
-      return "asym_naive";
-    case QuantPolicy::asym_zero_aware:
-      return "asym_zero_aware";
-  }
-  return "?";
 }
 
 struct Stats {
@@ -103,7 +92,7 @@ int main(int argc, char** argv) {
           const auto report = echo::comm::dequantize_add(wire.data(), n, spec, acc.data());
           ECHO_CHECK(report.ok(), "unexpected poisoned groups");
         });
-        std::printf("%-16s %4d %12.4f %8.2f [%5.2f, %5.2f] %8.2f [%5.2f, %5.2f]\n", name_of(policy), bits,
+        std::printf("%-16s %4d %12.4f %8.2f [%5.2f, %5.2f] %8.2f [%5.2f, %5.2f]\n", std::string(echo::config::to_string(policy)).c_str(), bits,
                     static_cast<double>(wire.size()) / static_cast<double>(n), q.median, q.min, q.max, d.median, d.min,
                     d.max);
       }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "comm/echo/quantizer.h"
+#include "core/config/config.h"
 #include "core/error.h"
 
 namespace echo::comm {
@@ -15,18 +16,6 @@ namespace {
 // Elements handled per inner chunk: codes go to a stack buffer first, so the encode loop has no
 // aliasing with the wire and vectorizes, and no call allocates.
 constexpr size_t kChunk = 256;
-
-const char* to_string(QuantPolicy p) {
-  switch (p) {
-    case QuantPolicy::symmetric:
-      return "symmetric";
-    case QuantPolicy::asym_naive:
-      return "asym_naive";
-    case QuantPolicy::asym_zero_aware:
-      return "asym_zero_aware";
-  }
-  return "unknown";
-}
 
 #if defined(__GNUC__)
 // NOTE: without fast-math GCC will not vectorize a float min/max reduction (x < m ? x : m is not
@@ -151,7 +140,7 @@ QuantReport decode(const uint8_t* wire, size_t n, const QuantSpec& spec, float* 
 void validate(const QuantSpec& spec) {
   ECHO_CHECK(quant_spec_supported(spec),
              "unsupported quantizer spec: policy {}, bits {} (4 or 8), group size {} (a power of two)",
-             to_string(spec.policy), spec.bits, spec.group_size);
+             config::to_string(spec.policy), spec.bits, spec.group_size);
 }
 
 size_t num_groups(size_t n, const QuantSpec& spec) {

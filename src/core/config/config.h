@@ -73,7 +73,10 @@ concept ConfigEnum = requires {
 
 template <ConfigEnum E>
 constexpr std::string_view to_string(E value) {
-  return EnumNames<E>::kNames[static_cast<std::size_t>(value)];
+  // NOTE: a value cast from a bad integer (a corrupt file, a test) must not index past the table.
+  const auto index = static_cast<std::size_t>(value);
+  if (index >= std::size(EnumNames<E>::kNames)) return "<invalid>";
+  return EnumNames<E>::kNames[index];
 }
 
 // The enumerator spelled `text`, or nullopt when there is none.
