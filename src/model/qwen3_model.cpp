@@ -1,0 +1,230 @@
+// Qwen3 forward and backward over the CPU ops.
+#include "model/qwen3_model.h"
+
+#include <cmath>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace echo::model {
+
+using comm::Direction;
+
+namespace {
+
+// y (rows, out) = x (rows, in) · W^T, W: (out, in)
+template <class T>
+void linear(const T* x, const T* w, int64_t rows, int64_t in, int64_t out, T* y) {
+  cpu::gemm<T>(false, true, rows, out, in, T(1), x, w, T(0), y);
+}
+// dx (rows, in) (+)= dy (rows, out) · W
+template <class T>
+void linear_dx(const T* dy, const T* w, int64_t rows, int64_t in, int64_t out, T* dx, bool accumulate) {
+  cpu::gemm<T>(false, false, rows, in, out, T(1), dy, w, accumulate ? T(1) : T(0), dx);
+}
+// dW (out, in) += dy^T (out, rows) · x (rows, in)
+template <class T>
+void linear_dw(const T* dy, const T* x, int64_t rows, int64_t in, int64_t out, T* dw) {
+  cpu::gemm<T>(true, false, out, in, rows, T(1), dy, x, T(1), dw);
+}
+
+}  // namespace
+
+template <class T>
+Qwen3Model<T>::Qwen3Model(const ModelShape& shape, TpOps<T>& tp)
+    : shape_(shape), plan_(make_qwen3_plan(shape_)), params_(plan_, shape_), tp_(tp) {
+  ECHO_CHECK(tp.size() == shape.tp && tp.rank() == shape.tp_rank,
+             "the model shape is for tp rank {} of {}, but its TP group has rank {} of {}", shape.tp_rank, shape.tp,
+             tp.rank(), tp.size());
+}
+
+template <class T>
+void Qwen3Model<T>::check_batch(const Batch& b) const {
+  ECHO_CHECK(b.batch >= 1 && b.seq >= 1, "a batch needs at least one sequence of one token, got ({}, {})", b.batch,
+             b.seq);
+  ECHO_CHECK(b.tokens && b.targets, "a batch needs tokens and targets");
+  for (int64_t i = 0; i < b.num_tokens(); ++i) {
+    ECHO_CHECK(b.tokens[i] >= 0 && b.tokens[i] < shape_.vocab,
+               "token id {} at position {} is outside the vocabulary of {} ids", b.tokens[i], i, shape_.vocab);
+    ECHO_CHECK(b.targets[i] == kIgnoreIndex || (b.targets[i] >= 0 && b.targets[i] < shape_.vocab),
+               "target id {} at position {} is outside the vocabulary of {} ids", b.targets[i], i, shape_.vocab);
+  }
+}
+
+template <class T>
+double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
+  check_batch(b);
+  const int64_t n = b.num_tokens(), H = shape_.hidden;
+  batch_ = b;
+  positions_.resize(n);
+  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(i % b.seq);
+
+  // Vocab-parallel embedding: each rank fills the rows it owns, the exact sum completes them.
+  std::vector<T> x(n * H);
+  cpu::embedding_forward<T>(b.tokens, n, params_.value(plan_.embed), shape_.vocab_begin(), shape_.vocab_local(), H,
+                            x.data());
+  tp_.exact_sum(x);
+
+  tp_.begin_pass(Direction::forward);
+  acts_.assign(shape_.layers, {});
+  for (int64_t l = 0; l < shape_.layers; ++l) layer_forward(l, x, acts_[l]);
+
+  final_hidden_ = x;
+  final_norm_out_.resize(n * H);
+  final_rstd_.resize(n);
+  cpu::rmsnorm_forward<T>(x.data(), params_.value(plan_.final_norm), n, H, static_cast<T>(shape_.norm_eps),
+                          final_norm_out_.data(), final_rstd_.data());
+  const int64_t V = shape_.vocab_local();
+  logits_.resize(n * V);
+  linear<T>(final_norm_out_.data(), params_.value(plan_.lm_head), n, H, V, logits_.data());
+  ce_lse_.resize(n);
+  const double loss = cpu::cross_entropy_forward<T>(logits_.data(), b.targets, n, shape_.vocab_begin(), V,
+                                                    kIgnoreIndex, tp_.reducer(), ce_lse_.data());
+  count_ = cpu::count_targets(b.targets, n, kIgnoreIndex);
+  have_acts_ = keep_activations;
+  if (!keep_activations) acts_.clear();
+  return loss;
+}
+
+template <class T>
+void Qwen3Model<T>::layer_forward(int64_t l, std::vector<T>& x, LayerActs& a) {
+  const auto& p = plan_.layers[l];
+  const int64_t n = batch_.num_tokens(), H = shape_.hidden, D = shape_.head_dim;
+  const int64_t hq = shape_.heads_local(), hkv = shape_.kv_heads_local(), F = shape_.ffn_local();
+  const T eps = static_cast<T>(shape_.norm_eps);
+
+  // Attention: h1 = RMSNorm(x); q, k, v column-parallel; per-head q_norm, k_norm; RoPE.
+  a.x_in = x;
+  a.h1.resize(n * H);
+  a.rstd1.resize(n);
+  cpu::rmsnorm_forward<T>(x.data(), params_.value(p.input_norm), n, H, eps, a.h1.data(), a.rstd1.data());
+  a.q_raw.resize(n * hq * D);
+  a.k_raw.resize(n * hkv * D);
+  a.v.resize(n * hkv * D);
+  linear<T>(a.h1.data(), params_.value(p.q), n, H, hq * D, a.q_raw.data());
+  linear<T>(a.h1.data(), params_.value(p.k), n, H, hkv * D, a.k_raw.data());
+  linear<T>(a.h1.data(), params_.value(p.v), n, H, hkv * D, a.v.data());
+  a.q.resize(a.q_raw.size());
+  a.k.resize(a.k_raw.size());
+  a.q_rstd.resize(n * hq);
+  a.k_rstd.resize(n * hkv);
+  cpu::rmsnorm_forward<T>(a.q_raw.data(), params_.value(p.q_norm), n * hq, D, eps, a.q.data(), a.q_rstd.data());
+  cpu::rmsnorm_forward<T>(a.k_raw.data(), params_.value(p.k_norm), n * hkv, D, eps, a.k.data(), a.k_rstd.data());
+  cpu::rope_forward<T>(a.q.data(), positions_.data(), n, hq, D, shape_.rope_base);
+  cpu::rope_forward<T>(a.k.data(), positions_.data(), n, hkv, D, shape_.rope_base);
+  a.attn.resize(n * hq * D);
+  a.lse.resize(batch_.batch * hq * batch_.seq);
+  cpu::attention_forward<T>(a.q.data(), a.k.data(), a.v.data(), batch_.batch, batch_.seq, hq, hkv, D, a.attn.data(),
+                            a.lse.data());
+  // o row-parallel, then the forward site.
+  std::vector<T> o(n * H);
+  linear<T>(a.attn.data(), params_.value(p.o), n, hq * D, H, o.data());
+  tp_.block_site(o, {static_cast<int>(2 * l), Direction::forward});
+  cpu::add_inplace<T>(x.data(), o.data(), n * H);
+
+  // MLP: h2 = RMSNorm(x); down(silu(gate(h2)) * up(h2)).
+  a.x_mid = x;
+  a.h2.resize(n * H);
+  a.rstd2.resize(n);
+  cpu::rmsnorm_forward<T>(x.data(), params_.value(p.post_norm), n, H, eps, a.h2.data(), a.rstd2.data());
+  a.gate.resize(n * F);
+  a.up.resize(n * F);
+  a.act.resize(n * F);
+  linear<T>(a.h2.data(), params_.value(p.gate), n, H, F, a.gate.data());
+  linear<T>(a.h2.data(), params_.value(p.up), n, H, F, a.up.data());
+  cpu::swiglu_forward<T>(a.gate.data(), a.up.data(), n * F, a.act.data());
+  std::vector<T> d(n * H);
+  linear<T>(a.act.data(), params_.value(p.down), n, F, H, d.data());
+  tp_.block_site(d, {static_cast<int>(2 * l + 1), Direction::forward});
+  cpu::add_inplace<T>(x.data(), d.data(), n * H);
+}
+
+template <class T>
+void Qwen3Model<T>::backward(T loss_scale) {
+  ECHO_CHECK(have_acts_, "backward() needs a forward(keep_activations = true) before it");
+  const int64_t n = batch_.num_tokens(), H = shape_.hidden, V = shape_.vocab_local();
+
+  std::vector<T> dlogits(n * V);
+  cpu::cross_entropy_backward<T>(logits_.data(), batch_.targets, ce_lse_.data(), n, shape_.vocab_begin(), V,
+                                 kIgnoreIndex, count_, loss_scale, dlogits.data());
+  linear_dw<T>(dlogits.data(), final_norm_out_.data(), n, H, V, params_.grad(plan_.lm_head));
+  // LM-head input gradient: a partial sum over the vocab shards, completed exactly.
+  std::vector<T> dh(n * H), dx(n * H);
+  linear_dx<T>(dlogits.data(), params_.value(plan_.lm_head), n, H, V, dh.data(), false);
+  tp_.exact_sum(dh);
+  cpu::rmsnorm_backward<T>(dh.data(), final_hidden_.data(), params_.value(plan_.final_norm), final_rstd_.data(), n, H,
+                           dx.data(), params_.grad(plan_.final_norm));
+
+  tp_.begin_pass(Direction::backward);
+  int site = 0;
+  for (int64_t l = shape_.layers - 1; l >= 0; --l) layer_backward(l, dx, acts_[l], site);
+
+  // Every rank holds the full dx; each scatters into the vocab rows it owns.
+  cpu::embedding_backward<T>(batch_.tokens, n, dx.data(), shape_.vocab_begin(), shape_.vocab_local(), H,
+                             params_.grad(plan_.embed));
+  // q_norm / k_norm act on this rank's heads only: their gradients are partial sums.
+  for (const auto& p : plan_.layers)
+    for (size_t idx : {p.q_norm, p.k_norm}) tp_.exact_sum(params_[idx].grad);
+
+  acts_.clear();
+  have_acts_ = false;
+}
+
+template <class T>
+void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, int& site) {
+  const auto& p = plan_.layers[l];
+  const int64_t n = batch_.num_tokens(), H = shape_.hidden, D = shape_.head_dim;
+  const int64_t hq = shape_.heads_local(), hkv = shape_.kv_heads_local(), F = shape_.ffn_local();
+
+  // MLP. dx is the gradient of the block output; the residual passes it through unchanged.
+  std::vector<T> dact(n * F), dgate(n * F), dup(n * F), dh(n * H), dnorm(n * H);
+  linear_dw<T>(dx.data(), a.act.data(), n, F, H, params_.grad(p.down));
+  linear_dx<T>(dx.data(), params_.value(p.down), n, F, H, dact.data(), false);
+  cpu::swiglu_backward<T>(dact.data(), a.gate.data(), a.up.data(), n * F, dgate.data(), dup.data());
+  linear_dw<T>(dgate.data(), a.h2.data(), n, H, F, params_.grad(p.gate));
+  linear_dw<T>(dup.data(), a.h2.data(), n, H, F, params_.grad(p.up));
+  linear_dx<T>(dgate.data(), params_.value(p.gate), n, H, F, dh.data(), false);
+  linear_dx<T>(dup.data(), params_.value(p.up), n, H, F, dh.data(), true);
+  tp_.block_site(dh, {site++, Direction::backward});
+  cpu::rmsnorm_backward<T>(dh.data(), a.x_mid.data(), params_.value(p.post_norm), a.rstd2.data(), n, H, dnorm.data(),
+                           params_.grad(p.post_norm));
+  cpu::add_inplace<T>(dx.data(), dnorm.data(), n * H);
+  a.gate = {}, a.up = {}, a.act = {}, a.h2 = {}, a.x_mid = {};
+
+  // Attention.
+  std::vector<T> dattn(n * hq * D), dq(n * hq * D), dk(n * hkv * D), dv(n * hkv * D);
+  linear_dw<T>(dx.data(), a.attn.data(), n, hq * D, H, params_.grad(p.o));
+  linear_dx<T>(dx.data(), params_.value(p.o), n, hq * D, H, dattn.data(), false);
+  cpu::attention_backward<T>(dattn.data(), a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(),
+                             batch_.batch, batch_.seq, hq, hkv, D, dq.data(), dk.data(), dv.data());
+  cpu::rope_backward<T>(dq.data(), positions_.data(), n, hq, D, shape_.rope_base);
+  cpu::rope_backward<T>(dk.data(), positions_.data(), n, hkv, D, shape_.rope_base);
+  std::vector<T> dq_raw(dq.size()), dk_raw(dk.size());
+  cpu::rmsnorm_backward<T>(dq.data(), a.q_raw.data(), params_.value(p.q_norm), a.q_rstd.data(), n * hq, D,
+                           dq_raw.data(), params_.grad(p.q_norm));
+  cpu::rmsnorm_backward<T>(dk.data(), a.k_raw.data(), params_.value(p.k_norm), a.k_rstd.data(), n * hkv, D,
+                           dk_raw.data(), params_.grad(p.k_norm));
+  linear_dw<T>(dq_raw.data(), a.h1.data(), n, H, hq * D, params_.grad(p.q));
+  linear_dw<T>(dk_raw.data(), a.h1.data(), n, H, hkv * D, params_.grad(p.k));
+  linear_dw<T>(dv.data(), a.h1.data(), n, H, hkv * D, params_.grad(p.v));
+  linear_dx<T>(dq_raw.data(), params_.value(p.q), n, H, hq * D, dh.data(), false);
+  linear_dx<T>(dk_raw.data(), params_.value(p.k), n, H, hkv * D, dh.data(), true);
+  linear_dx<T>(dv.data(), params_.value(p.v), n, H, hkv * D, dh.data(), true);
+  tp_.block_site(dh, {site++, Direction::backward});
+  cpu::rmsnorm_backward<T>(dh.data(), a.x_in.data(), params_.value(p.input_norm), a.rstd1.data(), n, H, dnorm.data(),
+                           params_.grad(p.input_norm));
+  cpu::add_inplace<T>(dx.data(), dnorm.data(), n * H);
+  a = {};
+}
+
+template <class T>
+double Qwen3Model<T>::forward_backward(const Batch& b, T loss_scale) {
+  const double loss = forward(b, true);
+  backward(loss_scale);
+  return loss;
+}
+
+template class Qwen3Model<float>;
+template class Qwen3Model<double>;
+
+}  // namespace echo::model

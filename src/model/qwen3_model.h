@@ -1,0 +1,71 @@
+// Qwen3 decoder (ARCHITECTURE.md §4) on the CPU backend with Megatron tensor parallelism:
+// pre-norm blocks h += Attn(RMSNorm(h)); h += MLP(RMSNorm(h)); final RMSNorm; LM head;
+// vocab-parallel cross-entropy. Forward keeps the activations backward needs and backward
+// frees them. Every TP collective goes through TpOps; sites are numbered in visiting order
+// (forward: 2l after attention, 2l+1 after the MLP; backward: the last layer's MLP first).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/parameters.h"
+#include "model/tp_ops.h"
+
+namespace echo::model {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+// tokens, targets: (batch, seq) row-major; targets may hold kIgnoreIndex.
+struct Batch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t num_tokens() const { return batch * seq; }
+};
+
+template <class T>
+class Qwen3Model {
+ public:
+  Qwen3Model(const ModelShape& shape, TpOps<T>& tp);
+
+  void init_weights(uint64_t seed) { params_.init(seed); }
+  ParameterSet<T>& params() { return params_; }
+  const Qwen3Plan& plan() const { return plan_; }
+  const ModelShape& shape() const { return shape_; }
+
+  // Mean cross-entropy over the counted targets (same value on every TP rank). With
+  // keep_activations the step's activations stay for backward().
+  double forward(const Batch& batch, bool keep_activations = true);
+  // Accumulates the gradients of the last forward's loss (times loss_scale, e.g. 1/micro-batches)
+  // into params().grad, sums the q_norm/k_norm gradients over TP, and frees the activations.
+  void backward(T loss_scale = T(1));
+  double forward_backward(const Batch& batch, T loss_scale = T(1));
+
+  // The final hidden state (after the last block, before the final norm) of the last forward.
+  const std::vector<T>& final_hidden() const { return final_hidden_; }
+
+ private:
+  struct LayerActs {
+    std::vector<T> x_in, h1, rstd1, q_raw, k_raw, q_rstd, k_rstd, q, k, v, attn, lse;
+    std::vector<T> x_mid, h2, rstd2, gate, up, act;
+  };
+  void layer_forward(int64_t l, std::vector<T>& x, LayerActs& a);
+  void layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, int& site);
+  void check_batch(const Batch& batch) const;
+
+  ModelShape shape_;
+  Qwen3Plan plan_;
+  ParameterSet<T> params_;
+  TpOps<T>& tp_;
+
+  // Saved by forward for backward.
+  Batch batch_;
+  std::vector<int32_t> positions_;
+  std::vector<LayerActs> acts_;
+  std::vector<T> final_hidden_, final_norm_out_, final_rstd_, logits_, ce_lse_;
+  int64_t count_ = 0;
+  bool have_acts_ = false;
+};
+
+}  // namespace echo::model

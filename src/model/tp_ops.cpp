@@ -1,0 +1,41 @@
+// TP collectives for the model over MPI.
+#include "model/tp_ops.h"
+
+#include <mpi.h>
+
+#include "dist/mpi_check.h"
+
+namespace echo::model {
+
+CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks)
+    : tp_(tp), blocks_(blocks), exact_(tp, comm::ExactPrecision::fp32), reducer_(cpu::make_mpi_reducer(tp)) {}
+
+void CommTpOps::exact_sum(std::span<float> x) {
+  if (tp_.size() > 1) exact_.all_reduce(x, {0, comm::Direction::forward});
+}
+
+template <class T>
+ExactTpOps<T>::ExactTpOps(const dist::Communicator* tp)
+    : tp_(tp), reducer_(tp && tp->size() > 1 ? cpu::make_mpi_reducer(*tp) : cpu::make_local_reducer()) {}
+
+template <class T>
+int ExactTpOps<T>::size() const {
+  return tp_ ? tp_->size() : 1;
+}
+
+template <class T>
+int ExactTpOps<T>::rank() const {
+  return tp_ ? tp_->rank() : 0;
+}
+
+template <class T>
+void ExactTpOps<T>::exact_sum(std::span<T> x) {
+  if (size() == 1) return;
+  const MPI_Datatype type = sizeof(T) == 8 ? MPI_DOUBLE : MPI_FLOAT;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), type, MPI_SUM, tp_->get()));
+}
+
+template class ExactTpOps<float>;
+template class ExactTpOps<double>;
+
+}  // namespace echo::model

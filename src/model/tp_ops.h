@@ -1,0 +1,68 @@
+// The collectives a model issues over its tensor-parallel group:
+//   block_site  the all-reduce after each row-parallel projection (forward) and on the gradient
+//               of each block's normalized input (backward): Echo or exact, per config
+//   exact_sum   the vocab-parallel embedding, the LM-head input gradient and the q_norm/k_norm
+//               gradients: always an exact fp32/fp64 sum, identical on every rank
+//   reducer     the max / sum reductions of the vocab-parallel cross-entropy
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "backend/ops.h"
+#include "comm/all_reduce.h"
+#include "comm/exact_all_reduce.h"
+#include "dist/communicator.h"
+
+namespace echo::model {
+
+template <class T>
+class TpOps {
+ public:
+  virtual ~TpOps() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual void begin_pass(comm::Direction direction) = 0;
+  virtual void block_site(std::span<T> x, comm::Site site) = 0;
+  virtual void exact_sum(std::span<T> x) = 0;
+  virtual const cpu::TpReducer& reducer() const = 0;
+};
+
+// fp32 model: block sites go through the configured all-reduce (exact or Echo), the other
+// sums through the exact fp32 two-phase all-reduce. `blocks` and `tp` must outlive this.
+class CommTpOps final : public TpOps<float> {
+ public:
+  CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks);
+  int size() const override { return tp_.size(); }
+  int rank() const override { return tp_.rank(); }
+  void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }
+  void block_site(std::span<float> x, comm::Site site) override { blocks_.all_reduce(x, site); }
+  void exact_sum(std::span<float> x) override;
+  const cpu::TpReducer& reducer() const override { return reducer_; }
+
+ private:
+  const dist::Communicator& tp_;
+  comm::AllReduce& blocks_;
+  comm::ExactAllReduce exact_;
+  cpu::TpReducer reducer_;
+};
+
+// Every collective an exact MPI sum in T (double for finite-difference and TP tests); with a
+// single rank every collective is the identity and no MPI is touched.
+template <class T>
+class ExactTpOps final : public TpOps<T> {
+ public:
+  explicit ExactTpOps(const dist::Communicator* tp = nullptr);
+  int size() const override;
+  int rank() const override;
+  void begin_pass(comm::Direction) override {}
+  void block_site(std::span<T> x, comm::Site) override { exact_sum(x); }
+  void exact_sum(std::span<T> x) override;
+  const cpu::TpReducer& reducer() const override { return reducer_; }
+
+ private:
+  const dist::Communicator* tp_;
+  cpu::TpReducer reducer_;
+};
+
+}  // namespace echo::model
