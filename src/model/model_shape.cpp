@@ -19,6 +19,7 @@ ModelShape make_model_shape(const config::ModelConfig& cfg, int tp, int tp_rank)
   s.norm_eps = cfg.norm_eps;
   s.init_std = cfg.init_std;
   s.tie_embeddings = cfg.tie_embeddings;
+  s.scale_output_init = cfg.scale_output_init;
   s.tp = tp;
   s.tp_rank = tp_rank;
   const struct {

@@ -95,6 +95,7 @@ TEST(ConfigDefaults, MatchArchitectureSection8) {
   EXPECT_EQ(c.model.norm_eps, 1.0e-6);
   EXPECT_TRUE(c.model.tie_embeddings);
   EXPECT_EQ(c.model.init_std, 0.02);
+  EXPECT_TRUE(c.model.scale_output_init);
 
   EXPECT_EQ(c.parallel.tp, 4);
 
@@ -169,6 +170,7 @@ TEST(ConfigKeys, KeepEveryNameOfTheContract) {
                           "model.norm_eps",
                           "model.tie_embeddings",
                           "model.init_std",
+                          "model.scale_output_init",
                           "parallel.tp",
                           "comm.allreduce",
                           "comm.transport",
@@ -303,6 +305,7 @@ const std::initializer_list<std::string_view> kFullFile = {
     "  norm_eps: 1.0e-5",
     "  tie_embeddings: false",
     "  init_std: 0.01",
+    "  scale_output_init: false",
     "parallel: {tp: 2}",
     "comm:",
     "  allreduce: two_collective",
@@ -350,6 +353,7 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
   EXPECT_EQ(c.model.norm_eps, 1.0e-5);
   EXPECT_FALSE(c.model.tie_embeddings);
   EXPECT_EQ(c.model.init_std, 0.01);
+  EXPECT_FALSE(c.model.scale_output_init);
   EXPECT_EQ(c.parallel.tp, 2);
   EXPECT_EQ(c.comm.allreduce, AllReduceKind::two_collective);
   EXPECT_EQ(c.comm.transport, Transport::cuda_ipc);

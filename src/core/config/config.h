@@ -129,6 +129,7 @@ struct ModelConfig {
   double norm_eps = 1.0e-6;
   bool tie_embeddings = true;
   double init_std = 0.02;
+  bool scale_output_init = true;  // o_proj and down_proj start at init_std / sqrt(2 * layers)
 
   // vocab_size rounded up to a multiple of vocab_pad_multiple: the rows tp must divide.
   std::int64_t padded_vocab() const;

@@ -70,6 +70,7 @@ void visit(ModelConfig& c, V& v) {
   v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0));
   v.field("tie_embeddings", c.tie_embeddings, "the LM head reuses the embedding matrix");
   v.field("init_std", c.init_std, "std of the normal weight init", greater_than(0));
+  v.field("scale_output_init", c.scale_output_init, "o_proj/down_proj start at init_std / sqrt(2 * layers)");
 }
 
 template <class V>

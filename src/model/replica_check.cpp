@@ -1,0 +1,43 @@
+// Replica agreement by hash: one 64-bit FNV-1a per replicated parameter, min and max over TP.
+#include "model/replica_check.h"
+
+#include <mpi.h>
+
+#include "dist/mpi_check.h"
+
+namespace echo::model {
+
+namespace {
+template <class T>
+uint64_t fnv1a(const std::vector<T>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(T); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+template <class T>
+std::vector<std::string> diverged_replicas(const ParameterSet<T>& params, const dist::Communicator& tp) {
+  std::vector<size_t> index;
+  std::vector<uint64_t> lo, hi;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto shard = params[i].spec->shard;
+    if (shard != ShardKind::replicated && shard != ShardKind::replicated_grad_sum) continue;
+    index.push_back(i);
+    lo.push_back(fnv1a(params[i].value));
+  }
+  hi = lo;
+  const int n = static_cast<int>(lo.size());
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo.data(), n, MPI_UINT64_T, MPI_MIN, tp.get()));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi.data(), n, MPI_UINT64_T, MPI_MAX, tp.get()));
+  std::vector<std::string> diverged;
+  for (size_t j = 0; j < index.size(); ++j)
+    if (lo[j] != hi[j]) diverged.push_back(params[index[j]].spec->name);
+  return diverged;
+}
+
+template std::vector<std::string> diverged_replicas(const ParameterSet<float>&, const dist::Communicator&);
+template std::vector<std::string> diverged_replicas(const ParameterSet<double>&, const dist::Communicator&);
+
+}  // namespace echo::model
