@@ -43,7 +43,8 @@ int bench_main(int argc, char** argv) {
   const config::Config cfg = config::load_config(path, overrides, tp.size());
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp.size(), tp.rank());
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
-  model::CommTpOps ops(tp, *blocks);
+  auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
+  model::CommTpOps ops(tp, *blocks, edge.get());
   model::Qwen3Model<float> m(shape, ops);
   m.init_weights(cfg.run.seed);
 

@@ -46,4 +46,13 @@ std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config
   ECHO_FAIL("unhandled comm.allreduce value");
 }
 
+std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, const dist::Communicator& tp) {
+  if (cfg.embedding_exact || cfg.allreduce != config::AllReduceKind::echo) return nullptr;
+  EchoOptions o = echo_options_from(cfg, 0);
+  o.early_site_8bit = false;
+  o.compensate = false;
+  o.telemetry = false;
+  return std::make_unique<EchoAllReduce>(tp, o);
+}
+
 }  // namespace echo::comm

@@ -19,4 +19,9 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers);
 std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config::Device device,
                                            const dist::Communicator& tp, int num_layers);
 
+// The all-reduce of the vocab-parallel embedding and the LM-head input gradient: nullptr
+// (exact) unless comm.embedding_exact is false, then Echo at comm.bits without compensation
+// (a lone site has no earlier errors to feed back).
+std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, const dist::Communicator& tp);
+
 }  // namespace echo::comm

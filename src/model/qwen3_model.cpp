@@ -63,7 +63,7 @@ double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
   std::vector<T> x(n * H);
   cpu::embedding_forward<T>(b.tokens, n, params_.value(plan_.embed), shape_.vocab_begin(), shape_.vocab_local(), H,
                             x.data());
-  tp_.exact_sum(x);
+  tp_.edge_sum(x, {0, Direction::forward});
 
   tp_.begin_pass(Direction::forward);
   acts_.assign(shape_.layers, {});
@@ -151,7 +151,7 @@ void Qwen3Model<T>::backward(T loss_scale) {
   // LM-head input gradient: a partial sum over the vocab shards, completed exactly.
   std::vector<T> dh(n * H), dx(n * H);
   linear_dx<T>(dlogits.data(), params_.value(plan_.lm_head), n, H, V, dh.data(), false);
-  tp_.exact_sum(dh);
+  tp_.edge_sum(dh, {0, Direction::backward});
   cpu::rmsnorm_backward<T>(dh.data(), final_hidden_.data(), params_.value(plan_.final_norm), final_rstd_.data(), n, H,
                            dx.data(), params_.grad(plan_.final_norm));
 

@@ -7,8 +7,18 @@
 
 namespace echo::model {
 
-CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks)
-    : tp_(tp), blocks_(blocks), exact_(tp, comm::ExactPrecision::fp32), reducer_(cpu::make_mpi_reducer(tp)) {}
+CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge)
+    : tp_(tp),
+      blocks_(blocks),
+      edge_(edge),
+      exact_(tp, comm::ExactPrecision::fp32),
+      reducer_(cpu::make_mpi_reducer(tp)) {}
+
+void CommTpOps::edge_sum(std::span<float> x, comm::Site site) {
+  if (!edge_) return exact_sum(x);
+  edge_->begin_pass(site.direction);  // a single site: no compensator history to carry
+  edge_->all_reduce(x, site);
+}
 
 void CommTpOps::exact_sum(std::span<float> x) {
   if (tp_.size() > 1) exact_.all_reduce(x, {0, comm::Direction::forward});

@@ -25,24 +25,32 @@ class TpOps {
   virtual void begin_pass(comm::Direction direction) = 0;
   virtual void block_site(std::span<T> x, comm::Site site) = 0;
   virtual void exact_sum(std::span<T> x) = 0;
+  // The vocab-parallel embedding output and the LM-head input gradient (exact by default).
+  virtual void edge_sum(std::span<T> x, comm::Site site) {
+    (void)site;
+    exact_sum(x);
+  }
   virtual const cpu::TpReducer& reducer() const = 0;
 };
 
-// fp32 model: block sites go through the configured all-reduce (exact or Echo), the other
-// sums through the exact fp32 two-phase all-reduce. `blocks` and `tp` must outlive this.
+// fp32 model: block sites go through the configured all-reduce (exact or Echo); the embedding
+// and LM-head sums through `edge` when given (comm.embedding_exact: false), else exactly; the
+// q_norm/k_norm gradient sums always exactly (fp32 two-phase). Arguments must outlive this.
 class CommTpOps final : public TpOps<float> {
  public:
-  CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks);
+  CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge = nullptr);
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }
   void block_site(std::span<float> x, comm::Site site) override { blocks_.all_reduce(x, site); }
   void exact_sum(std::span<float> x) override;
+  void edge_sum(std::span<float> x, comm::Site site) override;
   const cpu::TpReducer& reducer() const override { return reducer_; }
 
  private:
   const dist::Communicator& tp_;
   comm::AllReduce& blocks_;
+  comm::AllReduce* edge_;
   comm::ExactAllReduce exact_;
   cpu::TpReducer reducer_;
 };

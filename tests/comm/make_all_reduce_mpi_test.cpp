@@ -44,6 +44,18 @@ TEST(MakeAllReduce, EchoOptionsCarryTheCompensatorCoefficients) {
   EXPECT_EQ(o.quant.group_size, 128);
 }
 
+TEST(MakeAllReduce, EdgeAllReduceIsExactUnlessTheConfigSaysOtherwise) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  config::CommConfig cfg;
+  EXPECT_EQ(make_edge_all_reduce(cfg, tp), nullptr);
+  cfg.embedding_exact = false;
+  auto edge = make_edge_all_reduce(cfg, tp);
+  ASSERT_NE(edge, nullptr);
+  EXPECT_EQ(edge->name(), "echo");
+  cfg.allreduce = config::AllReduceKind::exact;
+  EXPECT_EQ(make_edge_all_reduce(cfg, tp), nullptr) << "an exact run has nothing to quantize";
+}
+
 TEST(MakeAllReduce, UnavailableTransportsAreRefusedWithAReason) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   config::CommConfig cfg;

@@ -152,6 +152,25 @@ TEST(TensorParallel, Echo8BitLossStaysWithin1e3OfExact) {
   EXPECT_NE(la, lb) << "8-bit Echo should not be bit-exact";
 }
 
+TEST(TensorParallel, QuantizedEmbeddingAndLmHeadSumsWhenTheConfigAsks) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  const auto cfg = tp_config(2, 0.02);
+  const auto batch = random_batch(2, 9, cfg.vocab_size, 6);
+  comm::ExactAllReduce exact(tp, comm::ExactPrecision::fp32);
+  comm::EchoOptions opt;
+  opt.quant = {QuantPolicy::asym_zero_aware, 8, 128};
+  opt.compensate = false;
+  comm::EchoAllReduce edge(tp, opt);
+  CommTpOps plain(tp, exact), quantized_edge(tp, exact, &edge);
+  const ModelShape shape = make_model_shape(cfg, tp.size(), tp.rank());
+  Qwen3Model<float> a(shape, plain), b(shape, quantized_edge);
+  a.init_weights(8);
+  b.init_weights(8);
+  const double la = a.forward_backward(batch.view()), lb = b.forward_backward(batch.view());
+  EXPECT_NE(la, lb) << "the embedding sum went through the 8-bit quantizer";
+  EXPECT_NEAR(lb, la, 1e-3);
+}
+
 TEST(TensorParallel, CompensatorKeepsThe4BitForwardDeviationFromGrowingWithDepth) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   comm::EchoOptions on, off;
