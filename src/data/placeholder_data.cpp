@@ -1,0 +1,2 @@
+// placeholder until the module's first source lands
+namespace echo {}

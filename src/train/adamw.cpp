@@ -1,0 +1,41 @@
+// AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments.
+#include "train/adamw.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace echo::train {
+
+AdamW::AdamW(const model::ParameterSet<float>& params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    m_.emplace_back(params[i].value.size(), 0.0f);
+    v_.emplace_back(params[i].value.size(), 0.0f);
+  }
+}
+
+void AdamW::step(model::ParameterSet<float>& params, double lr, const config::OptimConfig& cfg) {
+  ECHO_CHECK(params.size() == m_.size(), "the optimizer was built for {} parameters, got {}", m_.size(), params.size());
+  ++step_;
+  const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step_));
+  const float b1 = static_cast<float>(cfg.beta1), b2 = static_cast<float>(cfg.beta2);
+  const float step_size = static_cast<float>(lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float eps = static_cast<float>(cfg.eps);
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    const float decay = p.spec->weight_decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f;
+    float* w = p.value.data();
+    const float* g = p.grad.data();
+    float* m = m_[i].data();
+    float* v = v_[i].data();
+    for (size_t e = 0; e < p.value.size(); ++e) {
+      m[e] = b1 * m[e] + (1.0f - b1) * g[e];
+      v[e] = b2 * v[e] + (1.0f - b2) * g[e] * g[e];
+      w[e] = w[e] * decay - step_size * m[e] / (std::sqrt(v[e]) * inv_sqrt_bc2 + eps);
+    }
+  }
+}
+
+}  // namespace echo::train
