@@ -113,6 +113,7 @@ struct RunConfig {
   std::uint64_t seed = 1234;
   Device device = Device::cpu;
   std::string out_dir = "runs/quickstart";
+  std::string init_from;  // Hugging Face checkpoint to initialise from; empty = random init
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -199,6 +200,7 @@ struct DataConfig {
   std::string train = "data/demo/train";
   std::string valid = "data/demo/valid";
   int seq_len = 2048;
+  int eos_id = 151643;  // Qwen3 <|endoftext|>
   bool operator==(const DataConfig&) const = default;
 };
 

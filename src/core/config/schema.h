@@ -52,6 +52,7 @@ void visit(RunConfig& c, V& v) {
   v.field("seed", c.seed, "seeds init, data order and the S3R thresholds");
   v.field("device", c.device, "cpu | cuda: the backend that runs the ops");
   v.field("out_dir", c.out_dir, "checkpoints, metrics and the effective config go here", non_empty());
+  v.field("init_from", c.init_from, "Hugging Face Qwen3 safetensors file, index json or directory to start from");
 }
 
 template <class V>
@@ -133,6 +134,7 @@ void visit(DataConfig& c, V& v) {
   v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on", non_empty());
   v.field("valid", c.valid, "indexed dataset prefix to evaluate on");
   v.field("seq_len", c.seq_len, "tokens per sequence", at_least(1));
+  v.field("eos_id", c.eos_id, "end-of-document token packed between documents (Qwen3 <|endoftext|>)", at_least(0));
 }
 
 template <class V>

@@ -1,0 +1,71 @@
+// metrics.jsonl, MFU and the progress line.
+#include "train/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+
+namespace echo::train {
+
+double flops_per_token(const model::ModelShape& s, int64_t num_params, int64_t seq_len) {
+  return 6.0 * static_cast<double>(num_params) +
+         12.0 * static_cast<double>(s.layers * s.heads * s.head_dim) * static_cast<double>(seq_len);
+}
+
+DevicePeak cpu_peak() {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  double mhz = 0;
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(info, line))
+    if (line.rfind("cpu MHz", 0) == 0) {
+      mhz = std::stod(line.substr(line.find(':') + 1));
+      break;
+    }
+  if (mhz <= 0) mhz = 2000;  // no clock reported: assume 2 GHz, and say so below
+  const double peak = cores * mhz * 1e6 * 32.0;
+  return {peak, fmt::format("CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s", cores, mhz / 1e3,
+                            peak / 1e9)};
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc) {
+  ECHO_CHECK(out_.good(), "cannot write the metrics file '{}'", path);
+}
+
+void MetricsLog::step(const StepMetrics& m) {
+  raw(nlohmann::json{{"step", m.step},
+                     {"loss", m.loss},
+                     {"lr", m.lr},
+                     {"grad_norm", m.grad_norm},
+                     {"tokens_per_s", m.tokens_per_s},
+                     {"step_ms", m.step_ms},
+                     {"mfu", m.mfu}}
+          .dump());
+}
+
+void MetricsLog::eval(int64_t step, double val_loss) {
+  raw(nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump());
+}
+
+void MetricsLog::raw(const std::string& json_line) {
+  if (!out_.is_open()) return;
+  out_ << json_line << '\n';
+  out_.flush();  // a crash must not lose the lines already reported
+}
+
+std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left) {
+  const long s = std::lround(std::max(0.0, seconds_left));
+  const double tps = m.tokens_per_s;
+  const std::string rate = tps >= 1e6 ? fmt::format("{:.2f}M", tps / 1e6)
+                           : tps >= 1e3 ? fmt::format("{:.1f}k", tps / 1e3)
+                                        : fmt::format("{:.0f}", tps);
+  return fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {} tok/s | {:.0f} ms | ETA {:02}:{:02}:{:02}",
+                     m.step, total_steps, m.loss, m.lr, m.grad_norm, rate, m.step_ms, s / 3600, (s / 60) % 60, s % 60);
+}
+
+}  // namespace echo::train

@@ -1,0 +1,45 @@
+// What a run reports: one JSON line per step and per eval in <out_dir>/metrics.jsonl (rank 0),
+// Echo telemetry lines in the same file, and a live progress line on rank 0's terminal.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "model/model_shape.h"
+
+namespace echo::train {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0, mfu = 0;
+};
+
+// Training FLOPs per token: 6·N + 12·L·n_heads·head_dim·seq (N = parameters of the full model).
+double flops_per_token(const model::ModelShape& shape, int64_t num_params, int64_t seq_len);
+
+// The peak the MFU is measured against, and its description for the log.
+struct DevicePeak {
+  double flops_per_s = 0;
+  std::string description;
+};
+// CPU: cores × clock (from /proc/cpuinfo) × 32 fp32 FLOP/cycle (two 8-wide FMA units).
+DevicePeak cpu_peak();
+
+class MetricsLog {
+ public:
+  MetricsLog() = default;  // inactive (ranks other than 0)
+  // Appends when resuming, so a resumed run keeps its history.
+  MetricsLog(const std::string& path, bool append);
+  void step(const StepMetrics& m);
+  void eval(int64_t step, double val_loss);
+  void raw(const std::string& json_line);
+
+ private:
+  std::ofstream out_;
+};
+
+// "step   120/1000 | loss 3.4567 | lr 3.00e-04 | 12.3k tok/s | ETA 01:02:03"
+std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left);
+
+}  // namespace echo::train

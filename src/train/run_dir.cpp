@@ -1,0 +1,58 @@
+// Run directory checks.
+#include "train/run_dir.h"
+
+#include <mpi.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "dist/mpi_check.h"
+
+namespace echo::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What marks a directory as holding a run: its effective config, metrics or checkpoints.
+bool holds_run(const fs::path& dir) {
+  return fs::exists(dir / "config.yaml") || fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "checkpoints");
+}
+
+std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) {
+  const fs::path dir(out_dir);
+  std::error_code ec;
+  if (fs::exists(dir) && !fs::is_directory(dir)) return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
+  has_run = fs::exists(dir) && holds_run(dir);
+  if (has_run && mode == RunDirMode::fresh)
+    return fmt::format(
+        "'run.out_dir' = {} already holds a run (config.yaml, metrics.jsonl or checkpoints/); pass --resume to "
+        "continue it or --overwrite to replace it",
+        out_dir);
+  if (has_run && mode == RunDirMode::overwrite) {
+    for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) fs::remove_all(dir / name, ec);
+    if (ec) return fmt::format("cannot clear {}: {}", out_dir, ec.message());
+    has_run = false;
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
+  return {};
+}
+
+}  // namespace
+
+bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world) {
+  std::string error;
+  bool has_run = false;
+  if (world.rank() == 0) error = inspect(out_dir, mode, has_run);
+  // Every rank learns the verdict, so all fail together instead of some waiting forever.
+  int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world.get()));
+  MPI_CHECK(MPI_Bcast(&flag, 1, MPI_INT, 0, world.get()));
+  error.resize(static_cast<size_t>(len));
+  if (len > 0) MPI_CHECK(MPI_Bcast(error.data(), len, MPI_CHAR, 0, world.get()));
+  ECHO_CHECK(error.empty(), "{}", error);
+  return flag != 0;
+}
+
+}  // namespace echo::train

@@ -1,0 +1,40 @@
+// Async-signal-safe stop flag.
+#include "train/stop_signal.h"
+
+#include <mpi.h>
+
+#include <csignal>
+
+#include "dist/mpi_check.h"
+
+namespace echo::train {
+
+namespace {
+// NOTE: a signal handler can only touch a lock-free atomic of static storage; this is the one
+// piece of process-wide state, and only StopSignal reads it.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_signal(int sig) { g_stop_signal = sig; }
+using Handler = void (*)(int);
+Handler g_previous_term = SIG_DFL, g_previous_int = SIG_DFL;
+}  // namespace
+
+StopSignal::StopSignal() {
+  g_stop_signal = 0;
+  g_previous_term = std::signal(SIGTERM, on_signal);
+  g_previous_int = std::signal(SIGINT, on_signal);
+}
+
+StopSignal::~StopSignal() {
+  std::signal(SIGTERM, g_previous_term);
+  std::signal(SIGINT, g_previous_int);
+}
+
+int StopSignal::received() const { return g_stop_signal; }
+
+bool StopSignal::requested(const dist::Communicator& world) const {
+  int local = g_stop_signal != 0 ? 1 : 0, any = 0;
+  MPI_CHECK(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world.get()));
+  return any != 0;
+}
+
+}  // namespace echo::train

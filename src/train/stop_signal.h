@@ -1,0 +1,23 @@
+// SIGTERM / SIGINT ask the trainer to stop: the handler only sets a flag; the loop checks it
+// after each step, agrees on it across ranks, saves a checkpoint and exits cleanly.
+#pragma once
+
+#include "dist/communicator.h"
+
+namespace echo::train {
+
+// Installs the handlers for the lifetime of the object and restores the previous ones after.
+class StopSignal {
+ public:
+  StopSignal();
+  ~StopSignal();
+  StopSignal(const StopSignal&) = delete;
+  StopSignal& operator=(const StopSignal&) = delete;
+
+  // Collective: true on every rank when any rank received a signal.
+  bool requested(const dist::Communicator& world) const;
+  // The signal number received by this process (0 if none).
+  int received() const;
+};
+
+}  // namespace echo::train
