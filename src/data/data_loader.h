@@ -1,0 +1,78 @@
+// The training data loader (ARCHITECTURE.md §3, §7): packs the documents of an indexed dataset
+// into fixed-length samples, orders them by a seeded per-epoch permutation and hands each DP rank
+// its disjoint share of every global batch (every TP rank of a DP group gets the same batch).
+//
+// Packing. The stream is doc_0 EOS doc_1 EOS ... doc_{D-1} EOS (N + D tokens for N tokens in
+// D documents). Sample k is stream[k*L, k*L + L + 1) for seq_len L: inputs are its first L tokens,
+// targets its last L, so consecutive samples overlap by one token (as Megatron's GPTDataset and
+// llm.c) and no token position is lost as a target. samples_per_epoch = floor((N + D - 1) / L);
+// the tail that does not fill a sample is dropped. Documents are not cut at sample boundaries:
+// a long document continues in the next sample of the stream.
+//
+// Order. Global sample g belongs to epoch e = g / S (S = samples_per_epoch) and is packed sample
+// SamplePermutation(S, seed + e)(g % S): every epoch covers all samples once in a fresh order, and
+// the map depends only on (dataset, seq_len, seed), not on the parallel layout or the machine.
+// The permutation of the epoch last asked for is cached (4 bytes per sample), guarded by a mutex
+// so that const calls stay safe from several threads; a sequential run rebuilds it once per epoch.
+//
+// Batches. Global batch `step` is global samples [step*G, (step+1)*G), G = micro_batch *
+// num_micro * dp_size. DP rank r owns the contiguous block of micro_batch*num_micro samples at
+// r*micro_batch*num_micro in it, micro-batch m being the m-th run of micro_batch samples, so DP
+// ranks see disjoint samples and together the whole global batch; tp_rank plays no part.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "data/indexed_dataset.h"
+
+namespace echo::data {
+
+struct LoaderOptions {
+  int64_t seq_len = 0;  // tokens per training sequence
+  uint64_t seed = 0;    // shuffle seed; epoch e is shuffled with seed + e
+  // Appended after every document. NOTE: Megatron's preprocess_data.py --append-eod already
+  // stores an EOD at the end of each document; such datasets get two in a row.
+  int32_t eos_id = 0;
+  int dp_rank = 0, dp_size = 1;
+};
+
+class DataLoader {
+ public:
+  // NOTE: keeps a reference to `ds`, which must outlive the loader.
+  DataLoader(const IndexedDataset& ds, LoaderOptions opt);
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+
+  const LoaderOptions& options() const { return opt_; }
+  uint64_t samples_per_epoch() const { return num_samples_; }
+  // Tokens in the packed stream: documents plus one EOS each.
+  uint64_t stream_length() const { return stream_length_; }
+
+  // The global sample with this index (any index: epochs wrap): tokens and targets, seq_len each.
+  void sample(uint64_t global_index, int32_t* tokens, int32_t* targets) const;
+
+  // This DP rank's micro-batch `micro` of global batch `step`: global samples step*G +
+  // dp_rank*micro_batch*num_micro + micro*micro_batch + [0, micro_batch), G = micro_batch *
+  // num_micro * dp_size. tokens and targets are resized to (micro_batch, seq_len), row-major.
+  void micro_batch(uint64_t step, int micro, int micro_batch, int num_micro, std::vector<int32_t>& tokens,
+                   std::vector<int32_t>& targets) const;
+
+  // Packed stream tokens [pos, pos + count) (documents with EOS after each), for tests and tools.
+  void read_stream(uint64_t pos, size_t count, int32_t* out) const;
+
+ private:
+  struct OrderCache;  // the cached epoch permutation and its mutex
+  // Packed sample index of global sample `global_index`.
+  uint64_t packed_index(uint64_t global_index) const;
+
+  const IndexedDataset* ds_;
+  LoaderOptions opt_;
+  uint64_t stream_length_ = 0;
+  uint64_t num_samples_ = 0;
+  std::unique_ptr<OrderCache> cache_;  // behind a pointer so the loader stays movable
+};
+
+}  // namespace echo::data

@@ -1,0 +1,108 @@
+// Megatron-LM indexed datasets (ARCHITECTURE.md §7): prefix.idx (MMIDIDX index, layout in
+// data/mmidx_format.h) + prefix.bin (the tokens). The writer makes int32 datasets, one sequence
+// per document; the reader memory-maps int32 and uint16 datasets written by echo or Megatron.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/mapped_file.h"
+
+namespace echo::data {
+
+// Megatron's DType codes. echo reads kInt32 and kUint16 (token ids) and writes kInt32.
+enum class TokenDtype : uint8_t {
+  kUint8 = 1,
+  kInt8 = 2,
+  kInt16 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kFloat64 = 6,
+  kFloat32 = 7,
+  kUint16 = 8,
+};
+
+// "int32", "uint16", ... or "unknown" for a code outside the table.
+const char* token_dtype_name(uint8_t code);
+
+// Writes prefix.bin.tmp and prefix.idx.tmp; finalize() writes the index and renames both (the
+// .bin first, the .idx last, so a reader that finds the new .idx also finds its .bin). A writer
+// destroyed before finalize() removes its temporary files.
+class IndexedDatasetWriter {
+ public:
+  explicit IndexedDatasetWriter(std::string prefix);
+  ~IndexedDatasetWriter();
+  IndexedDatasetWriter(IndexedDatasetWriter&&) noexcept;
+  IndexedDatasetWriter& operator=(IndexedDatasetWriter&&) noexcept;
+  IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
+  IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
+
+  // One document = one sequence; an empty document is allowed (the loader still packs its EOS).
+  void add_document(std::span<const int32_t> tokens);
+  void finalize();
+
+  size_t num_documents() const { return lengths_.size(); }
+  size_t num_tokens() const { return num_tokens_; }
+
+ private:
+  struct FileCloser {
+    void operator()(std::FILE* f) const;
+  };
+  void discard() noexcept;  // closes and removes the temporary files unless finalized
+
+  std::string prefix_;
+  std::unique_ptr<std::FILE, FileCloser> bin_;
+  std::vector<int32_t> lengths_;
+  size_t num_tokens_ = 0;
+  bool finalized_ = false;
+};
+
+class IndexedDataset {
+ public:
+  // Maps prefix.idx and prefix.bin and validates the index against the .bin. Throws echo::Error
+  // naming the file and the problem: missing file, bad magic, unsupported version or dtype,
+  // truncated index, .bin shorter than the index says, pointers out of order.
+  static IndexedDataset open(const std::string& prefix);
+
+  const std::string& prefix() const { return prefix_; }
+  const std::string& bin_path() const { return bin_.path(); }
+  TokenDtype dtype() const { return dtype_; }
+
+  // Megatron documents: a document is the run of sequences between two document indices
+  // (echo's writer makes one sequence per document). Documents are contiguous in .bin.
+  size_t num_documents() const { return doc_offsets_.size() - 1; }
+  size_t num_sequences() const { return num_sequences_; }
+  size_t num_tokens() const { return static_cast<size_t>(doc_offsets_.back()); }
+  size_t document_length(size_t i) const;
+  // Token offset of each document in the flat token array, then num_tokens(): num_documents()+1
+  // non-decreasing entries starting at 0.
+  std::span<const uint64_t> document_offsets() const { return doc_offsets_; }
+
+  // The tokens of document i, in place in the mapping. Each throws unless the dataset has that dtype.
+  std::span<const int32_t> document(size_t i) const;
+  std::span<const uint16_t> document_u16(size_t i) const;
+
+  // Copies tokens [first, first + count) of the flat token array (all documents back to back)
+  // as int32, whatever the stored dtype.
+  void copy_tokens(uint64_t first, size_t count, int32_t* out) const;
+
+ private:
+  IndexedDataset() = default;
+
+  std::string prefix_;
+  MappedFile bin_;
+  TokenDtype dtype_ = TokenDtype::kInt32;
+  size_t num_sequences_ = 0;
+  std::vector<uint64_t> doc_offsets_{0};  // (num_documents + 1)
+};
+
+// Every token id must lie in [0, vocab_size). Scans all tokens once (memory bandwidth bound);
+// throws echo::Error naming `name` (the role, e.g. "data.train"), the .bin file, the document,
+// the position in the document and the id of the first offending token.
+void check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name);
+
+}  // namespace echo::data

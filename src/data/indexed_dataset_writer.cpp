@@ -1,0 +1,139 @@
+// IndexedDatasetWriter: streams int32 documents to prefix.bin.tmp, then writes the MMIDIDX index
+// (data/mmidx_format.h) and renames both files into place.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/mmidx_format.h"
+
+namespace echo::data {
+namespace {
+
+std::string bin_tmp_path(const std::string& prefix) { return prefix + ".bin.tmp"; }
+std::string idx_tmp_path(const std::string& prefix) { return prefix + ".idx.tmp"; }
+
+void write_bytes(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
+  if (bytes == 0) return;
+  ECHO_CHECK(std::fwrite(data, 1, bytes, f) == bytes, "{}: write failed: {}", path, std::strerror(errno));
+}
+
+template <class T>
+void write_le(std::FILE* f, T value, const std::string& path) {
+  write_bytes(f, &value, sizeof value, path);  // little endian: mmidx_format.h asserts the host is
+}
+
+// Writes `count` int64 values produced by value(i), through a bounded buffer.
+template <class F>
+void write_i64_array(std::FILE* f, size_t count, F value, const std::string& path) {
+  constexpr size_t kChunk = 1 << 16;
+  std::vector<int64_t> buf;
+  buf.reserve(std::min(count, kChunk));
+  for (size_t i = 0; i < count; ++i) {
+    buf.push_back(value(i));
+    if (buf.size() == kChunk || i + 1 == count) {
+      write_bytes(f, buf.data(), buf.size() * sizeof(int64_t), path);
+      buf.clear();
+    }
+  }
+}
+
+void close_checked(std::FILE* f, const std::string& path) {
+  ECHO_CHECK(std::fclose(f) == 0, "{}: close failed: {}", path, std::strerror(errno));
+}
+
+void rename_checked(const std::string& from, const std::string& to) {
+  ECHO_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename {} to {}: {}", from, to, std::strerror(errno));
+}
+
+}  // namespace
+
+void IndexedDatasetWriter::FileCloser::operator()(std::FILE* f) const {
+  if (f != nullptr) std::fclose(f);
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix) : prefix_(std::move(prefix)) {
+  ECHO_CHECK(!prefix_.empty(), "indexed dataset writer: empty path prefix");
+  const std::string path = bin_tmp_path(prefix_);
+  bin_.reset(std::fopen(path.c_str(), "wb"));
+  ECHO_CHECK(bin_ != nullptr, "{}: cannot create: {}", path, std::strerror(errno));
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() { discard(); }
+
+void IndexedDatasetWriter::discard() noexcept {
+  if (finalized_) return;
+  // Abandoned (or failed) writes leave nothing behind that a reader could mistake for data.
+  bin_.reset();
+  std::remove(bin_tmp_path(prefix_).c_str());
+  std::remove(idx_tmp_path(prefix_).c_str());
+  finalized_ = true;
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(IndexedDatasetWriter&& other) noexcept
+    : prefix_(std::move(other.prefix_)),
+      bin_(std::move(other.bin_)),
+      lengths_(std::move(other.lengths_)),
+      num_tokens_(std::exchange(other.num_tokens_, 0)),
+      finalized_(std::exchange(other.finalized_, true)) {}  // the moved-from writer owns no files
+
+IndexedDatasetWriter& IndexedDatasetWriter::operator=(IndexedDatasetWriter&& other) noexcept {
+  if (this != &other) {
+    discard();
+    prefix_ = std::move(other.prefix_);
+    bin_ = std::move(other.bin_);
+    lengths_ = std::move(other.lengths_);
+    num_tokens_ = std::exchange(other.num_tokens_, 0);
+    finalized_ = std::exchange(other.finalized_, true);
+  }
+  return *this;
+}
+
+void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  ECHO_CHECK(!finalized_, "{}: add_document after finalize", prefix_);
+  ECHO_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+             "{}: document {} has {} tokens; the MMIDIDX format stores lengths as int32", prefix_, lengths_.size(),
+             tokens.size());
+  write_bytes(bin_.get(), tokens.data(), tokens.size_bytes(), bin_tmp_path(prefix_));
+  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  num_tokens_ += tokens.size();
+}
+
+void IndexedDatasetWriter::finalize() {
+  ECHO_CHECK(!finalized_, "{}: finalize called twice", prefix_);
+  const std::string bin_tmp = bin_tmp_path(prefix_);
+  const std::string idx_tmp = idx_tmp_path(prefix_);
+  close_checked(bin_.release(), bin_tmp);
+
+  std::unique_ptr<std::FILE, FileCloser> idx(std::fopen(idx_tmp.c_str(), "wb"));
+  ECHO_CHECK(idx != nullptr, "{}: cannot create: {}", idx_tmp, std::strerror(errno));
+  const uint64_t num_sequences = lengths_.size();
+  write_bytes(idx.get(), mmidx::kMagic, mmidx::kMagicBytes, idx_tmp);
+  write_le<uint64_t>(idx.get(), mmidx::kVersion, idx_tmp);
+  write_le<uint8_t>(idx.get(), static_cast<uint8_t>(TokenDtype::kInt32), idx_tmp);
+  write_le<uint64_t>(idx.get(), num_sequences, idx_tmp);
+  write_le<uint64_t>(idx.get(), num_sequences + 1, idx_tmp);  // document indices: 0, 1, ..., S
+  write_bytes(idx.get(), lengths_.data(), lengths_.size() * sizeof(int32_t), idx_tmp);
+  int64_t pointer = 0;
+  write_i64_array(
+      idx.get(), lengths_.size(),
+      [&](size_t i) {
+        const int64_t p = pointer;
+        pointer += static_cast<int64_t>(lengths_[i]) * static_cast<int64_t>(sizeof(int32_t));
+        return p;
+      },
+      idx_tmp);
+  write_i64_array(
+      idx.get(), lengths_.size() + 1, [](size_t i) { return static_cast<int64_t>(i); }, idx_tmp);
+  close_checked(idx.release(), idx_tmp);
+
+  rename_checked(bin_tmp, prefix_ + ".bin");
+  rename_checked(idx_tmp, prefix_ + ".idx");
+  finalized_ = true;
+}
+
+}  // namespace echo::data

@@ -1,0 +1,37 @@
+// A read-only memory map of one whole file (RAII: munmap in the destructor; movable, not
+// copyable). The indexed dataset maps its .idx and .bin through it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace echo::data {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only. Throws echo::Error "<path>: no such file" when it is missing, and
+  // "<path>: ..." with the reason for any other failure (not a regular file, permission, mmap).
+  static MappedFile open(const std::string& path);
+
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  // NOTE: an empty file has size 0 and data() == nullptr (mmap cannot map zero bytes).
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void reset() noexcept;
+
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace echo::data

@@ -1,0 +1,593 @@
+// Checkpoint save / resume and Hugging Face weight loading (protocol in checkpoint.h).
+#include "train/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/mpi_check.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/checkpoint/shard_io.h"
+
+namespace echo::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kHfConfigFile = "config.json";
+constexpr const char* kCompleteFile = "COMPLETE";
+constexpr const char* kStateFormat = "echo-checkpoint";
+constexpr int kStateVersion = 1;
+constexpr std::string_view kStepPrefix = "step_";
+constexpr std::string_view kTmpSuffix = ".tmp";
+constexpr const char* kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
+
+std::string error_text(const std::exception& e) {
+  if (const auto* err = dynamic_cast<const Error*>(&e)) return err->message();
+  return e.what();
+}
+
+// Every rank of comm calls this with its own error ("" when fine). Returns "" on every rank when
+// no rank failed, else (on every rank) the message of the lowest failing rank.
+std::string agree(const dist::Communicator& comm, const std::string& local_error) {
+  const int size = comm.size();
+  int mine = local_error.empty() ? size : comm.rank();
+  int first = size;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm.get()));
+  if (first == size) return {};
+  std::string msg = comm.rank() == first ? local_error : std::string();
+  int len = static_cast<int>(msg.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm.get()));
+  msg.resize(static_cast<size_t>(len));
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm.get()));
+  if (size > 1) msg += fmt::format(" (reported by rank {} of {})", first, size);
+  return msg;
+}
+
+void throw_if(const std::string& error) {
+  if (!error.empty()) ECHO_FAIL("{}", error);
+}
+
+// ---- files ----------------------------------------------------------------------------------------
+
+void fsync_path(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_WRONLY) | O_CLOEXEC);
+  ECHO_CHECK(fd >= 0, "cannot open '{}' to sync it: {}", path.string(), std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const std::string err = ok ? "" : std::strerror(errno);
+  ::close(fd);
+  ECHO_CHECK(ok, "cannot sync '{}' to disk: {}", path.string(), err);
+}
+
+void write_file_synced(const fs::path& path, const std::string& text) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    ECHO_CHECK(out.good(), "cannot create '{}': {}", path.string(), std::strerror(errno));
+    out << text;
+    out.flush();
+    ECHO_CHECK(out.good(), "cannot write '{}': {}", path.string(), std::strerror(errno));
+  }
+  fsync_path(path, false);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ECHO_CHECK(in.good(), "cannot open '{}': {}", path.string(), std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The step of a "step_<digits>" directory name (nullopt for anything else, .tmp included).
+std::optional<int64_t> parse_step_dir(const std::string& name) {
+  if (name.size() <= kStepPrefix.size() || name.compare(0, kStepPrefix.size(), kStepPrefix) != 0) return std::nullopt;
+  const std::string digits = name.substr(kStepPrefix.size());
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoll(digits);
+}
+
+bool is_complete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / kCompleteFile, ec);
+}
+
+// ---- the model, as its parameters describe it -----------------------------------------------------
+
+struct ShapeSummary {
+  int64_t vocab = 0, hidden = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool tie_embeddings = true;
+};
+
+ShapeSummary summarize(const model::ParameterSet<float>& params) {
+  std::map<std::string, const model::ParamSpec*> by_name;
+  for (size_t i = 0; i < params.size(); ++i) by_name[params[i].spec->name] = params[i].spec;
+  auto need = [&](const std::string& name) -> const std::vector<int64_t>& {
+    const auto it = by_name.find(name);
+    ECHO_CHECK(it != by_name.end(), "the parameter set has no '{}': not a Qwen3 model", name);
+    return it->second->full_shape;
+  };
+  ShapeSummary s;
+  s.vocab = need("model.embed_tokens.weight")[0];
+  s.hidden = need("model.embed_tokens.weight")[1];
+  while (by_name.count(fmt::format("model.layers.{}.input_layernorm.weight", s.layers))) ++s.layers;
+  ECHO_CHECK(s.layers > 0, "the parameter set has no layers");
+  s.head_dim = need("model.layers.0.self_attn.q_norm.weight")[0];
+  s.heads = need("model.layers.0.self_attn.q_proj.weight")[0] / s.head_dim;
+  s.kv_heads = need("model.layers.0.self_attn.k_proj.weight")[0] / s.head_dim;
+  s.ffn = need("model.layers.0.mlp.gate_proj.weight")[0];
+  s.tie_embeddings = by_name.count("lm_head.weight") == 0;
+  return s;
+}
+
+nlohmann::json shape_json(const ShapeSummary& s) {
+  return {{"vocab_size", s.vocab},  {"hidden", s.hidden},
+          {"ffn", s.ffn},           {"layers", s.layers},
+          {"heads", s.heads},       {"kv_heads", s.kv_heads},
+          {"head_dim", s.head_dim}, {"tie_embeddings", s.tie_embeddings}};
+}
+
+// The effective config, or the defaults when the trainer passed none. A config that disagrees
+// with the parameters is a caller bug that would make config.json lie: refuse it.
+config::Config checked_config(const std::string& yaml, const ShapeSummary& s) {
+  if (yaml.empty()) return config::Config{};
+  config::Config cfg = config::parse_config(yaml, "<checkpoint config_yaml>");
+  const auto& m = cfg.model;
+  const bool same = m.padded_vocab() == s.vocab && m.hidden == s.hidden && m.ffn == s.ffn && m.layers == s.layers &&
+                    m.heads == s.heads && m.kv_heads == s.kv_heads && m.head_dim == s.head_dim &&
+                    m.tie_embeddings == s.tie_embeddings;
+  if (!same) {
+    const ShapeSummary c{m.padded_vocab(), m.hidden,   m.ffn,      m.layers,
+                         m.heads,          m.kv_heads, m.head_dim, m.tie_embeddings};
+    ECHO_FAIL("the checkpoint's config_yaml describes another model ({}) than the parameters ({})",
+              shape_json(c).dump(), shape_json(s).dump());
+  }
+  return cfg;
+}
+
+// A transformers Qwen3Config for the checkpoint, so Qwen3ForCausalLM.from_pretrained(dir) works.
+std::string hf_config_json(const ShapeSummary& s, const config::Config& cfg) {
+  nlohmann::ordered_json j = {{"architectures", {"Qwen3ForCausalLM"}},
+                              {"model_type", "qwen3"},
+                              {"vocab_size", s.vocab},
+                              {"hidden_size", s.hidden},
+                              {"intermediate_size", s.ffn},
+                              {"num_hidden_layers", s.layers},
+                              {"num_attention_heads", s.heads},
+                              {"num_key_value_heads", s.kv_heads},
+                              {"head_dim", s.head_dim},
+                              {"hidden_act", "silu"},
+                              {"max_position_embeddings", cfg.data.seq_len},
+                              {"rms_norm_eps", cfg.model.norm_eps},
+                              {"rope_theta", cfg.model.rope_base},
+                              {"rope_scaling", nullptr},
+                              {"attention_bias", false},
+                              {"attention_dropout", 0.0},
+                              {"initializer_range", cfg.model.init_std},
+                              {"tie_word_embeddings", s.tie_embeddings},
+                              {"torch_dtype", "float32"},
+                              {"use_cache", true}};
+  return j.dump(2) + "\n";
+}
+
+// Each parameter's shard must be its share of the full tensor at this tp.
+void check_shards(const model::ParameterSet<float>& params, const AdamW* opt, int tp) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    ECHO_CHECK(
+        static_cast<int64_t>(p.value.size()) == p.spec->local_numel(tp),
+        "parameter '{}' holds {} elements, but its shard {} at tp = {} has {} (parameters built for another tp?)",
+        p.spec->name, p.value.size(), format_shape(p.spec->local_shape(tp)), tp, p.spec->local_numel(tp));
+  }
+  if (opt == nullptr) return;
+  ECHO_CHECK(opt->exp_avg().size() == params.size() && opt->exp_avg_sq().size() == params.size(),
+             "the optimizer holds moments for {} parameters, the model has {}", opt->exp_avg().size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    ECHO_CHECK(
+        opt->exp_avg()[i].size() == params[i].value.size() && opt->exp_avg_sq()[i].size() == params[i].value.size(),
+        "the optimizer moments of '{}' hold {} / {} elements, the parameter {}", params[i].spec->name,
+        opt->exp_avg()[i].size(), opt->exp_avg_sq()[i].size(), params[i].value.size());
+}
+
+// ---- reading tensors into shards ------------------------------------------------------------------
+
+// One destination: the full tensor `name` of spec's shape, read into `out` (this rank's shard).
+struct Target {
+  std::string name;
+  const model::ParamSpec* spec;
+  std::span<float> out;
+};
+
+using TensorFiles = std::map<std::string, const SafetensorsFile*>;  // tensor name -> file holding it
+
+bool converts_to_f32(StDtype d) {
+  return d == StDtype::f32 || d == StDtype::bf16 || d == StDtype::f16 || d == StDtype::f64;
+}
+
+// Checks that every target is present with its shape and a float dtype and that the files hold
+// nothing else (except names in `ignored`); throws naming the first problem and counting the rest.
+void check_targets(const TensorFiles& files, const std::vector<Target>& targets, const std::set<std::string>& ignored,
+                   const std::string& source) {
+  std::vector<std::string> problems;
+  std::set<std::string> expected;
+  for (const auto& t : targets) {
+    expected.insert(t.name);
+    const auto it = files.find(t.name);
+    if (it == files.end()) {
+      problems.push_back(fmt::format("'{}' has no tensor '{}' (the model expects shape {})", source, t.name,
+                                     format_shape(t.spec->full_shape)));
+      continue;
+    }
+    const StTensorInfo& info = it->second->info(t.name);
+    if (info.shape != t.spec->full_shape)
+      problems.push_back(fmt::format("'{}': tensor '{}' has shape {} but the model expects {}", it->second->path(),
+                                     t.name, format_shape(info.shape), format_shape(t.spec->full_shape)));
+    else if (!converts_to_f32(info.dtype))
+      problems.push_back(fmt::format("'{}': tensor '{}' is {}, not a floating dtype", it->second->path(), t.name,
+                                     st_dtype_name(info.dtype)));
+  }
+  for (const auto& [name, file] : files)
+    if (!expected.count(name) && !ignored.count(name))
+      problems.push_back(
+          fmt::format("'{}' holds tensor '{}' {} that the model does not have (a checkpoint of another "
+                      "model: layer count or tie_embeddings differ?)",
+                      file->path(), name, format_shape(file->info(name).shape)));
+  if (problems.empty()) return;
+  std::string msg = problems.front();
+  if (problems.size() > 1) msg += fmt::format(" (and {} more problems)", problems.size() - 1);
+  ECHO_FAIL("{}", msg);
+}
+
+void read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
+  for (const auto& t : targets) read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+}
+
+TensorFiles index_of(const SafetensorsFile& file) {
+  TensorFiles out;
+  for (const auto& name : file.names()) out[name] = &file;
+  return out;
+}
+
+std::vector<Target> param_targets(model::ParameterSet<float>& params) {
+  std::vector<Target> out;
+  for (size_t i = 0; i < params.size(); ++i) out.push_back({params[i].spec->name, params[i].spec, params[i].value});
+  return out;
+}
+
+CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
+  const std::string text = read_text(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+    ECHO_CHECK(j.is_object() && j.value("format", "") == kStateFormat, "not an echo trainer state");
+    ECHO_CHECK(j.at("version").get<int>() == kStateVersion, "version {} is not {}", j.at("version").dump(),
+               kStateVersion);
+    CheckpointMeta meta;
+    meta.step = j.at("step").get<int64_t>();
+    meta.data_position = j.at("data_position").get<uint64_t>();
+    meta.seed = j.at("seed").get<uint64_t>();
+    meta.tp = j.at("tp").get<int>();
+    meta.dp = j.at("dp").get<int>();
+    meta.config_yaml = j.at("config_yaml").get<std::string>();
+    optimizer_step = j.at("optimizer_step").get<int64_t>();
+    return meta;
+  } catch (const nlohmann::json::exception& e) {
+    ECHO_FAIL("trainer state '{}' is malformed: {}", path.string(), e.what());
+  } catch (const Error& e) {
+    ECHO_FAIL("trainer state '{}' is malformed: {}", path.string(), e.message());
+  }
+}
+
+// Removes stale .tmp / incomplete checkpoints and all but the newest keep_last complete ones
+// (never `current`). Best effort: a failure is a warning, the new checkpoint is already complete.
+void prune(const fs::path& root, const fs::path& current, int keep_last) {
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory(ec) || entry.path() == current) continue;
+    const bool tmp = name.size() > kTmpSuffix.size() && name.ends_with(kTmpSuffix);
+    const auto step = parse_step_dir(tmp ? name.substr(0, name.size() - kTmpSuffix.size()) : name);
+    if (!step) continue;
+    if (tmp || !is_complete(entry.path()))
+      stale.push_back(entry.path());
+    else
+      complete.emplace_back(*step, entry.path());
+  }
+  std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // The current checkpoint counts as one of the kept ones.
+  for (size_t i = static_cast<size_t>(std::max(keep_last - 1, 0)); i < complete.size(); ++i)
+    stale.push_back(complete[i].second);
+  for (const auto& dir : stale) {
+    fs::remove_all(dir, ec);
+    if (ec) ECHO_WARN("train", "could not remove old checkpoint '{}': {}", dir.string(), ec.message());
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / fmt::format("{}{:08d}", kStepPrefix, step)).string();
+}
+
+void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float>& params, const AdamW& opt,
+                     const CheckpointMeta& meta, const dist::World& world, int keep_last) {
+  // Preconditions, identical on every rank: failing here needs no agreement.
+  ECHO_CHECK(keep_last >= 1, "keep_last = {} must be >= 1", keep_last);
+  ECHO_CHECK(meta.step >= 0, "checkpoint step {} must be >= 0", meta.step);
+  ECHO_CHECK(!run_dir.empty(), "the run directory is empty");
+  const dist::Layout& layout = world.layout;
+  check_shards(params, &opt, layout.tp);
+  const ShapeSummary shape = summarize(params);
+  const config::Config cfg = checked_config(meta.config_yaml, shape);
+
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const fs::path final_dir = checkpoint_dir(run_dir, meta.step);
+  const fs::path tmp_dir = final_dir.string() + std::string(kTmpSuffix);
+  const bool writer = layout.rank == 0;  // tp_rank 0 of dp_rank 0
+  std::string error;
+
+  std::optional<SafetensorsWriter> model_out, opt_out;
+  if (writer) {
+    try {
+      fs::create_directories(root);
+      fs::remove_all(tmp_dir);
+      fs::create_directory(tmp_dir);
+      std::vector<StTensorSpec> model_specs, opt_specs;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto& spec = *params[i].spec;
+        model_specs.push_back({spec.name, StDtype::f32, spec.full_shape});
+        for (const char* suffix : kMomentSuffix)
+          opt_specs.push_back({spec.name + suffix, StDtype::f32, spec.full_shape});
+      }
+      model_out.emplace((tmp_dir / kModelFile).string(), model_specs, StMetadata{{"format", "pt"}});
+      opt_out.emplace((tmp_dir / kOptimizerFile).string(), opt_specs, StMetadata{{"format", "pt"}});
+    } catch (const std::exception& e) {
+      error = fmt::format("cannot start checkpoint '{}': {}", tmp_dir.string(), error_text(e));
+    }
+  }
+
+  // DP replicas are identical: only dp_rank 0 gathers. The writer keeps taking part in every
+  // gather after a write error (the sink swallows it) so no TP peer is left waiting.
+  if (layout.dp_rank == 0) {
+    auto sink_into = [&](std::optional<SafetensorsWriter>& out, size_t tensor_idx) -> PieceSink {
+      return [&out, tensor_idx, &error](int64_t offset, std::span<const float> values) {
+        if (!error.empty()) return;
+        try {
+          out->write(tensor_idx, offset, values);
+        } catch (const std::exception& e) {
+          error = error_text(e);
+        }
+      };
+    };
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& spec = *params[i].spec;
+      gather_full_tensor(spec, params[i].value, world.tp, sink_into(model_out, i));
+      gather_full_tensor(spec, opt.exp_avg()[i], world.tp, sink_into(opt_out, 2 * i));
+      gather_full_tensor(spec, opt.exp_avg_sq()[i], world.tp, sink_into(opt_out, 2 * i + 1));
+    }
+  }
+
+  if (writer && error.empty()) {
+    try {
+      model_out->close();
+      opt_out->close();
+      nlohmann::ordered_json state = {{"format", kStateFormat},
+                                      {"version", kStateVersion},
+                                      {"step", meta.step},
+                                      {"data_position", meta.data_position},
+                                      {"seed", meta.seed},
+                                      {"tp", layout.tp},
+                                      {"dp", layout.dp},
+                                      {"optimizer_step", opt.step_count()},
+                                      {"model", shape_json(shape)},
+                                      {"config_yaml", meta.config_yaml}};
+      write_file_synced(tmp_dir / kStateFile, state.dump(2) + "\n");
+      write_file_synced(tmp_dir / kHfConfigFile, hf_config_json(shape, cfg));
+      fsync_path(tmp_dir, true);
+    } catch (const std::exception& e) {
+      error = fmt::format("cannot write checkpoint '{}': {}", tmp_dir.string(), error_text(e));
+    }
+  }
+  model_out.reset();
+  opt_out.reset();
+
+  // Barrier 1: every file of the checkpoint is on disk in the .tmp directory.
+  std::string agreed = agree(world.world, error);
+  if (!agreed.empty()) {
+    if (writer) {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+    }
+    throw_if(agreed);
+  }
+
+  if (writer) {
+    try {
+      fs::remove_all(final_dir);  // an older save of the same step (after a resume)
+      fs::rename(tmp_dir, final_dir);
+      fsync_path(root, true);
+      write_file_synced(final_dir / kCompleteFile, fmt::format("step {}\n", meta.step));
+      fsync_path(final_dir, true);
+      prune(root, final_dir, keep_last);
+      ECHO_INFO("train", "saved checkpoint of step {} to {}", meta.step, final_dir.string());
+    } catch (const std::exception& e) {
+      error = fmt::format("cannot complete checkpoint '{}': {}", final_dir.string(), error_text(e));
+    }
+  }
+  // Barrier 2: the checkpoint is complete (visible to latest_checkpoint) when any rank returns.
+  throw_if(agree(world.world, error));
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  std::optional<std::pair<int64_t, fs::path>> best;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const auto step = parse_step_dir(entry.path().filename().string());
+    if (!step || !is_complete(entry.path())) continue;
+    if (!best || *step > best->first) best.emplace(*step, entry.path());
+  }
+  if (!best) return std::nullopt;
+  return best->second.string();
+}
+
+CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
+                               const dist::World& world) {
+  const int tp = world.layout.tp, tp_rank = world.layout.tp_rank;
+  const fs::path dir(ckpt_dir);
+  std::string error;
+  CheckpointMeta meta;
+  int64_t optimizer_step = 0;
+  std::optional<SafetensorsFile> model_file, opt_file;
+  TensorFiles model_index, opt_index;
+  std::vector<Target> model_targets, opt_targets;
+  try {
+    ECHO_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", ckpt_dir);
+    ECHO_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
+               kCompleteFile);
+    check_shards(params, opt, tp);
+    meta = parse_state(dir / kStateFile, optimizer_step);
+    model_file.emplace((dir / kModelFile).string());
+    model_index = index_of(*model_file);
+    model_targets = param_targets(params);
+    check_targets(model_index, model_targets, {}, model_file->path());
+    if (opt != nullptr) {
+      opt_file.emplace((dir / kOptimizerFile).string());
+      opt_index = index_of(*opt_file);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto& spec = *params[i].spec;
+        opt_targets.push_back({spec.name + kMomentSuffix[0], &spec, opt->exp_avg()[i]});
+        opt_targets.push_back({spec.name + kMomentSuffix[1], &spec, opt->exp_avg_sq()[i]});
+      }
+      check_targets(opt_index, opt_targets, {}, opt_file->path());
+    }
+  } catch (const std::exception& e) {
+    error = fmt::format("cannot load checkpoint: {}", error_text(e));
+  }
+  throw_if(agree(world.world, error));
+
+  read_targets(model_index, model_targets, tp, tp_rank);
+  if (opt != nullptr) {
+    read_targets(opt_index, opt_targets, tp, tp_rank);
+    opt->set_step_count(optimizer_step);
+  }
+  ECHO_INFO("train", "loaded checkpoint of step {} (written at tp = {}, dp = {}) from {}", meta.step, meta.tp, meta.dp,
+            ckpt_dir);
+  return meta;
+}
+
+// ---- Hugging Face weights ---------------------------------------------------------------------------
+
+namespace {
+
+// The files of a Hugging Face checkpoint and which tensor lives in which.
+struct HfCheckpoint {
+  std::string source;  // for messages
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  TensorFiles tensors;
+};
+
+HfCheckpoint open_hf(const std::string& path) {
+  HfCheckpoint ck;
+  fs::path p(path);
+  if (fs::is_directory(p)) {
+    if (fs::exists(p / "model.safetensors.index.json"))
+      p /= "model.safetensors.index.json";
+    else if (fs::exists(p / "model.safetensors"))
+      p /= "model.safetensors";
+    else
+      ECHO_FAIL("'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
+  }
+  ck.source = p.string();
+  if (p.extension() != ".json") {
+    ck.files.push_back(std::make_unique<SafetensorsFile>(p.string()));
+    ck.tensors = index_of(*ck.files.back());
+    return ck;
+  }
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(read_text(p));
+  } catch (const nlohmann::json::exception& e) {
+    ECHO_FAIL("safetensors index '{}' is not valid JSON: {}", p.string(), e.what());
+  }
+  ECHO_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+             "safetensors index '{}' has no 'weight_map' object", p.string());
+  std::map<std::string, const SafetensorsFile*> by_file;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    ECHO_CHECK(file.is_string(), "safetensors index '{}': weight_map entry '{}' is not a file name", p.string(), name);
+    const std::string rel = file.get<std::string>();
+    auto it = by_file.find(rel);
+    if (it == by_file.end()) {
+      ck.files.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / rel).string()));
+      it = by_file.emplace(rel, ck.files.back().get()).first;
+    }
+    ECHO_CHECK(it->second->contains(name), "safetensors index '{}' maps tensor '{}' to '{}', which does not hold it",
+               p.string(), name, it->second->path());
+    ck.tensors[name] = it->second;
+  }
+  return ck;
+}
+
+void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp, int tp_rank,
+             const dist::Communicator* comm) {
+  std::string error;
+  HfCheckpoint ck;
+  std::vector<Target> targets;
+  try {
+    check_shards(params, nullptr, tp);
+    ck = open_hf(path);
+    targets = param_targets(params);
+    const bool tied = summarize(params).tie_embeddings;
+    ECHO_CHECK(tied || ck.tensors.count("lm_head.weight"),
+               "'{}' has no lm_head.weight but the model has tie_embeddings = false (a tied checkpoint? set "
+               "model.tie_embeddings: true)",
+               ck.source);
+    // Harmless extras: a tied lm_head (transformers ignores it too) and old RoPE buffers.
+    std::set<std::string> ignored;
+    for (const auto& [name, file] : ck.tensors)
+      if ((tied && name == "lm_head.weight") || name.ends_with("rotary_emb.inv_freq")) ignored.insert(name);
+    check_targets(ck.tensors, targets, ignored, ck.source);
+    if (tied && ck.tensors.count("lm_head.weight"))
+      ECHO_WARN("train", "'{}' has lm_head.weight but the model ties it to the embedding: ignored", ck.source);
+  } catch (const std::exception& e) {
+    error = fmt::format("cannot load Hugging Face weights: {}", error_text(e));
+  }
+  throw_if(comm ? agree(*comm, error) : error);
+  read_targets(ck.tensors, targets, tp, tp_rank);
+  ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
+}
+
+}  // namespace
+
+void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world) {
+  load_hf(path, params, world.layout.tp, world.layout.tp_rank, &world.world);
+}
+
+void load_hf_weights(const std::string& path, model::ParameterSet<float>& params) {
+  load_hf(path, params, 1, 0, nullptr);
+}
+
+}  // namespace echo::train

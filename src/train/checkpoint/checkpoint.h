@@ -1,0 +1,88 @@
+// Training checkpoints (ARCHITECTURE.md §7): full, Hugging Face-named fp32 tensors gathered from
+// the TP shards, the AdamW moments, and the trainer state, written atomically; loaded into any
+// tp × dp layout. Also the initialisation from a Hugging Face Qwen3 checkpoint.
+//
+// Layout of <run_dir>/checkpoints/step_<8 digits>/:
+//   model.safetensors      every parameter, full tensor, F32, HF name; __metadata__ {"format":"pt"};
+//                          a tied lm_head is not written (HF tie_word_embeddings)
+//   optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", full tensors, F32
+//   trainer_state.json     step, data_position, seed, tp, dp, optimizer_step, model shape, config_yaml
+//   config.json            a Hugging Face Qwen3Config, so Qwen3ForCausalLM.from_pretrained(dir) loads
+//   COMPLETE               written last; a directory without it is never resumed
+//
+// Atomicity: everything is written into step_<N>.tmp, synced, then (after the world agrees that
+// the write succeeded) renamed to step_<N> and the COMPLETE marker is written and synced. A crash
+// at any point leaves either a .tmp directory or a directory without COMPLETE, both ignored by
+// latest_checkpoint and refused by load_checkpoint, and removed by the next successful save.
+//
+// Failure handling: errors are agreed over the world communicator (an all-reduce of a flag and a
+// broadcast of the first failing rank's message), so a failure on one rank (a full disk on the
+// writer, a bad tensor on a reader) throws the same echo::Error on every rank instead of leaving
+// the others waiting in a collective.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dist/world.h"
+#include "model/parameters.h"
+#include "train/adamw.h"
+
+namespace echo::train {
+
+struct CheckpointMeta {
+  int64_t step = 0;            // training steps completed
+  uint64_t data_position = 0;  // the data loader's position to resume from
+  uint64_t seed = 0;
+  int tp = 1, dp = 1;       // the layout that wrote it (informational: loading takes any layout)
+  std::string config_yaml;  // the effective config (config::to_yaml); may be empty
+};
+
+// "<run_dir>/checkpoints/step_00000042"
+std::string checkpoint_dir(const std::string& run_dir, int64_t step);
+
+// Writes the checkpoint of `meta.step` as described above and keeps only the newest `keep_last`
+// (>= 1) complete checkpoints by step, never deleting the one just written; stale .tmp and
+// incomplete directories are removed too. An existing complete checkpoint of the same step is
+// replaced. Collective over world.world: the dp_rank 0 ranks gather over world.tp (MPI_Gather,
+// one chunk of rows at a time, so memory stays bounded), world rank 0 (tp_rank 0 of dp_rank 0)
+// writes; then two agreements on world (each an MPI_Allreduce, plus an MPI_Bcast of the message
+// on failure). When it returns on any rank, the checkpoint is complete on disk.
+// trainer_state.json records world.layout's tp and dp (meta.tp / meta.dp are not used here).
+// Preconditions (checked on every rank before any collective): params and opt are this rank's
+// shards for world.layout.tp; meta.config_yaml, when not empty, parses and describes the same
+// model as params (config.json takes rope_theta, rms_norm_eps and max_position_embeddings = the
+// data.seq_len from it; the config defaults when empty).
+void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float>& params, const AdamW& opt,
+                     const CheckpointMeta& meta, const dist::World& world, int keep_last);
+
+// The newest (highest step) complete checkpoint directory under run_dir/checkpoints, or nullopt.
+// Not collective: reads the directory of the calling rank. NOTE: every rank must see the same
+// file system for a resume to agree; where that is not certain, call it on rank 0 and broadcast.
+std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// Loads a checkpoint written by save_checkpoint into this rank's shards, whatever tp and dp wrote
+// it: every rank maps the full tensors and takes its shard by ParamSpec::global_index. With
+// opt != nullptr also the moments and the optimizer step count. Refuses, on every rank, a
+// directory without COMPLETE, a missing tensor, an unexpected one (a tied/untied or layer-count
+// mismatch) or a shape that differs from the model, naming the tensor and both shapes; nothing
+// is modified unless every rank validated everything. Collective over world.world (one
+// agreement after validation). Returns the stored meta.
+CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
+                               const dist::World& world);
+
+// Initialises the weights from a Hugging Face Qwen3 checkpoint: `path` is a .safetensors file,
+// a model.safetensors.index.json (weight_map over shard files), or a directory holding either.
+// F32, BF16, F16 (and F64) tensors are converted to fp32. A tied model (tie_embeddings) may lack
+// lm_head.weight, and one present is ignored, as transformers does; an untied model whose files
+// have no lm_head.weight is an error. Missing tensors, shape mismatches and unexpected tensors
+// (other than rotary_emb.inv_freq buffers) are refused on every rank, naming the tensor and both
+// shapes; nothing is modified then. Collective over world.world (one agreement).
+void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world);
+
+// Single-process form for a parameter set built with tp = 1 (tools, tests); not collective.
+// Throws when a parameter is sharded (its rank is unknown here: use the World overload).
+void load_hf_weights(const std::string& path, model::ParameterSet<float>& params);
+
+}  // namespace echo::train

@@ -1,0 +1,215 @@
+// Trainer: setup (run dir, model, data, resume) and the step loop.
+#include "train/trainer.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "comm/echo/echo_all_reduce.h"
+#include "comm/make_all_reduce.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/mpi_check.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/stop_signal.h"
+
+namespace echo::train {
+
+namespace {
+
+double mean_over(const dist::Communicator& comm, double value) {
+  // Gathered and summed in rank order so every rank reports the same bits.
+  std::vector<double> all(static_cast<size_t>(comm.size()));
+  MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm.get()));
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum / comm.size();
+}
+
+// Nodes in the job (ranks sharing memory form one node): the MFU peak is per node.
+int count_nodes(const dist::Communicator& world) {
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(world.get(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local));
+  int local_rank = 0;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_free(&local);
+  int leader = local_rank == 0 ? 1 : 0, nodes = 0;
+  MPI_CHECK(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, world.get()));
+  return nodes;
+}
+
+int64_t count_parameters(const model::Qwen3Plan& plan) {
+  int64_t n = 0;
+  for (const auto& p : plan.params) {
+    int64_t e = 1;
+    for (int64_t d : p.full_shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+}  // namespace
+
+Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode)
+    : cfg_(cfg), world_(world), grad_sync_(world) {
+  auto logger = log::get("train");
+  const auto& L = world.layout;
+  ECHO_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
+             L.tp);
+  const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
+  if (L.rank == 0) config::write_effective_config(cfg, cfg.run.out_dir + "/config.yaml");
+
+  shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
+  blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
+  edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
+  tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
+  model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_);
+  num_params_ = count_parameters(model_->plan());
+  model_->init_weights(cfg.run.seed);
+  if (!cfg.run.init_from.empty()) load_hf_weights(cfg.run.init_from, model_->params(), world);
+  optimizer_ = std::make_unique<AdamW>(model_->params());
+
+  const int per_step = cfg.train.micro_batch * L.dp;
+  num_micro_ = cfg.train.global_batch / per_step;
+  train_data_.emplace(data::IndexedDataset::open(cfg.data.train));
+  data::check_token_range(*train_data_, shape_.vocab, cfg.data.train);
+  const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
+  train_loader_.emplace(*train_data_, opts);
+  if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
+    valid_data_.emplace(data::IndexedDataset::open(cfg.data.valid));
+    data::check_token_range(*valid_data_, shape_.vocab, cfg.data.valid);
+    valid_loader_.emplace(*valid_data_, opts);
+  }
+
+  if (mode == RunDirMode::resume && has_run) {
+    if (auto ckpt = latest_checkpoint(cfg.run.out_dir)) {
+      const CheckpointMeta meta = load_checkpoint(*ckpt, model_->params(), optimizer_.get(), world);
+      start_step_ = meta.step;
+      logger->info("resumed from {} at step {}", *ckpt, start_step_);
+    } else {
+      logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
+    }
+  }
+  if (L.rank == 0) metrics_ = MetricsLog(cfg.run.out_dir + "/metrics.jsonl", start_step_ > 0);
+  peak_ = cpu_peak();
+  logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
+            num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, blocks_->name(), num_micro_, cfg.train.micro_batch,
+            cfg.data.seq_len);
+  logger->info("MFU is measured against the {}", peak_.description);
+}
+
+double Trainer::train_step(int64_t step, bool telemetry) {
+  auto* echo = dynamic_cast<comm::EchoAllReduce*>(blocks_.get());
+  if (echo) echo->set_telemetry(telemetry);
+  auto& params = model_->params();
+  params.zero_grads();
+  double loss = 0;
+  const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
+  for (int micro = 0; micro < num_micro_; ++micro) {
+    train_loader_->micro_batch(static_cast<uint64_t>(step), micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
+    const model::Batch batch{tokens_.data(), targets_.data(), mb, seq};
+    loss += model_->forward_backward(batch, 1.0f / static_cast<float>(num_micro_)) / num_micro_;
+  }
+  return mean_over(world_.dp, loss);
+}
+
+double Trainer::evaluate() {
+  if (!valid_loader_) return NAN;
+  const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
+  double loss = 0;
+  for (int b = 0; b < cfg_.train.eval_batches; ++b) {
+    valid_loader_->micro_batch(static_cast<uint64_t>(b), 0, static_cast<int>(mb), 1, tokens_, targets_);
+    loss += model_->forward({tokens_.data(), targets_.data(), mb, seq}, false) / cfg_.train.eval_batches;
+  }
+  return mean_over(world_.dp, loss);
+}
+
+void Trainer::save(int64_t steps_done) {
+  CheckpointMeta meta;
+  meta.step = steps_done;
+  meta.data_position = static_cast<uint64_t>(steps_done);
+  meta.seed = cfg_.run.seed;
+  meta.tp = world_.layout.tp;
+  meta.dp = world_.layout.dp;
+  meta.config_yaml = config::to_yaml(cfg_);
+  save_checkpoint(cfg_.run.out_dir, model_->params(), *optimizer_, meta, world_, cfg_.train.keep_checkpoints);
+}
+
+void Trainer::log_telemetry(int64_t step) {
+  auto* echo = dynamic_cast<comm::EchoAllReduce*>(blocks_.get());
+  if (!echo) return;
+  for (auto dir : {comm::Direction::forward, comm::Direction::backward})
+    for (const auto& t : echo->telemetry(dir)) metrics_.raw(comm::to_json_line(t, step));
+}
+
+TrainResult Trainer::run(int64_t stop_after) {
+  auto logger = log::get("train");
+  StopSignal stop;
+  TrainResult result;
+  result.steps_done = start_step_;
+  const int64_t total = cfg_.train.steps;
+  const double tokens_per_step = static_cast<double>(cfg_.train.global_batch) * cfg_.data.seq_len;
+  const double flops_per_step = flops_per_token(shape_, num_params_, cfg_.data.seq_len) * tokens_per_step;
+  const double peak = peak_.flops_per_s * count_nodes(world_.world);
+  double elapsed = 0;
+  for (int64_t step = start_step_; step < total; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int interval = cfg_.comm.telemetry_interval;
+    const bool telemetry = interval > 0 && (step + 1) % interval == 0;
+    double loss = 0;
+    try {
+      loss = train_step(step, telemetry);
+    } catch (const Error& e) {
+      // Name the step: the all-reduce knows its site, only the loop knows the step.
+      ECHO_FAIL("at step {}: {}; the last good checkpoint is kept", step + 1, e.message());
+    }
+    ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; the last good checkpoint is kept", loss,
+               step + 1);
+    grad_sync_.average_over_dp(model_->params());
+    const double norm = grad_sync_.global_norm(model_->params());
+    ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; the last good checkpoint is kept", step + 1);
+    clip_gradients(model_->params(), norm, cfg_.optim.grad_clip);
+    const double lr = learning_rate(cfg_.optim, cfg_.schedule, step, total);
+    optimizer_->step(model_->params(), lr, cfg_.optim);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    elapsed += secs;
+    result.steps_done = step + 1;
+    result.last_loss = loss;
+
+    StepMetrics m{step + 1, loss, lr, norm, tokens_per_step / secs, secs * 1e3,
+                  flops_per_step / secs / peak};
+    if (world_.layout.rank == 0) {
+      if (cfg_.train.log_interval > 0 && (step + 1) % cfg_.train.log_interval == 0) {
+        const double eta = elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total - step - 1);
+        logger->info("{}", progress_line(m, total, eta));
+      }
+      metrics_.step(m);
+      if (telemetry) log_telemetry(step + 1);
+    }
+    if (cfg_.train.eval_interval > 0 && (step + 1) % cfg_.train.eval_interval == 0 && valid_loader_) {
+      const double val = evaluate();
+      if (world_.layout.rank == 0) {
+        metrics_.eval(step + 1, val);
+        logger->info("step {:>6}/{} | val_loss {:.4f}", step + 1, total, val);
+      }
+    }
+    const bool last = step + 1 == total;
+    const bool periodic = cfg_.train.checkpoint_interval > 0 && (step + 1) % cfg_.train.checkpoint_interval == 0;
+    if (stop.requested(world_.world) || (stop_after > 0 && step + 1 - start_step_ >= stop_after && !last)) {
+      save(step + 1);
+      if (stop.received() != 0)
+        logger->warn("stopping at step {} on signal {}; checkpoint saved", step + 1, stop.received());
+      else
+        logger->info("stopping at step {} as asked; checkpoint saved", step + 1);
+      result.stopped_by_signal = true;
+      return result;
+    }
+    if (periodic || (last && cfg_.train.checkpoint_interval > 0)) save(step + 1);
+  }
+  return result;
+}
+
+}  // namespace echo::train

@@ -1,0 +1,59 @@
+// The training loop (ARCHITECTURE.md §7): data -> micro-batches -> forward/backward with the
+// configured TP all-reduce -> DP average -> global-norm clip -> AdamW -> metrics, eval and
+// checkpoints, resumable bit for bit, stoppable by SIGTERM/SIGINT.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "comm/all_reduce.h"
+#include "core/config/config.h"
+#include "data/data_loader.h"
+#include "data/indexed_dataset.h"
+#include "dist/world.h"
+#include "model/qwen3_model.h"
+#include "train/adamw.h"
+#include "train/gradients.h"
+#include "train/metrics.h"
+#include "train/run_dir.h"
+
+namespace echo::train {
+
+struct TrainResult {
+  int64_t steps_done = 0;      // optimizer steps completed, counting those before a resume
+  double last_loss = 0;
+  bool stopped_by_signal = false;
+};
+
+class Trainer {
+ public:
+  Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode);
+  // Trains to train.steps, or stops (with a checkpoint) after stop_after steps of this
+  // process's run when stop_after > 0, as a SIGTERM would.
+  TrainResult run(int64_t stop_after = 0);
+
+ private:
+  double train_step(int64_t step, bool telemetry);
+  double evaluate();
+  void save(int64_t steps_done);
+  void log_telemetry(int64_t step);
+
+  config::Config cfg_;
+  const dist::World& world_;
+  model::ModelShape shape_;
+  std::unique_ptr<comm::AllReduce> blocks_, edge_;
+  std::unique_ptr<model::CommTpOps> tp_ops_;
+  std::unique_ptr<model::Qwen3Model<float>> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  GradientSync grad_sync_;
+  std::optional<data::IndexedDataset> train_data_, valid_data_;
+  std::optional<data::DataLoader> train_loader_, valid_loader_;
+  MetricsLog metrics_;
+  DevicePeak peak_;
+  int num_micro_ = 1;
+  int64_t start_step_ = 0;
+  int64_t num_params_ = 0;
+  std::vector<int32_t> tokens_, targets_;
+};
+
+}  // namespace echo::train

@@ -1,0 +1,84 @@
+// Helpers shared by the data tests: a scratch directory per test, raw file bytes, and the message
+// of the echo::Error a call throws.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+
+namespace echo::data::testing {
+
+namespace fs = std::filesystem;
+
+// A fresh directory named after the running test, removed on destruction.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() / (std::string("echo_data_") + info->test_suite_name() + "_" + info->name() +
+                                         "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string prefix(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The message of the echo::Error that `f` throws, or a marker that fails every HasSubstr.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const echo::Error& e) {
+    return e.message();
+  }
+  return "<no echo::Error thrown>";
+}
+
+// Documents with the given lengths and ids uniform in [lo, hi).
+inline std::vector<std::vector<int32_t>> random_documents(const std::vector<size_t>& lengths, int32_t lo, int32_t hi,
+                                                          uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int32_t> id(lo, hi - 1);
+  std::vector<std::vector<int32_t>> docs;
+  for (size_t n : lengths) {
+    std::vector<int32_t> d(n);
+    for (auto& t : d) t = id(gen);
+    docs.push_back(std::move(d));
+  }
+  return docs;
+}
+
+inline void write_dataset(const std::string& prefix, const std::vector<std::vector<int32_t>>& docs) {
+  IndexedDatasetWriter writer(prefix);
+  for (const auto& d : docs) writer.add_document(d);
+  writer.finalize();
+}
+
+}  // namespace echo::data::testing

@@ -1,0 +1,561 @@
+// Checkpoints over MPI (2 and 4 ranks) with a tiny Qwen3 and random values: a checkpoint saved at
+// any tp × dp holds the full tensors and loads back bit for bit at tp = 1 (each rank alone), 2 and
+// the world size; moments and the optimizer step round trip; a resumed step equals the original
+// step bitwise; incomplete checkpoints are never picked; keep_last prunes; mismatched models and a
+// failing writer are refused on every rank; Hugging Face weights load from one file, from a
+// sharded index and from BF16.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "../model/model_test_util.h"
+#include "../support/test_data.h"
+#include "core/half.h"
+#include "dist/world.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/checkpoint/shard_io.h"
+
+namespace echo::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// heads, kv_heads, ffn and the padded vocab (64) divide by 1, 2 and 4.
+config::ModelConfig ckpt_config(bool tied = false, int hidden = 32) {
+  config::ModelConfig c = model::testing::tiny_config(2, 8, 4);
+  c.hidden = hidden;
+  c.ffn = 48;
+  c.vocab_size = 60;
+  c.vocab_pad_multiple = 16;
+  c.tie_embeddings = tied;
+  c.init_std = 0.1;
+  return c;
+}
+
+std::string config_yaml(const config::ModelConfig& m, int tp) {
+  config::Config c;
+  c.model = m;
+  c.parallel.tp = tp;
+  c.data.seq_len = 16;
+  return config::to_yaml(c);
+}
+
+// A fresh directory under /tmp shared by all ranks (rank 0 creates it), removed at the end.
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char buf[256] = {};
+    if (world_rank() == 0) {
+      char tmpl[] = "/tmp/echo_checkpoint_test_XXXXXX";
+      ASSERT_NE(mkdtemp(tmpl), nullptr);
+      std::strncpy(buf, tmpl, sizeof buf - 1);
+    }
+    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+    dir_ = buf;
+  }
+  void TearDown() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(dir_);
+  }
+  std::string sub(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+  std::string dir_;
+};
+
+// One rank's model state, built in place (ParameterSet keeps pointers to the shape and plan).
+struct Shard {
+  model::ModelShape shape;
+  model::Qwen3Plan plan;
+  model::ParameterSet<float> params;
+  AdamW opt;
+  Shard(const config::ModelConfig& cfg, int tp, int tp_rank)
+      : shape(model::make_model_shape(cfg, tp, tp_rank)),
+        plan(model::make_qwen3_plan(shape)),
+        params(plan, shape),
+        opt(params) {}
+};
+
+// Full tensors of every parameter and both moments, random (norms included, so a replicated
+// tensor taken from the wrong place would show).
+struct Reference {
+  std::vector<model::ParamSpec> specs;
+  std::vector<std::vector<float>> value, exp_avg, exp_avg_sq;
+};
+
+Reference make_reference(const config::ModelConfig& cfg, uint64_t seed) {
+  Reference ref;
+  ref.specs = model::make_qwen3_plan(model::make_model_shape(cfg, 1, 0)).params;
+  for (size_t i = 0; i < ref.specs.size(); ++i) {
+    const size_t n = static_cast<size_t>(ref.specs[i].local_numel(1));
+    ref.value.push_back(echo::testing::random_normal(n, seed, 3 * i));
+    ref.exp_avg.push_back(echo::testing::random_normal(n, seed, 3 * i + 1, 0.0f, 0.01f));
+    auto v = echo::testing::random_normal(n, seed, 3 * i + 2, 0.0f, 1e-4f);
+    for (auto& x : v) x = std::abs(x);
+    ref.exp_avg_sq.push_back(std::move(v));
+  }
+  return ref;
+}
+
+std::vector<float> shard_of(const std::vector<float>& full, const model::ParamSpec& spec, int tp, int tp_rank) {
+  std::vector<float> out(static_cast<size_t>(spec.local_numel(tp)));
+  for (size_t e = 0; e < out.size(); ++e) out[e] = full[spec.global_index(static_cast<int64_t>(e), tp, tp_rank)];
+  return out;
+}
+
+void fill(Shard& s, const Reference& ref, int64_t opt_step) {
+  ASSERT_EQ(s.params.size(), ref.specs.size());
+  for (size_t i = 0; i < ref.specs.size(); ++i) {
+    ASSERT_EQ(s.params[i].spec->name, ref.specs[i].name);
+    s.params[i].value = shard_of(ref.value[i], ref.specs[i], s.shape.tp, s.shape.tp_rank);
+    s.opt.exp_avg()[i] = shard_of(ref.exp_avg[i], ref.specs[i], s.shape.tp, s.shape.tp_rank);
+    s.opt.exp_avg_sq()[i] = shard_of(ref.exp_avg_sq[i], ref.specs[i], s.shape.tp, s.shape.tp_rank);
+  }
+  s.opt.set_step_count(opt_step);
+}
+
+// Bitwise equality, reporting the first difference instead of whole vectors.
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+void expect_matches(const Shard& s, const Reference& ref, bool with_opt, int64_t opt_step) {
+  for (size_t i = 0; i < ref.specs.size(); ++i) {
+    SCOPED_TRACE(ref.specs[i].name);
+    const int tp = s.shape.tp, r = s.shape.tp_rank;
+    EXPECT_TRUE(same_bits(s.params[i].value, shard_of(ref.value[i], ref.specs[i], tp, r)));
+    if (!with_opt) continue;
+    EXPECT_TRUE(same_bits(s.opt.exp_avg()[i], shard_of(ref.exp_avg[i], ref.specs[i], tp, r)));
+    EXPECT_TRUE(same_bits(s.opt.exp_avg_sq()[i], shard_of(ref.exp_avg_sq[i], ref.specs[i], tp, r)));
+  }
+  if (with_opt) {
+    EXPECT_EQ(s.opt.step_count(), opt_step);
+  }
+}
+
+// The message of the echo::Error that `fn` throws ("" when it does not throw).
+template <class F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+// Saves `ref` from a tp × (world / tp) layout as checkpoint `step` of run_dir.
+void save_reference(const std::string& run_dir, const config::ModelConfig& cfg, const Reference& ref, int tp,
+                    int64_t step, int keep_last = 3) {
+  dist::World world = dist::World::create(tp);
+  Shard s(cfg, tp, world.layout.tp_rank);
+  fill(s, ref, step + 100);
+  CheckpointMeta meta{step, 1000 + static_cast<uint64_t>(step), 77, 0, 0, config_yaml(cfg, tp)};
+  save_checkpoint(run_dir, s.params, s.opt, meta, world, keep_last);
+}
+
+TEST_F(CheckpointTest, SavedFilesHoldFullHfTensorsAndTheState) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference ref = make_reference(cfg, 1);
+  save_reference(dir_, cfg, ref, W, 12);
+  const std::string ckpt = checkpoint_dir(dir_, 12);
+  EXPECT_EQ(fs::path(ckpt).filename(), "step_00000012");
+  EXPECT_EQ(latest_checkpoint(dir_), ckpt);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.json", "COMPLETE"})
+    EXPECT_TRUE(fs::is_regular_file(fs::path(ckpt) / f)) << f;
+  EXPECT_FALSE(fs::exists(ckpt + ".tmp"));
+
+  SafetensorsFile model(ckpt + "/model.safetensors");
+  SafetensorsFile opt(ckpt + "/optimizer.safetensors");
+  EXPECT_EQ(model.metadata().at("format"), "pt");
+  EXPECT_EQ(model.names().size(), ref.specs.size());
+  EXPECT_EQ(opt.names().size(), 2 * ref.specs.size());
+  EXPECT_TRUE(model.contains("lm_head.weight"));
+  EXPECT_TRUE(model.contains("model.layers.1.self_attn.q_norm.weight"));
+  for (size_t i = 0; i < ref.specs.size(); ++i) {
+    const std::string& name = ref.specs[i].name;
+    SCOPED_TRACE(name);
+    EXPECT_EQ(model.info(name).dtype, StDtype::f32);
+    EXPECT_EQ(model.info(name).shape, ref.specs[i].full_shape);
+    EXPECT_TRUE(same_bits(model.read_f32(name), ref.value[i]));
+    EXPECT_TRUE(same_bits(opt.read_f32(name + ".exp_avg"), ref.exp_avg[i]));
+    EXPECT_TRUE(same_bits(opt.read_f32(name + ".exp_avg_sq"), ref.exp_avg_sq[i]));
+  }
+
+  std::ifstream state_in(ckpt + "/trainer_state.json");
+  const auto state = nlohmann::json::parse(state_in);
+  EXPECT_EQ(state["step"], 12);
+  EXPECT_EQ(state["data_position"], 1012u);
+  EXPECT_EQ(state["seed"], 77u);
+  EXPECT_EQ(state["tp"], W);
+  EXPECT_EQ(state["dp"], 1);
+  EXPECT_EQ(state["optimizer_step"], 112);
+  EXPECT_EQ(state["model"]["hidden"], 32);
+  EXPECT_EQ(state["model"]["vocab_size"], 64);
+  EXPECT_EQ(state["model"]["tie_embeddings"], false);
+  EXPECT_EQ(state["config_yaml"], config_yaml(cfg, W));
+
+  std::ifstream hf_in(ckpt + "/config.json");
+  const auto hf = nlohmann::json::parse(hf_in);
+  EXPECT_EQ(hf["model_type"], "qwen3");
+  EXPECT_EQ(hf["hidden_size"], 32);
+  EXPECT_EQ(hf["intermediate_size"], 48);
+  EXPECT_EQ(hf["num_attention_heads"], 8);
+  EXPECT_EQ(hf["num_key_value_heads"], 4);
+  EXPECT_EQ(hf["head_dim"], 8);
+  EXPECT_EQ(hf["num_hidden_layers"], 2);
+  EXPECT_EQ(hf["vocab_size"], 64);
+  EXPECT_EQ(hf["rope_theta"], 10000.0);
+  EXPECT_EQ(hf["max_position_embeddings"], 16);
+  EXPECT_EQ(hf["tie_word_embeddings"], false);
+}
+
+TEST_F(CheckpointTest, TiedModelWritesNoLmHead) {
+  const auto cfg = ckpt_config(/*tied=*/true);
+  const Reference ref = make_reference(cfg, 2);
+  save_reference(dir_, cfg, ref, world_size(), 1);
+  SafetensorsFile model(checkpoint_dir(dir_, 1) + "/model.safetensors");
+  EXPECT_FALSE(model.contains("lm_head.weight"));
+  EXPECT_TRUE(model.contains("model.embed_tokens.weight"));
+  EXPECT_EQ(model.names().size(), ref.specs.size());
+}
+
+// Save at every tp the world allows (dp = world / tp), load at tp = 1 on each rank alone, at
+// tp = 2 and at tp = world: all bitwise equal to the saved tensors.
+TEST_F(CheckpointTest, AnySavedLayoutLoadsIntoAnyLayoutBitForBit) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  for (int save_tp : {W, 2, 1}) {
+    if (W % save_tp) continue;
+    SCOPED_TRACE(fmt::format("saved at tp = {}", save_tp));
+    const uint64_t seed = 10 + save_tp;
+    const Reference ref = make_reference(cfg, seed);
+    const std::string run = sub(fmt::format("run_tp{}", save_tp));
+    save_reference(run, cfg, ref, save_tp, 5);
+    const auto ckpt = latest_checkpoint(run);
+    ASSERT_TRUE(ckpt.has_value());
+
+    {  // tp = 1, each rank alone
+      dist::World solo = dist::World::create(1, MPI_COMM_SELF);
+      Shard s(cfg, 1, 0);
+      s.params.init(999);
+      const CheckpointMeta meta = load_checkpoint(*ckpt, s.params, &s.opt, solo);
+      expect_matches(s, ref, true, 105);
+      EXPECT_EQ(meta.step, 5);
+      EXPECT_EQ(meta.data_position, 1005u);
+      EXPECT_EQ(meta.seed, 77u);
+      EXPECT_EQ(meta.tp, save_tp);
+      EXPECT_EQ(meta.dp, W / save_tp);
+      EXPECT_EQ(meta.config_yaml, config_yaml(cfg, save_tp));
+    }
+    for (int load_tp : {2, W}) {
+      SCOPED_TRACE(fmt::format("loaded at tp = {}", load_tp));
+      dist::World world = dist::World::create(load_tp);
+      Shard s(cfg, load_tp, world.layout.tp_rank);
+      load_checkpoint(*ckpt, s.params, &s.opt, world);
+      expect_matches(s, ref, true, 105);
+      Shard weights_only(cfg, load_tp, world.layout.tp_rank);  // opt == nullptr leaves the optimizer alone
+      load_checkpoint(*ckpt, weights_only.params, nullptr, world);
+      expect_matches(weights_only, ref, false, 0);
+      EXPECT_EQ(weights_only.opt.step_count(), 0);
+    }
+  }
+}
+
+// One AdamW step, save, one more step; a fresh model resumed from the checkpoint takes the same
+// second step bit for bit (loss, weights and moments).
+TEST_F(CheckpointTest, ResumedTrainingStepIsBitwiseIdentical) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  dist::World world = dist::World::create(W);
+  const auto shape = model::make_model_shape(cfg, W, world.layout.tp_rank);
+  model::ExactTpOps<float> ops(&world.tp);
+  config::OptimConfig ocfg;
+  const auto batch1 = model::testing::random_batch(2, 6, cfg.vocab_size, 21);
+  const auto batch2 = model::testing::random_batch(2, 6, cfg.vocab_size, 22);
+  auto train_step = [&](model::Qwen3Model<float>& m, AdamW& opt, const model::testing::TokenBatch& b) {
+    m.params().zero_grads();
+    const double loss = m.forward_backward(b.view());
+    opt.step(m.params(), 1e-2, ocfg);
+    return loss;
+  };
+
+  model::Qwen3Model<float> a(shape, ops);
+  a.init_weights(3);
+  AdamW opt_a(a.params());
+  train_step(a, opt_a, batch1);
+  save_checkpoint(dir_, a.params(), opt_a, {1, 6, 3, W, 1, config_yaml(cfg, W)}, world, 2);
+  const double loss_a = train_step(a, opt_a, batch2);
+
+  model::Qwen3Model<float> b(shape, ops);
+  b.init_weights(4);
+  AdamW opt_b(b.params());
+  const CheckpointMeta meta = load_checkpoint(*latest_checkpoint(dir_), b.params(), &opt_b, world);
+  EXPECT_EQ(meta.step, 1);
+  EXPECT_EQ(meta.data_position, 6u);
+  EXPECT_EQ(opt_b.step_count(), 1);
+  const double loss_b = train_step(b, opt_b, batch2);
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_EQ(opt_a.step_count(), opt_b.step_count());
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    SCOPED_TRACE(a.params()[i].spec->name);
+    EXPECT_TRUE(same_bits(b.params()[i].value, a.params()[i].value));
+    EXPECT_TRUE(same_bits(opt_b.exp_avg()[i], opt_a.exp_avg()[i]));
+    EXPECT_TRUE(same_bits(opt_b.exp_avg_sq()[i], opt_a.exp_avg_sq()[i]));
+  }
+}
+
+TEST_F(CheckpointTest, IncompleteCheckpointsAreNeverPicked) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference ref = make_reference(cfg, 3);
+  EXPECT_EQ(latest_checkpoint(dir_), std::nullopt);  // no checkpoints directory at all
+  save_reference(dir_, cfg, ref, W, 1, 5);
+  save_reference(dir_, cfg, ref, W, 2, 5);
+  if (world_rank() == 0) {
+    // A crash after the rename but before COMPLETE, and one during the write.
+    fs::copy(checkpoint_dir(dir_, 2), checkpoint_dir(dir_, 3));
+    fs::remove(fs::path(checkpoint_dir(dir_, 3)) / "COMPLETE");
+    fs::create_directories(checkpoint_dir(dir_, 4) + ".tmp");
+    fs::create_directories(fs::path(dir_) / "checkpoints" / "step_x9");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(latest_checkpoint(dir_), checkpoint_dir(dir_, 2));
+
+  dist::World world = dist::World::create(W);
+  Shard s(cfg, W, world.layout.tp_rank);
+  const std::string msg = error_of([&] { load_checkpoint(checkpoint_dir(dir_, 3), s.params, &s.opt, world); });
+  EXPECT_NE(msg.find("is incomplete (no COMPLETE marker)"), std::string::npos) << msg;
+
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove(fs::path(checkpoint_dir(dir_, 2)) / "COMPLETE");
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(latest_checkpoint(dir_), checkpoint_dir(dir_, 1));
+
+  // The next save removes the stale directories.
+  save_reference(dir_, cfg, ref, W, 5, 5);
+  for (int step : {2, 3}) EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, step))) << step;
+  EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 4) + ".tmp"));
+  EXPECT_TRUE(fs::exists(checkpoint_dir(dir_, 1)));
+  EXPECT_EQ(latest_checkpoint(dir_), checkpoint_dir(dir_, 5));
+}
+
+TEST_F(CheckpointTest, KeepLastDeletesOlderCheckpoints) {
+  const int W = world_size();
+  const auto cfg = ckpt_config(true);
+  const Reference ref = make_reference(cfg, 4);
+  for (int64_t step : {10, 20, 30, 40, 50}) save_reference(dir_, cfg, ref, W, step, 2);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(fs::path(dir_) / "checkpoints")) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step_00000040", "step_00000050"}));
+  // Saving an older step again (a resume from an older checkpoint) never deletes the new one.
+  save_reference(dir_, cfg, ref, W, 45, 1);
+  EXPECT_TRUE(fs::exists(fs::path(checkpoint_dir(dir_, 45)) / "COMPLETE"));
+  EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 40)));
+  EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 50)));
+}
+
+TEST_F(CheckpointTest, MismatchedModelsAreRefusedOnEveryRank) {
+  const int W = world_size();
+  const Reference ref = make_reference(ckpt_config(), 5);
+  save_reference(dir_, ckpt_config(), ref, W, 1);
+  const std::string ckpt = checkpoint_dir(dir_, 1);
+  dist::World world = dist::World::create(W);
+
+  Shard narrow(ckpt_config(false, /*hidden=*/16), W, world.layout.tp_rank);
+  narrow.params.init(1);
+  const std::vector<float> before = narrow.params[0].value;
+  std::string msg = error_of([&] { load_checkpoint(ckpt, narrow.params, &narrow.opt, world); });
+  EXPECT_NE(msg.find("tensor 'model.embed_tokens.weight' has shape [64, 32] but the model expects [64, 16]"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("more problems"), std::string::npos) << msg;
+  EXPECT_TRUE(same_bits(narrow.params[0].value, before));  // nothing was modified
+
+  Shard tied(ckpt_config(true), W, world.layout.tp_rank);
+  msg = error_of([&] { load_checkpoint(ckpt, tied.params, nullptr, world); });
+  EXPECT_NE(msg.find("holds tensor 'lm_head.weight' [64, 32] that the model does not have"), std::string::npos) << msg;
+
+  config::ModelConfig deeper = ckpt_config();
+  deeper.layers = 3;
+  Shard deep(deeper, W, world.layout.tp_rank);
+  msg = error_of([&] { load_checkpoint(ckpt, deep.params, nullptr, world); });
+  EXPECT_NE(msg.find("has no tensor 'model.layers.2.input_layernorm.weight' (the model expects shape [32])"),
+            std::string::npos)
+      << msg;
+
+  // A config_yaml describing another model is refused before anything is written.
+  Shard s(ckpt_config(), W, world.layout.tp_rank);
+  msg = error_of([&] {
+    save_checkpoint(dir_, s.params, s.opt, {2, 0, 0, W, 1, config_yaml(ckpt_config(false, 16), W)}, world, 3);
+  });
+  EXPECT_NE(msg.find("describes another model"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 2) + ".tmp"));
+}
+
+// The writer (rank 0) cannot create the directory; every rank gets its error instead of hanging.
+TEST_F(CheckpointTest, AWriterFailureIsReportedOnEveryRank) {
+  const int W = world_size();
+  if (world_rank() == 0) std::ofstream(sub("a_file")) << "x";
+  MPI_Barrier(MPI_COMM_WORLD);
+  dist::World world = dist::World::create(W);
+  Shard s(ckpt_config(), W, world.layout.tp_rank);
+  const std::string msg = error_of([&] { save_checkpoint(sub("a_file/run"), s.params, s.opt, {}, world, 3); });
+  EXPECT_NE(msg.find("cannot start checkpoint"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reported by rank 0"), std::string::npos) << msg;
+}
+
+// Gathering in small chunks covers every element of row- and vocab-parallel tensors exactly once.
+TEST_F(CheckpointTest, ChunkedGatherAssemblesFullTensors) {
+  const int W = world_size();
+  dist::World world = dist::World::create(W);
+  const Reference ref = make_reference(ckpt_config(), 6);
+  for (size_t i = 0; i < ref.specs.size(); ++i) {
+    const auto& spec = ref.specs[i];
+    const std::vector<float> local = shard_of(ref.value[i], spec, W, world.layout.tp_rank);
+    for (int64_t chunk : {int64_t{1}, int64_t{50}, kGatherChunkElems}) {
+      std::vector<float> full(ref.value[i].size(), 0.0f);
+      std::vector<int> hits(full.size(), 0);
+      gather_full_tensor(
+          spec, local, world.tp,
+          [&](int64_t off, std::span<const float> v) {
+            ASSERT_LE(off + static_cast<int64_t>(v.size()), static_cast<int64_t>(full.size()));
+            for (size_t k = 0; k < v.size(); ++k) full[off + k] = v[k], ++hits[off + k];
+          },
+          chunk);
+      if (world.layout.tp_rank != 0) continue;
+      SCOPED_TRACE(fmt::format("{} chunk {}", spec.name, chunk));
+      EXPECT_TRUE(same_bits(full, ref.value[i]));
+      EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), static_cast<long>(hits.size()));
+    }
+  }
+}
+
+// ---- Hugging Face weights ------------------------------------------------------------------------
+
+std::vector<StTensorSpec> hf_specs(const Reference& ref, StDtype dtype, size_t begin, size_t step) {
+  std::vector<StTensorSpec> out;
+  for (size_t i = begin; i < ref.specs.size(); i += step)
+    out.push_back({ref.specs[i].name, dtype, ref.specs[i].full_shape});
+  return out;
+}
+
+std::vector<std::span<const float>> hf_values(const Reference& ref, size_t begin, size_t step) {
+  std::vector<std::span<const float>> out;
+  for (size_t i = begin; i < ref.specs.size(); i += step) out.emplace_back(ref.value[i]);
+  return out;
+}
+
+Reference rounded_to_bf16(Reference ref) {
+  for (auto& v : ref.value)
+    for (auto& x : v) x = round_to_bf16(x);
+  return ref;
+}
+
+TEST_F(CheckpointTest, LoadsHuggingFaceWeightsFromAFileAnIndexAndBf16) {
+  const int W = world_size();
+  const auto cfg = ckpt_config(/*tied=*/true);
+  const Reference ref = make_reference(cfg, 7);
+  if (world_rank() == 0) {
+    // Single F32 file, with a tied lm_head copy and an old RoPE buffer that are both ignored.
+    auto specs = hf_specs(ref, StDtype::f32, 0, 1);
+    auto values = hf_values(ref, 0, 1);
+    const std::vector<float> junk(64 * 32, 9.0f), inv_freq(4, 1.0f);
+    specs.push_back({"lm_head.weight", StDtype::f32, {64, 32}});
+    values.emplace_back(junk);
+    specs.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", StDtype::f32, {4}});
+    values.emplace_back(inv_freq);
+    write_safetensors(sub("single.safetensors"), specs, values, {{"format", "pt"}});
+    // Two BF16 shards and their index, as transformers' save_pretrained lays them out.
+    fs::create_directories(sub("sharded"));
+    const char* files[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    for (size_t k = 0; k < 2; ++k) {
+      write_safetensors(sub(std::string("sharded/") + files[k]), hf_specs(ref, StDtype::bf16, k, 2),
+                        hf_values(ref, k, 2), {{"format", "pt"}});
+      for (size_t i = k; i < ref.specs.size(); i += 2) index["weight_map"][ref.specs[i].name] = files[k];
+    }
+    std::ofstream(sub("sharded/model.safetensors.index.json")) << index.dump(2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  dist::World world = dist::World::create(W);
+  const Reference ref_bf16 = rounded_to_bf16(ref);
+
+  Shard a(cfg, W, world.layout.tp_rank);
+  load_hf_weights(sub("single.safetensors"), a.params, world);
+  expect_matches(a, ref, false, 0);
+
+  for (const std::string& path : {sub("sharded"), sub("sharded/model.safetensors.index.json")}) {
+    SCOPED_TRACE(path);
+    Shard b(cfg, W, world.layout.tp_rank);
+    load_hf_weights(path, b.params, world);
+    expect_matches(b, ref_bf16, false, 0);
+  }
+
+  Shard solo(cfg, 1, 0);  // the single-process form, at tp = 1
+  load_hf_weights(sub("sharded"), solo.params);
+  expect_matches(solo, ref_bf16, false, 0);
+  Shard sharded(cfg, W, world.layout.tp_rank);
+  EXPECT_NE(error_of([&] { load_hf_weights(sub("single.safetensors"), sharded.params); }).find("at tp = 1"),
+            std::string::npos);
+}
+
+TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {
+  const int W = world_size();
+  const auto tied_cfg = ckpt_config(/*tied=*/true);
+  const Reference ref = make_reference(tied_cfg, 8);
+  if (world_rank() == 0) {
+    write_safetensors(sub("tied.safetensors"), hf_specs(ref, StDtype::f32, 0, 1), hf_values(ref, 0, 1));
+    // An index that points a tensor at the wrong shard.
+    fs::create_directories(sub("badindex"));
+    write_safetensors(sub("badindex/a.safetensors"), hf_specs(ref, StDtype::f32, 0, 1), hf_values(ref, 0, 1));
+    nlohmann::json index = {
+        {"weight_map", {{"model.norm.weight", "a.safetensors"}, {"extra.weight", "a.safetensors"}}}};
+    std::ofstream(sub("badindex/model.safetensors.index.json")) << index.dump();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  dist::World world = dist::World::create(W);
+
+  Shard untied(ckpt_config(false), W, world.layout.tp_rank);
+  std::string msg = error_of([&] { load_hf_weights(sub("tied.safetensors"), untied.params, world); });
+  EXPECT_NE(msg.find("has no lm_head.weight but the model has tie_embeddings = false"), std::string::npos) << msg;
+
+  Shard narrow(ckpt_config(true, 16), W, world.layout.tp_rank);
+  msg = error_of([&] { load_hf_weights(sub("tied.safetensors"), narrow.params, world); });
+  EXPECT_NE(msg.find("tensor 'model.embed_tokens.weight' has shape [64, 32] but the model expects [64, 16]"),
+            std::string::npos)
+      << msg;
+
+  Shard s(tied_cfg, W, world.layout.tp_rank);
+  msg = error_of([&] { load_hf_weights(sub("badindex"), s.params, world); });
+  EXPECT_NE(msg.find("maps tensor 'extra.weight'"), std::string::npos) << msg;
+  msg = error_of([&] { load_hf_weights(sub("nothing_here"), s.params, world); });
+  EXPECT_NE(msg.find("cannot open safetensors file"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace echo::train
