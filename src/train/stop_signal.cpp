@@ -15,18 +15,20 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_signal(int sig) { g_stop_signal = sig; }
 using Handler = void (*)(int);
-Handler g_previous_term = SIG_DFL, g_previous_int = SIG_DFL;
+Handler g_previous_term = SIG_DFL, g_previous_int = SIG_DFL, g_previous_usr1 = SIG_DFL;
 }  // namespace
 
 StopSignal::StopSignal() {
   g_stop_signal = 0;
   g_previous_term = std::signal(SIGTERM, on_signal);
   g_previous_int = std::signal(SIGINT, on_signal);
+  g_previous_usr1 = std::signal(SIGUSR1, on_signal);
 }
 
 StopSignal::~StopSignal() {
   std::signal(SIGTERM, g_previous_term);
   std::signal(SIGINT, g_previous_int);
+  std::signal(SIGUSR1, g_previous_usr1);
 }
 
 int StopSignal::received() const { return g_stop_signal; }

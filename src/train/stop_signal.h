@@ -1,5 +1,7 @@
-// SIGTERM / SIGINT ask the trainer to stop: the handler only sets a flag; the loop checks it
-// after each step, agrees on it across ranks, saves a checkpoint and exits cleanly.
+// SIGTERM / SIGINT (and SIGUSR1) ask the trainer to stop: the handler only sets a flag; the
+// loop checks it after each step, agrees on it across ranks, saves a checkpoint and exits
+// cleanly. NOTE: Open MPI's mpirun does not pass SIGTERM/SIGINT on gracefully (it kills the
+// job), but it forwards SIGUSR1; schedulers (SLURM scancel) signal the ranks themselves.
 #pragma once
 
 #include "dist/communicator.h"

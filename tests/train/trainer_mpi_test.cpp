@@ -101,9 +101,11 @@ TEST(Trainer, SameConfigAndSeedGiveTheSameCurveAndLossFalls) {
   const auto ra = train(a, RunDirMode::fresh);
   train(b, RunDirMode::fresh);
   EXPECT_EQ(ra.steps_done, 6);
+  train(make_config(dir, tp, {"run.out_dir=" + dir + "/telemetry", "comm.telemetry_interval=3"}), RunDirMode::fresh);
   if (world_rank() == 0) {
     const auto la = metric_lines(dir + "/a"), lb = metric_lines(dir + "/b");
     ASSERT_EQ(la.size(), 8u) << "6 step lines and 2 eval lines";
+    EXPECT_EQ(metric_lines(dir + "/telemetry").size(), 8u + 2 * 8) << "8 echo_site lines at steps 3 and 6";
     EXPECT_EQ(la, lb);
     const double first = nlohmann::json::parse(la[0])["loss"], val3 = nlohmann::json::parse(la[3])["val_loss"],
                  val6 = nlohmann::json::parse(la[7])["val_loss"];

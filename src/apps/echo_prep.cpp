@@ -1,0 +1,440 @@
+// echo_prep: text or JSON lines -> Megatron indexed datasets (prefix.bin + prefix.idx, int32
+// token ids), like Megatron-LM's tools/preprocess_data.py.
+//   echo_prep --input corpus/*.jsonl --format jsonl --tokenizer data/tokenizer/qwen3/tokenizer.json
+//             --output-prefix data/demo/train --valid-prefix data/demo/valid --valid-fraction 0.05
+// Inputs: --format jsonl reads one JSON object per line and takes its "text" field (--json-key);
+// a file whose first character is '[' is read as one JSON array of strings (nlp-corpus's layout)
+// or of such objects. --format text reads each file as one document (--text-split paragraph or
+// line cuts it at blank lines or at every line). Documents are encoded on --threads threads in
+// chunks and written in input order; each goes to the validation set when
+// data::is_valid_document(index, valid_fraction, seed) says so. No EOS is stored: the data
+// loader puts one after every document (--append-eos stores it, for Megatron's own loader).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "data/indexed_dataset.h"
+#include "data/split.h"
+#include "tokenizer/tokenizer.h"
+
+namespace echo::prep {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::vector<std::string> inputs;
+  std::string format = "jsonl";
+  std::string json_key = "text";
+  std::string text_split = "file";
+  std::string tokenizer;
+  std::string output_prefix;
+  std::string valid_prefix;
+  double valid_fraction = 0.05;
+  bool valid_fraction_set = false;
+  int num_threads = 0;
+  uint64_t seed = 1234;
+  bool append_eos = false;
+  size_t chunk_mb = 16;
+};
+
+// Persistent worker threads; run(n, fn) calls fn(i) for every i in [0, n) across the workers
+// and the calling thread and returns when all are done, rethrowing the first exception.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int num_threads) {
+    for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this] { work_loop(); });
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void run(size_t n, const std::function<void(size_t)>& fn) {
+    {
+      std::lock_guard lock(mutex_);
+      fn_ = &fn;
+      n_ = n;
+      next_ = 0;
+      busy_ = workers_.size();
+      error_ = nullptr;
+      ++generation_;
+    }
+    start_.notify_all();
+    drain();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return busy_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void drain() {
+    for (size_t i; (i = next_.fetch_add(1)) < n_;) {
+      try {
+        (*fn_)(i);
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+        next_ = n_;  // the others stop at their next item
+      }
+    }
+  }
+  void work_loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      drain();
+      std::lock_guard lock(mutex_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable start_, done_;
+  const std::function<void(size_t)>* fn_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  size_t busy_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ECHO_CHECK(in.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  ECHO_CHECK(!in.bad(), "cannot read input '{}': {}", path, std::strerror(errno));
+  return text.str();
+}
+
+// 1-based line of byte `offset` in `text`.
+size_t line_of(std::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
+}
+
+// The text of one JSON document: a string, or an object's `key` string. `where` names it.
+std::string text_of(const Json& value, const std::string& key, const std::string& where) {
+  if (value.is_string()) return value.get<std::string>();
+  ECHO_CHECK(value.is_object(), "{}: expected a JSON object with a \"{}\" field (or a string), got {}", where, key,
+             value.type_name());
+  const auto it = value.find(key);
+  ECHO_CHECK(it != value.end(), "{}: no \"{}\" field", where, key);
+  ECHO_CHECK(it->is_string(), "{}: \"{}\" is a {}, not a string", where, key, it->type_name());
+  return it->get<std::string>();
+}
+
+// Yields the documents of all inputs in order, reading one file at a time (JSONL line by line).
+class DocumentReader {
+ public:
+  explicit DocumentReader(const Options& o) : o_(o) {}
+
+  // The next document, or nullopt after the last one. `bytes_read` counts input bytes consumed.
+  std::optional<std::string> next() {
+    for (;;) {
+      if (!pending_.empty()) {
+        std::string doc = std::move(pending_.front());
+        pending_.pop_front();
+        return doc;
+      }
+      if (jsonl_.is_open()) {
+        std::string line;
+        if (std::getline(jsonl_, line)) {
+          ++line_no_;
+          bytes_read_ += line.size() + 1;
+          if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are no documents
+          const std::string where = fmt::format("{}:{}", o_.inputs[file_idx_ - 1], line_no_);
+          Json value;
+          try {
+            value = Json::parse(line);
+          } catch (const Json::parse_error& e) {
+            ECHO_FAIL("{}: malformed JSON line: {}", where, e.what());
+          }
+          return text_of(value, o_.json_key, where);
+        }
+        ECHO_CHECK(!jsonl_.bad(), "{}: read error after line {}: {}", o_.inputs[file_idx_ - 1], line_no_,
+                   std::strerror(errno));
+        jsonl_.close();
+      }
+      if (file_idx_ == o_.inputs.size()) return std::nullopt;
+      open(o_.inputs[file_idx_++]);
+    }
+  }
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  void open(const std::string& path) {
+    if (o_.format == "jsonl") {
+      // Peek at the first non-space byte: '[' means the whole file is one JSON array.
+      std::ifstream probe(path, std::ios::binary);
+      ECHO_CHECK(probe.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+      char c = 0;
+      while (probe.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+      }
+      probe.close();
+      if (c == '[') {
+        const std::string text = read_file(path);
+        bytes_read_ += text.size();
+        Json array;
+        try {
+          array = Json::parse(text);
+        } catch (const Json::parse_error& e) {
+          ECHO_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), e.what());
+        }
+        for (size_t i = 0; i < array.size(); ++i)
+          pending_.push_back(text_of(array[i], o_.json_key, fmt::format("{}: element {}", path, i)));
+        return;
+      }
+      jsonl_.open(path, std::ios::binary);
+      ECHO_CHECK(jsonl_.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+      line_no_ = 0;
+      return;
+    }
+    std::string text = read_file(path);
+    bytes_read_ += text.size();
+    if (o_.text_split == "file") {
+      pending_.push_back(std::move(text));
+      return;
+    }
+    // "line": every line; "paragraph": runs of lines between blank lines. Empty pieces are dropped.
+    std::istringstream lines(text);
+    std::string line, paragraph;
+    const auto flush = [&] {
+      if (!paragraph.empty()) pending_.push_back(std::move(paragraph));
+      paragraph.clear();
+    };
+    while (std::getline(lines, line)) {
+      if (o_.text_split == "line") {
+        if (!line.empty()) pending_.push_back(line);
+      } else if (line.find_first_not_of(" \t\r") == std::string::npos) {
+        flush();
+      } else {
+        if (!paragraph.empty()) paragraph += '\n';
+        paragraph += line;
+      }
+    }
+    flush();
+  }
+
+  const Options& o_;
+  size_t file_idx_ = 0;
+  std::ifstream jsonl_;
+  size_t line_no_ = 0;
+  std::deque<std::string> pending_;
+  uint64_t bytes_read_ = 0;
+};
+
+struct Totals {
+  uint64_t documents = 0, empty = 0, train_documents = 0, valid_documents = 0;
+  uint64_t tokens = 0, train_tokens = 0, valid_tokens = 0;
+  double read_s = 0, encode_s = 0, write_s = 0;  // wall time of each phase
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One progress line on stderr: in place on a terminal, else a line every 10 s (CI logs).
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO) != 0), start_(Clock::now()), last_(start_) {}
+  void update(const Totals& t, uint64_t bytes, bool final = false) {
+    const auto now = Clock::now();
+    if (!final && now - last_ < (tty_ ? std::chrono::milliseconds(500) : std::chrono::seconds(10))) return;
+    last_ = now;
+    const double s = std::max(1e-9, seconds());
+    fmt::print(stderr, "{}echo_prep: {} documents, {} tokens, {:.1f} MB read, {:.2f} MB/s, {:.0f} tokens/s{}",
+               tty_ ? "\r" : "", t.documents, t.tokens, static_cast<double>(bytes) / 1e6,
+               static_cast<double>(bytes) / 1e6 / s, static_cast<double>(t.tokens) / s, tty_ && !final ? "" : "\n");
+    std::fflush(stderr);
+  }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+ private:
+  bool tty_;
+  Clock::time_point start_, last_;
+};
+
+void create_parent(const std::string& prefix) {
+  const std::filesystem::path parent = std::filesystem::path(prefix).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  ECHO_CHECK(!ec, "cannot create directory '{}' for '{}': {}", parent.string(), prefix, ec.message());
+}
+
+void validate(Options& o) {
+  ECHO_CHECK(!o.inputs.empty(), "--input: no files given");
+  ECHO_CHECK(o.format == "text" || o.format == "jsonl", "--format must be text or jsonl, got '{}'", o.format);
+  ECHO_CHECK(!o.output_prefix.empty(), "--output-prefix is required");
+  if (o.valid_prefix.empty()) {
+    ECHO_CHECK(!o.valid_fraction_set, "--valid-fraction needs --valid-prefix (where the validation documents go)");
+    o.valid_fraction = 0.0;
+  }
+  ECHO_CHECK(o.valid_fraction >= 0.0 && o.valid_fraction <= 1.0, "--valid-fraction must be in [0, 1], got {}",
+             o.valid_fraction);
+  ECHO_CHECK(o.valid_prefix.empty() || o.valid_prefix != o.output_prefix,
+             "--valid-prefix must differ from --output-prefix ('{}')", o.output_prefix);
+  for (const std::string& path : o.inputs) {
+    std::error_code ec;
+    ECHO_CHECK(std::filesystem::is_regular_file(path, ec), "input '{}' does not exist or is not a regular file", path);
+  }
+  if (o.num_threads <= 0) o.num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int run(Options o) {
+  validate(o);
+  const auto tokenizer = tokenizer::load_tokenizer(o.tokenizer);
+  ECHO_INFO("prep", "tokenizer {} (vocab {}, eos {}), {} input files, {} threads", o.tokenizer, tokenizer->vocab_size(),
+            tokenizer->eos_id(), o.inputs.size(), o.num_threads);
+  create_parent(o.output_prefix);
+  data::IndexedDatasetWriter train(o.output_prefix);
+  std::optional<data::IndexedDatasetWriter> valid;
+  if (!o.valid_prefix.empty()) {
+    create_parent(o.valid_prefix);
+    valid.emplace(o.valid_prefix);
+  }
+
+  WorkerPool pool(o.num_threads);
+  DocumentReader reader(o);
+  Progress progress;
+  Totals totals;
+  std::vector<std::string> docs;
+  std::vector<std::vector<int32_t>> ids;
+  const int32_t eos = tokenizer->eos_id();
+  for (bool more = true; more;) {
+    // Read a chunk, encode it in parallel, write it in input order.
+    auto t = Clock::now();
+    docs.clear();
+    size_t chunk_bytes = 0;
+    while (chunk_bytes < (o.chunk_mb << 20)) {
+      std::optional<std::string> doc = reader.next();
+      if (!doc) {
+        more = false;
+        break;
+      }
+      chunk_bytes += doc->size();
+      docs.push_back(std::move(*doc));
+    }
+    totals.read_s += seconds_since(t);
+    t = Clock::now();
+    ids.resize(docs.size());
+    pool.run(docs.size(), [&](size_t i) {
+      ids[i] = tokenizer->encode(docs[i]);
+      if (o.append_eos) ids[i].push_back(eos);
+    });
+    totals.encode_s += seconds_since(t);
+    t = Clock::now();
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const uint64_t doc_index = totals.documents++;
+      if (docs[i].empty()) {
+        ++totals.empty;  // as Megatron's preprocessing, an empty document is not written
+        continue;
+      }
+      const bool to_valid = valid && data::is_valid_document(doc_index, o.valid_fraction, o.seed);
+      (to_valid ? *valid : train).add_document(ids[i]);
+      (to_valid ? totals.valid_documents : totals.train_documents) += 1;
+      (to_valid ? totals.valid_tokens : totals.train_tokens) += ids[i].size();
+      totals.tokens += ids[i].size();
+    }
+    totals.write_s += seconds_since(t);
+    progress.update(totals, reader.bytes_read());
+  }
+  ECHO_CHECK(totals.train_documents > 0, "no documents for '{}': the inputs hold {} documents, {} of them empty{}",
+             o.output_prefix, totals.documents, totals.empty,
+             totals.valid_documents > 0 ? " (all others went to --valid-prefix)" : "");
+  train.finalize();
+  if (valid) {
+    if (totals.valid_documents == 0)
+      ECHO_WARN("prep", "no document fell into the validation set (--valid-fraction {}); '{}' is empty",
+                o.valid_fraction, o.valid_prefix);
+    valid->finalize();
+  }
+  progress.update(totals, reader.bytes_read(), true);
+  const double s = progress.seconds();
+  ECHO_INFO("prep", "wrote {}.{{bin,idx}}: {} documents, {} tokens", o.output_prefix, totals.train_documents,
+            totals.train_tokens);
+  if (valid)
+    ECHO_INFO("prep", "wrote {}.{{bin,idx}}: {} documents, {} tokens", o.valid_prefix, totals.valid_documents,
+              totals.valid_tokens);
+  ECHO_INFO("prep",
+            "{} documents ({} empty, skipped), {} tokens, {:.1f} MB in {:.2f} s: {:.0f} tokens/s, {:.2f} MB/s "
+            "with {} threads (read {:.2f} s, encode {:.2f} s, write {:.2f} s){}",
+            totals.documents, totals.empty, totals.tokens, static_cast<double>(reader.bytes_read()) / 1e6, s,
+            static_cast<double>(totals.tokens) / s, static_cast<double>(reader.bytes_read()) / 1e6 / s, o.num_threads,
+            totals.read_s, totals.encode_s, totals.write_s, o.append_eos ? "; EOS stored after each document" : "");
+  return 0;
+}
+
+}  // namespace
+}  // namespace echo::prep
+
+int main(int argc, char** argv) {
+  echo::prep::Options o;
+  CLI::App app{"echo_prep: text / JSON lines -> Megatron indexed dataset (.bin + .idx) of token ids"};
+  app.add_option("--input", o.inputs, "input files, read in the order given")->required()->expected(1, -1);
+  app.add_option("--format", o.format, "jsonl (one JSON object per line, or a JSON array) | text")
+      ->check(CLI::IsMember({"text", "jsonl"}))
+      ->capture_default_str();
+  app.add_option("--json-key", o.json_key, "the field of a JSON object that holds the text")->capture_default_str();
+  app.add_option("--text-split", o.text_split, "--format text: one document per file | paragraph | line")
+      ->check(CLI::IsMember({"file", "paragraph", "line"}))
+      ->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer, "byte | path to a Hugging Face tokenizer.json")->required();
+  app.add_option("--output-prefix", o.output_prefix, "writes PREFIX.bin and PREFIX.idx")->required();
+  app.add_option("--valid-prefix", o.valid_prefix, "writes the validation documents to PREFIX.bin/.idx");
+  app.add_option("--valid-fraction", o.valid_fraction, "expected share of documents in the validation set")
+      ->capture_default_str()
+      ->each([&](const std::string&) { o.valid_fraction_set = true; });
+  app.add_option("--threads", o.num_threads, "encoding threads (default: all cores)");
+  app.add_option("--seed", o.seed, "seed of the train/valid split")->capture_default_str();
+  app.add_flag("--append-eos", o.append_eos, "store EOS after each document (echo's loader adds it itself)");
+  app.add_option("--chunk-mb", o.chunk_mb, "MB of text read and encoded per chunk")
+      ->check(CLI::Range(size_t{1}, size_t{4096}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return echo::prep::run(o);
+  } catch (const std::exception& e) {
+    ECHO_ERROR("prep", "{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,23 @@
+// load_tokenizer: "byte" or a tokenizer.json path (or a directory holding one).
+#include <filesystem>
+
+#include "core/error.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace echo::tokenizer {
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  ECHO_CHECK(!spec.empty(), "tokenizer spec is empty: use \"byte\" or a path to a tokenizer.json");
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  std::filesystem::path path(spec);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
+  ECHO_CHECK(std::filesystem::exists(path, ec),
+             "tokenizer.json '{}' does not exist (tokenizer spec {:?}: use \"byte\" "
+             "or a path to a Hugging Face tokenizer.json; scripts/get_data.sh fetches Qwen3's)",
+             path.string(), spec);
+  return HfTokenizer::from_file(path.string());
+}
+
+}  // namespace echo::tokenizer
