@@ -59,6 +59,9 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const auto& L = world.layout;
   ECHO_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
              L.tp);
+  // NOTE: refuse what this version cannot do rather than train something else silently.
+  ECHO_CHECK(cfg.linear.mode == config::LinearMode::bf16,
+             "'linear.mode' = int8 is not available in this version: INT8 S3R linear layers are not built yet");
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
   if (L.rank == 0) config::write_effective_config(cfg, cfg.run.out_dir + "/config.yaml");
 

@@ -10,8 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include "../support/test_util.h"
 
 namespace echo::config {
+
+using echo::testing::error_of;
+using echo::testing::kNoErrorThrown;
 namespace {
 
 namespace fs = std::filesystem;
@@ -19,17 +23,6 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-// The message of the echo::Error that `f` throws, or a marker that fails every HasSubstr.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const echo::Error& e) {
-    return e.message();
-  }
-  return "<no echo::Error thrown>";
-}
 
 // The repository root, from this file's path: tests/core/config_test.cpp.
 fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }

@@ -15,8 +15,12 @@
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
+#include "../support/test_util.h"
 
 namespace echo::data::testing {
+
+using echo::testing::error_of;
+using echo::testing::kNoErrorThrown;
 
 namespace fs = std::filesystem;
 
@@ -48,17 +52,6 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-// The message of the echo::Error that `f` throws, or a marker that fails every HasSubstr.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const echo::Error& e) {
-    return e.message();
-  }
-  return "<no echo::Error thrown>";
 }
 
 // Documents with the given lengths and ids uniform in [lo, hi).

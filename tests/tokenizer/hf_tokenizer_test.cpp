@@ -11,8 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "../support/test_util.h"
 
 namespace echo::tokenizer {
+
+using echo::testing::error_of;
+using echo::testing::kNoErrorThrown;
 namespace {
 
 namespace fs = std::filesystem;
@@ -90,16 +94,6 @@ Json gpt2_like() {
 std::unique_ptr<HfTokenizer> make(const Json& j) { return HfTokenizer::from_json(j.dump(), "test tokenizer.json"); }
 
 std::vector<int32_t> ids_of(const HfTokenizer& tok, std::string_view text) { return tok.encode(text); }
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const echo::Error& e) {
-    return e.message();
-  }
-  return "<no echo::Error thrown>";
-}
 
 TEST(HfTokenizer, HandWorkedMerges) {
   const auto tok = make(qwen_like());

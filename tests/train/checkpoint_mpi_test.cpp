@@ -21,23 +21,19 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
+#include "../support/mpi_util.h"
+#include "../support/test_util.h"
 
 namespace echo::train {
+
+using echo::testing::error_of;
+using echo::testing::kNoErrorThrown;
 namespace {
 
+using echo::testing::world_rank;
+using echo::testing::world_size;
+
 namespace fs = std::filesystem;
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 // heads, kv_heads, ffn and the padded vocab (64) divide by 1, 2 and 4.
 config::ModelConfig ckpt_config(bool tied = false, int hidden = 32) {
@@ -153,17 +149,6 @@ void expect_matches(const Shard& s, const Reference& ref, bool with_opt, int64_t
   if (with_opt) {
     EXPECT_EQ(s.opt.step_count(), opt_step);
   }
-}
-
-// The message of the echo::Error that `fn` throws ("" when it does not throw).
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
 }
 
 // Saves `ref` from a tp × (world / tp) layout as checkpoint `step` of run_dir.

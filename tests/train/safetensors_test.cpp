@@ -15,8 +15,12 @@
 #include "../support/test_data.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "../support/test_util.h"
 
 namespace echo::train {
+
+using echo::testing::error_of;
+using echo::testing::kNoErrorThrown;
 namespace {
 
 namespace fs = std::filesystem;
@@ -53,17 +57,6 @@ std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8
   std::memcpy(out.data() + 8, header.data(), header.size());
   if (!data.empty()) std::memcpy(out.data() + 8 + header.size(), data.data(), data.size());
   return out;
-}
-
-// The message of the echo::Error that `fn` throws ("" when it does not throw).
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
 }
 
 TEST_F(SafetensorsTest, F32RoundTripIsBitExact) {
@@ -218,7 +211,7 @@ TEST_F(SafetensorsTest, RefusesMalformedFilesWithClearMessages) {
     const std::string file = path(std::string(c.name) + ".safetensors");
     write_bytes(file, c.bytes);
     const std::string msg = error_of([&] { SafetensorsFile f(file); });
-    ASSERT_FALSE(msg.empty()) << "no error for " << c.name;
+    ASSERT_NE(msg, kNoErrorThrown) << "no error for " << c.name;
     EXPECT_NE(msg.find(file), std::string::npos) << msg;
     for (const auto& part : c.message_parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
   }

@@ -12,22 +12,16 @@
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
 #include "train/trainer.h"
+#include "../support/mpi_util.h"
+#include "../support/test_util.h"
 
 namespace echo::train {
 namespace {
 
-namespace fs = std::filesystem;
+using echo::testing::world_rank;
+using echo::testing::world_size;
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+namespace fs = std::filesystem;
 
 // A scratch directory shared by all ranks (named by rank 0, broadcast), with a random
 // dataset of documents over ids 0..62 (63 is EOS).
@@ -172,6 +166,12 @@ TEST(Trainer, BadDataIsNamed) {
   // A vocabulary smaller than the ids in the data.
   expect_error([&] { train(make_config(dir, 1, {"model.vocab_size=32", "run.out_dir=" + dir + "/v"}), RunDirMode::fresh); },
                "data/train");
+}
+
+TEST(Trainer, RefusesWhatThisVersionCannotDo) {
+  const std::string dir = scratch_dir("unsupported");
+  expect_error([&] { train(make_config(dir, 1, {"linear.mode=int8"}), RunDirMode::fresh); }, "'linear.mode' = int8");
+  expect_error([&] { train(make_config(dir, 1, {"run.device=cuda"}), RunDirMode::fresh); }, "'run.device' = cuda");
 }
 
 TEST(Trainer, NonFiniteTrainingStopsNamingTheStep) {

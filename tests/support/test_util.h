@@ -1,0 +1,24 @@
+// Small helpers shared by the test files: the message of an expected echo::Error.
+#pragma once
+
+#include <string>
+
+#include "core/error.h"
+
+namespace echo::testing {
+
+// What error_of returns when nothing was thrown: no expected message contains it.
+inline const std::string kNoErrorThrown = "<no echo::Error thrown>";
+
+// The message of the echo::Error that `f` throws, or kNoErrorThrown.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const echo::Error& e) {
+    return e.message();
+  }
+  return kNoErrorThrown;
+}
+
+}  // namespace echo::testing
