@@ -151,6 +151,21 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
   }
 }
 
+TEST(Trainer, StartsFromAHuggingFaceCheckpointGivenByRunInitFrom) {
+  const std::string dir = scratch_dir("init_from");
+  const int tp = world_size() >= 2 ? 2 : 1;
+  train(make_config(dir, tp, {"run.out_dir=" + dir + "/a"}), RunDirMode::fresh);
+  const std::string weights = dir + "/a/checkpoints/step_00000006/model.safetensors";
+  const auto fresh = train(make_config(dir, tp, {"run.out_dir=" + dir + "/b", "train.steps=1"}), RunDirMode::fresh);
+  const auto warm = train(make_config(dir, tp, {"run.out_dir=" + dir + "/c", "train.steps=1", "run.init_from=" + weights}),
+                          RunDirMode::fresh);
+  // The same first batch: a model that already trained 6 steps fits it better than a fresh one.
+  EXPECT_LT(warm.last_loss, fresh.last_loss - 0.1);
+  expect_error([&] { train(make_config(dir, tp, {"run.out_dir=" + dir + "/d", "run.init_from=" + dir + "/none"}),
+                           RunDirMode::fresh); },
+               dir + "/none");
+}
+
 TEST(Trainer, RefusesAnOutputDirectoryHoldingAnotherRun) {
   const std::string dir = scratch_dir("outdir");
   auto cfg = make_config(dir, 1, {"train.steps=1"});
