@@ -2,6 +2,7 @@
 #include "model/qwen3_model.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -101,9 +102,9 @@ void Qwen3Model<T>::layer_forward(int64_t l, std::vector<T>& x, LayerActs& a) {
   a.q_raw.resize(n * hq * D);
   a.k_raw.resize(n * hkv * D);
   a.v.resize(n * hkv * D);
-  linear<T>(a.h1.data(), params_.value(p.q), n, H, hq * D, a.q_raw.data());
-  linear<T>(a.h1.data(), params_.value(p.k), n, H, hkv * D, a.k_raw.data());
-  linear<T>(a.h1.data(), params_.value(p.v), n, H, hkv * D, a.v.data());
+  project(l, kQ, a.h1.data(), p.q, H, hq * D, a.q_raw.data(), a);
+  project(l, kK, a.h1.data(), p.k, H, hkv * D, a.k_raw.data(), a);
+  project(l, kV, a.h1.data(), p.v, H, hkv * D, a.v.data(), a);
   a.q.resize(a.q_raw.size());
   a.k.resize(a.k_raw.size());
   a.q_rstd.resize(n * hq);
@@ -118,7 +119,7 @@ void Qwen3Model<T>::layer_forward(int64_t l, std::vector<T>& x, LayerActs& a) {
                             a.lse.data());
   // o row-parallel, then the forward site.
   std::vector<T> o(n * H);
-  linear<T>(a.attn.data(), params_.value(p.o), n, hq * D, H, o.data());
+  project(l, kO, a.attn.data(), p.o, hq * D, H, o.data(), a);
   tp_.block_site(o, {static_cast<int>(2 * l), Direction::forward});
   cpu::add_inplace<T>(x.data(), o.data(), n * H);
 
@@ -130,11 +131,11 @@ void Qwen3Model<T>::layer_forward(int64_t l, std::vector<T>& x, LayerActs& a) {
   a.gate.resize(n * F);
   a.up.resize(n * F);
   a.act.resize(n * F);
-  linear<T>(a.h2.data(), params_.value(p.gate), n, H, F, a.gate.data());
-  linear<T>(a.h2.data(), params_.value(p.up), n, H, F, a.up.data());
+  project(l, kGate, a.h2.data(), p.gate, H, F, a.gate.data(), a);
+  project(l, kUp, a.h2.data(), p.up, H, F, a.up.data(), a);
   cpu::swiglu_forward<T>(a.gate.data(), a.up.data(), n * F, a.act.data());
   std::vector<T> d(n * H);
-  linear<T>(a.act.data(), params_.value(p.down), n, F, H, d.data());
+  project(l, kDown, a.act.data(), p.down, F, H, d.data(), a);
   tp_.block_site(d, {static_cast<int>(2 * l + 1), Direction::forward});
   cpu::add_inplace<T>(x.data(), d.data(), n * H);
 }
@@ -178,13 +179,10 @@ void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, 
 
   // MLP. dx is the gradient of the block output; the residual passes it through unchanged.
   std::vector<T> dact(n * F), dgate(n * F), dup(n * F), dh(n * H), dnorm(n * H);
-  linear_dw<T>(dx.data(), a.act.data(), n, F, H, params_.grad(p.down));
-  linear_dx<T>(dx.data(), params_.value(p.down), n, F, H, dact.data(), false);
+  project_backward(l, kDown, dx.data(), a.act.data(), p.down, F, H, dact.data(), false, a);
   cpu::swiglu_backward<T>(dact.data(), a.gate.data(), a.up.data(), n * F, dgate.data(), dup.data());
-  linear_dw<T>(dgate.data(), a.h2.data(), n, H, F, params_.grad(p.gate));
-  linear_dw<T>(dup.data(), a.h2.data(), n, H, F, params_.grad(p.up));
-  linear_dx<T>(dgate.data(), params_.value(p.gate), n, H, F, dh.data(), false);
-  linear_dx<T>(dup.data(), params_.value(p.up), n, H, F, dh.data(), true);
+  project_backward(l, kGate, dgate.data(), a.h2.data(), p.gate, H, F, dh.data(), false, a);
+  project_backward(l, kUp, dup.data(), a.h2.data(), p.up, H, F, dh.data(), true, a);
   tp_.block_site(dh, {site++, Direction::backward});
   cpu::rmsnorm_backward<T>(dh.data(), a.x_mid.data(), params_.value(p.post_norm), a.rstd2.data(), n, H, dnorm.data(),
                            params_.grad(p.post_norm));
@@ -193,8 +191,7 @@ void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, 
 
   // Attention.
   std::vector<T> dattn(n * hq * D), dq(n * hq * D), dk(n * hkv * D), dv(n * hkv * D);
-  linear_dw<T>(dx.data(), a.attn.data(), n, hq * D, H, params_.grad(p.o));
-  linear_dx<T>(dx.data(), params_.value(p.o), n, hq * D, H, dattn.data(), false);
+  project_backward(l, kO, dx.data(), a.attn.data(), p.o, hq * D, H, dattn.data(), false, a);
   cpu::attention_backward<T>(dattn.data(), a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(),
                              batch_.batch, batch_.seq, hq, hkv, D, dq.data(), dk.data(), dv.data());
   cpu::rope_backward<T>(dq.data(), positions_.data(), n, hq, D, shape_.rope_base);
@@ -204,17 +201,69 @@ void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, 
                            dq_raw.data(), params_.grad(p.q_norm));
   cpu::rmsnorm_backward<T>(dk.data(), a.k_raw.data(), params_.value(p.k_norm), a.k_rstd.data(), n * hkv, D,
                            dk_raw.data(), params_.grad(p.k_norm));
-  linear_dw<T>(dq_raw.data(), a.h1.data(), n, H, hq * D, params_.grad(p.q));
-  linear_dw<T>(dk_raw.data(), a.h1.data(), n, H, hkv * D, params_.grad(p.k));
-  linear_dw<T>(dv.data(), a.h1.data(), n, H, hkv * D, params_.grad(p.v));
-  linear_dx<T>(dq_raw.data(), params_.value(p.q), n, H, hq * D, dh.data(), false);
-  linear_dx<T>(dk_raw.data(), params_.value(p.k), n, H, hkv * D, dh.data(), true);
-  linear_dx<T>(dv.data(), params_.value(p.v), n, H, hkv * D, dh.data(), true);
+  project_backward(l, kQ, dq_raw.data(), a.h1.data(), p.q, H, hq * D, dh.data(), false, a);
+  project_backward(l, kK, dk_raw.data(), a.h1.data(), p.k, H, hkv * D, dh.data(), true, a);
+  project_backward(l, kV, dv.data(), a.h1.data(), p.v, H, hkv * D, dh.data(), true, a);
   tp_.block_site(dh, {site++, Direction::backward});
   cpu::rmsnorm_backward<T>(dh.data(), a.x_in.data(), params_.value(p.input_norm), a.rstd1.data(), n, H, dnorm.data(),
                            params_.grad(p.input_norm));
   cpu::add_inplace<T>(dx.data(), dnorm.data(), n * H);
   a = {};
+}
+
+template <class T>
+void Qwen3Model<T>::set_int8_linear(const quant::Int8LinearConfig& cfg) {
+  ECHO_CHECK((std::is_same_v<T, float>), "INT8 linear layers run in fp32 models only");
+  if (cfg.mode == config::LinearMode::bf16) {
+    int8_.reset();
+    return;
+  }
+  int8_ = cfg;
+}
+
+template <class T>
+quant::LinearContext Qwen3Model<T>::linear_context(int64_t l, Proj proj, int64_t out) const {
+  quant::LinearContext ctx;
+  ctx.step = step_;
+  ctx.layer = static_cast<uint32_t>(l);
+  ctx.site = static_cast<uint32_t>(proj);
+  ctx.token_offset = token_offset_;
+  ctx.seq_len = batch_.seq;
+  const bool row_parallel = proj == kO || proj == kDown;
+  if (shape_.tp > 1) {
+    ctx.tp_style = row_parallel ? quant::TpStyle::row : quant::TpStyle::column;
+    ctx.tp = &tp_.reducer();
+    // Column shards own output channels [rank * out, (rank + 1) * out) of the full layer.
+    if (!row_parallel) ctx.channel_offset = static_cast<int64_t>(shape_.tp_rank) * out;
+  }
+  return ctx;
+}
+
+template <class T>
+void Qwen3Model<T>::project(int64_t l, Proj proj, const T* x, size_t w, int64_t in, int64_t out, T* y, LayerActs& a) {
+  const int64_t n = batch_.num_tokens();
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8_) {
+      quant::linear_forward(*int8_, linear_context(l, proj, out), x, params_.value(w), n, in, out, y, a.int8[proj]);
+      return;
+    }
+  }
+  linear<T>(x, params_.value(w), n, in, out, y);
+}
+
+template <class T>
+void Qwen3Model<T>::project_backward(int64_t l, Proj proj, const T* dy, const T* x, size_t w, int64_t in, int64_t out,
+                                     T* dx, bool accumulate_dx, LayerActs& a) {
+  const int64_t n = batch_.num_tokens();
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8_) {
+      quant::linear_backward(*int8_, linear_context(l, proj, out), dy, x, params_.value(w), a.int8[proj], n, in, out,
+                             dx, accumulate_dx, params_.grad(w));
+      return;
+    }
+  }
+  linear_dw<T>(dy, x, n, in, out, params_.grad(w));
+  linear_dx<T>(dy, params_.value(w), n, in, out, dx, accumulate_dx);
 }
 
 template <class T>

@@ -5,11 +5,14 @@
 // (forward: 2l after attention, 2l+1 after the MLP; backward: the last layer's MLP first).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/parameters.h"
 #include "model/tp_ops.h"
+#include "quant/int8_linear.h"
 
 namespace echo::model {
 
@@ -45,11 +48,32 @@ class Qwen3Model {
   // The final hidden state (after the last block, before the final norm) of the last forward.
   const std::vector<T>& final_hidden() const { return final_hidden_; }
 
+  // The block projections (q, k, v, o, gate, up, down) in INT8 with S3R-EC (ARCHITECTURE.md §6)
+  // instead of fp32; the embedding and the LM head stay in full precision, as in the paper.
+  // fp32 models only.
+  void set_int8_linear(const quant::Int8LinearConfig& cfg);
+  // Where the next forward/backward sits, for the S3R threshold counters: the optimizer step
+  // and the global index of this rank's first token among the step's tokens (DP rank and
+  // micro-batch), so every TP/DP layout draws the same thresholds.
+  void set_position(uint32_t step, int64_t token_offset) {
+    step_ = step;
+    token_offset_ = token_offset;
+  }
+
  private:
+  // The block projections, in the order of their S3R site ids.
+  enum Proj : int { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
   struct LayerActs {
     std::vector<T> x_in, h1, rstd1, q_raw, k_raw, q_rstd, k_rstd, q, k, v, attn, lse;
     std::vector<T> x_mid, h2, rstd2, gate, up, act;
+    std::array<quant::Int8LinearSaved, kNumProj> int8;  // empty unless INT8 linears are on
   };
+  // y (rows, out) = x (rows, in) · W^T for projection `proj` of layer l, fp32 or INT8.
+  void project(int64_t l, Proj proj, const T* x, size_t w, int64_t in, int64_t out, T* y, LayerActs& a);
+  // dW += dy^T · x and dx (+)= dy · W for the same projection.
+  void project_backward(int64_t l, Proj proj, const T* dy, const T* x, size_t w, int64_t in, int64_t out, T* dx,
+                        bool accumulate_dx, LayerActs& a);
+  quant::LinearContext linear_context(int64_t l, Proj proj, int64_t out) const;
   void layer_forward(int64_t l, std::vector<T>& x, LayerActs& a);
   void layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, int& site);
   void check_batch(const Batch& batch) const;
@@ -66,6 +90,9 @@ class Qwen3Model {
   std::vector<T> final_hidden_, final_norm_out_, final_rstd_, logits_, ce_lse_;
   int64_t count_ = 0;
   bool have_acts_ = false;
+  std::optional<quant::Int8LinearConfig> int8_;
+  uint32_t step_ = 0;
+  int64_t token_offset_ = 0;
 };
 
 }  // namespace echo::model

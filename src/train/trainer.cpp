@@ -59,9 +59,6 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const auto& L = world.layout;
   ECHO_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
              L.tp);
-  // NOTE: refuse what this version cannot do rather than train something else silently.
-  ECHO_CHECK(cfg.linear.mode == config::LinearMode::bf16,
-             "'linear.mode' = int8 is not available in this version: INT8 S3R linear layers are not built yet");
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
   if (L.rank == 0) config::write_effective_config(cfg, cfg.run.out_dir + "/config.yaml");
 
@@ -70,6 +67,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_);
+  model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed));
   num_params_ = count_parameters(model_->plan());
   model_->init_weights(cfg.run.seed);
   if (!cfg.run.init_from.empty()) load_hf_weights(cfg.run.init_from, model_->params(), world);
@@ -113,6 +111,10 @@ double Trainer::train_step(int64_t step, bool telemetry) {
   const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
   for (int micro = 0; micro < num_micro_; ++micro) {
     train_loader_->micro_batch(static_cast<uint64_t>(step), micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
+    // The S3R thresholds are keyed by (step, global token index): this micro-batch's first
+    // token sits after those of the lower DP ranks and of the earlier micro-batches.
+    const int64_t first_sample = (static_cast<int64_t>(world_.layout.dp_rank) * num_micro_ + micro) * mb;
+    model_->set_position(static_cast<uint32_t>(step), first_sample * seq);
     const model::Batch batch{tokens_.data(), targets_.data(), mb, seq};
     loss += model_->forward_backward(batch, 1.0f / static_cast<float>(num_micro_)) / num_micro_;
   }
