@@ -25,11 +25,11 @@ function(echo_add_test)
                COMMAND ${MPIEXEC_EXECUTABLE} ${ECHO_MPIRUN_FLAGS} -np ${np} $<TARGET_FILE:${T_NAME}>)
       # NOTE: one OpenBLAS thread per rank: oversubscribed ranks must not each spawn a pool.
       set_tests_properties(${T_NAME}_np${np} PROPERTIES LABELS "mpi;${T_LABELS}" PROCESSORS ${np} TIMEOUT 600
-                           ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+                           ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
     endforeach()
   else()
     add_test(NAME ${T_NAME} COMMAND ${T_NAME})
-    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT 600 ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT 600 ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
     if(T_LABELS)
       set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
     endif()

@@ -10,5 +10,5 @@ bash scripts/get_data.sh
 args=("$@")
 # A second quickstart replaces the first unless told otherwise.
 if [[ ${#args[@]} -eq 0 && -d runs/quickstart ]]; then args=(--overwrite); fi
-OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} bash scripts/mpirun.sh -np 2 build/echo_train configs/quickstart.yaml "${args[@]}"
+bash scripts/mpirun.sh -np 2 build/echo_train configs/quickstart.yaml "${args[@]}"
 echo "quickstart: metrics in runs/quickstart/metrics.jsonl, checkpoints in runs/quickstart/checkpoints/"

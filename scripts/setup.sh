@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev
-          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libutf8proc-dev)
+          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libutf8proc-dev
+          libdnnl-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

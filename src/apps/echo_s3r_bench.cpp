@@ -166,8 +166,7 @@ int bench_main(int argc, char** argv) {
   const std::string core = openblas_get_corename();
   std::printf("echo_s3r_bench: SwiGLU FFN block fwd+bwd, T = %lld tokens (%lld examples x %lld), %d reps (median)\n",
               static_cast<long long>(tokens), static_cast<long long>(tokens / seq), static_cast<long long>(seq), reps);
-  std::printf("int8 GEMM kernel: %s (1 thread); OpenBLAS core: %s (%d thread%s)\n",
-              quant::int8_gemm_kernel_name(quant::Int8GemmKernel::automatic), core.c_str(), blas_threads,
+  std::printf("int8 GEMM: oneDNN dnnl_gemm_s8s8s32; OpenBLAS core: %s (%d thread%s)\n", core.c_str(), blas_threads,
               blas_threads == 1 ? "" : "s");
   if (core == "Prescott" || core == "Core2" || core == "Nehalem")
     std::printf("NOTE: OpenBLAS did not recognise this CPU and runs its %s (SSE) kernels; set e.g.\n"
@@ -248,7 +247,7 @@ int bench_main(int argc, char** argv) {
                      {"gemm_int8_tn_ms", i8_tn.median_ms},
                      {"sgemm_tn_ms", f32_tn.median_ms},
                      {"openblas_core", core},
-                     {"int8_kernel", quant::int8_gemm_kernel_name(quant::Int8GemmKernel::automatic)}});
+                     {"int8_gemm", "onednn"}});
     }
   }
   if (!json_path.empty()) {

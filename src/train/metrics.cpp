@@ -27,9 +27,16 @@ DevicePeak cpu_peak() {
       break;
     }
   if (mhz <= 0) mhz = 2000;  // no clock reported: assume 2 GHz, and say so below
-  const double peak = cores * mhz * 1e6 * 32.0;
-  return {peak, fmt::format("CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s", cores, mhz / 1e3,
-                            peak / 1e9)};
+  const double peak = cores * mhz * 1e6 * 32.0, int8 = cores * mhz * 1e6 * 128.0;
+  return {peak, int8,
+          fmt::format("CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s (int8: x 128 ops/cycle = "
+                      "{:.1f} GOP/s)",
+                      cores, mhz / 1e3, peak / 1e9, int8 / 1e9)};
+}
+
+double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int num_nodes) {
+  const double ideal = fp_flops / peak.flops_per_s + (int8_ops > 0 ? int8_ops / peak.int8_ops_per_s : 0.0);
+  return ideal / (seconds * num_nodes);
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append)

@@ -18,13 +18,19 @@ struct StepMetrics {
 // Training FLOPs per token: 6·N + 12·L·n_heads·head_dim·seq (N = parameters of the full model).
 double flops_per_token(const model::ModelShape& shape, int64_t num_params, int64_t seq_len);
 
-// The peak the MFU is measured against, and its description for the log.
+// The peaks the MFU is measured against, and their description for the log.
 struct DevicePeak {
-  double flops_per_s = 0;
+  double flops_per_s = 0;      // fp32
+  double int8_ops_per_s = 0;   // int8 multiply-adds x 2
   std::string description;
 };
-// CPU: cores × clock (from /proc/cpuinfo) × 32 fp32 FLOP/cycle (two 8-wide FMA units).
+// CPU: cores × clock (from /proc/cpuinfo) × 32 fp32 FLOP/cycle (two 8-wide FMA units) and
+// × 128 int8 ops/cycle (one 512-bit VNNI unit: 64 multiply-adds).
 DevicePeak cpu_peak();
+
+// Model FLOPs utilisation of one step: the time the hardware would need at its peaks (the
+// INT8 projections against the int8 peak, everything else against fp32) over the time taken.
+double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int num_nodes);
 
 class MetricsLog {
  public:

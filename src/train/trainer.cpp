@@ -41,6 +41,14 @@ int count_nodes(const dist::Communicator& world) {
   return nodes;
 }
 
+// Weights of the seven block projections (what linear.mode: int8 runs in int8).
+int64_t block_projection_params(const model::Qwen3Plan& plan) {
+  int64_t n = 0;
+  for (const auto& l : plan.layers)
+    for (size_t i : {l.q, l.k, l.v, l.o, l.gate, l.up, l.down}) n += plan.params[i].full_shape[0] * plan.params[i].full_shape[1];
+  return n;
+}
+
 int64_t count_parameters(const model::Qwen3Plan& plan) {
   int64_t n = 0;
   for (const auto& p : plan.params) {
@@ -158,7 +166,11 @@ TrainResult Trainer::run(int64_t stop_after) {
   const int64_t total = cfg_.train.steps;
   const double tokens_per_step = static_cast<double>(cfg_.train.global_batch) * cfg_.data.seq_len;
   const double flops_per_step = flops_per_token(shape_, num_params_, cfg_.data.seq_len) * tokens_per_step;
-  const double peak = peak_.flops_per_s * count_nodes(world_.world);
+  // With INT8 linears, 6 ops per token per block-projection weight run in int8.
+  const double int8_per_step = cfg_.linear.mode == config::LinearMode::int8
+                                   ? 6.0 * static_cast<double>(block_projection_params(model_->plan())) * tokens_per_step
+                                   : 0.0;
+  const int num_nodes = count_nodes(world_.world);
   double elapsed = 0;
   for (int64_t step = start_step_; step < total; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -185,7 +197,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     result.last_loss = loss;
 
     StepMetrics m{step + 1, loss, lr, norm, tokens_per_step / secs, secs * 1e3,
-                  flops_per_step / secs / peak};
+                  mfu(flops_per_step - int8_per_step, int8_per_step, secs, peak_, num_nodes)};
     if (world_.layout.rank == 0) {
       if (cfg_.train.log_interval > 0 && (step + 1) % cfg_.train.log_interval == 0) {
         const double eta = elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total - step - 1);

@@ -5,6 +5,7 @@
 set -uo pipefail
 build=$1; shift
 mpirun=("$@")
+export OMP_NUM_THREADS=1  # oneDNN (OpenMP): one thread per rank, like OpenBLAS below
 work=$(mktemp -d /tmp/echo_run_control.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
