@@ -47,7 +47,7 @@ int bench_main(int argc, char** argv) {
   model::CommTpOps ops(tp, *blocks, edge.get());
   model::Qwen3Model<float> m(shape, ops);
   m.init_weights(cfg.run.seed);
-  m.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed));
+  m.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
 
   std::mt19937_64 gen(cfg.run.seed);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(cfg.model.vocab_size - 1));

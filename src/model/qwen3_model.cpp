@@ -212,13 +212,20 @@ void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, 
 }
 
 template <class T>
-void Qwen3Model<T>::set_int8_linear(const quant::Int8LinearConfig& cfg) {
+void Qwen3Model<T>::set_int8_linear(const quant::Int8LinearConfig& cfg, const std::vector<std::string>& projections) {
   ECHO_CHECK((std::is_same_v<T, float>), "INT8 linear layers run in fp32 models only");
-  if (cfg.mode == config::LinearMode::bf16) {
-    int8_.reset();
-    return;
-  }
+  int8_.reset();
+  if (cfg.mode == config::LinearMode::bf16) return;
   int8_ = cfg;
+  const auto& names = config::LinearConfig::kProjectionNames;
+  for (int p = 0; p < kNumProj; ++p) int8_proj_[p] = projections.empty();
+  for (const std::string& name : projections) {
+    int found = -1;
+    for (int p = 0; p < kNumProj; ++p)
+      if (name == names[p]) found = p;
+    ECHO_CHECK(found >= 0, "'linear.projections' names '{}', which is not a block projection", name);
+    int8_proj_[found] = true;
+  }
 }
 
 template <class T>
@@ -243,7 +250,7 @@ template <class T>
 void Qwen3Model<T>::project(int64_t l, Proj proj, const T* x, size_t w, int64_t in, int64_t out, T* y, LayerActs& a) {
   const int64_t n = batch_.num_tokens();
   if constexpr (std::is_same_v<T, float>) {
-    if (int8_) {
+    if (int8_ && int8_proj_[proj]) {
       quant::linear_forward(*int8_, linear_context(l, proj, out), x, params_.value(w), n, in, out, y, a.int8[proj]);
       return;
     }
@@ -256,7 +263,7 @@ void Qwen3Model<T>::project_backward(int64_t l, Proj proj, const T* dy, const T*
                                      T* dx, bool accumulate_dx, LayerActs& a) {
   const int64_t n = batch_.num_tokens();
   if constexpr (std::is_same_v<T, float>) {
-    if (int8_) {
+    if (int8_ && int8_proj_[proj]) {
       quant::linear_backward(*int8_, linear_context(l, proj, out), dy, x, params_.value(w), a.int8[proj], n, in, out,
                              dx, accumulate_dx, params_.grad(w));
       return;

@@ -50,8 +50,9 @@ class Qwen3Model {
 
   // The block projections (q, k, v, o, gate, up, down) in INT8 with S3R-EC (ARCHITECTURE.md §6)
   // instead of fp32; the embedding and the LM head stay in full precision, as in the paper.
+  // `projections` names the ones that run in int8 (linear.projections; empty = all seven).
   // fp32 models only.
-  void set_int8_linear(const quant::Int8LinearConfig& cfg);
+  void set_int8_linear(const quant::Int8LinearConfig& cfg, const std::vector<std::string>& projections = {});
   // Where the next forward/backward sits, for the S3R threshold counters: the optimizer step
   // and the global index of this rank's first token among the step's tokens (DP rank and
   // micro-batch), so every TP/DP layout draws the same thresholds.
@@ -91,6 +92,7 @@ class Qwen3Model {
   int64_t count_ = 0;
   bool have_acts_ = false;
   std::optional<quant::Int8LinearConfig> int8_;
+  std::array<bool, kNumProj> int8_proj_{};
   uint32_t step_ = 0;
   int64_t token_offset_ = 0;
 };

@@ -41,11 +41,16 @@ int count_nodes(const dist::Communicator& world) {
   return nodes;
 }
 
-// Weights of the seven block projections (what linear.mode: int8 runs in int8).
-int64_t block_projection_params(const model::Qwen3Plan& plan) {
+// Weights of the block projections that linear.projections puts in int8.
+int64_t int8_projection_params(const model::Qwen3Plan& plan, const std::vector<std::string>& names) {
   int64_t n = 0;
-  for (const auto& l : plan.layers)
-    for (size_t i : {l.q, l.k, l.v, l.o, l.gate, l.up, l.down}) n += plan.params[i].full_shape[0] * plan.params[i].full_shape[1];
+  for (const auto& l : plan.layers) {
+    const size_t index[] = {l.q, l.k, l.v, l.o, l.gate, l.up, l.down};
+    for (int p = 0; p < 7; ++p)
+      for (const auto& name : names)
+        if (name == config::LinearConfig::kProjectionNames[p])
+          n += plan.params[index[p]].full_shape[0] * plan.params[index[p]].full_shape[1];
+  }
   return n;
 }
 
@@ -75,7 +80,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_);
-  model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed));
+  model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
   model_->init_weights(cfg.run.seed);
   if (!cfg.run.init_from.empty()) load_hf_weights(cfg.run.init_from, model_->params(), world);
@@ -166,10 +171,12 @@ TrainResult Trainer::run(int64_t stop_after) {
   const int64_t total = cfg_.train.steps;
   const double tokens_per_step = static_cast<double>(cfg_.train.global_batch) * cfg_.data.seq_len;
   const double flops_per_step = flops_per_token(shape_, num_params_, cfg_.data.seq_len) * tokens_per_step;
-  // With INT8 linears, 6 ops per token per block-projection weight run in int8.
-  const double int8_per_step = cfg_.linear.mode == config::LinearMode::int8
-                                   ? 6.0 * static_cast<double>(block_projection_params(model_->plan())) * tokens_per_step
-                                   : 0.0;
+  // With INT8 linears, 6 ops per token per weight of the int8 projections run in int8.
+  const double int8_per_step =
+      cfg_.linear.mode == config::LinearMode::int8
+          ? 6.0 * static_cast<double>(int8_projection_params(model_->plan(), cfg_.linear.projection_list())) *
+                tokens_per_step
+          : 0.0;
   const int num_nodes = count_nodes(world_.world);
   double elapsed = 0;
   for (int64_t step = start_step_; step < total; ++step) {

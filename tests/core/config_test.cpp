@@ -186,6 +186,7 @@ TEST(ConfigKeys, KeepEveryNameOfTheContract) {
                           "linear.backward_rounding",
                           "linear.thresholds",
                           "linear.ec",
+                          "linear.projections",
                           "optim.lr",
                           "optim.min_lr",
                           "optim.beta1",
@@ -731,4 +732,16 @@ TEST(DefaultYaml, NamesEveryKeyWithAComment) {
 }
 
 }  // namespace
+TEST(ConfigLinear, ProjectionListIsValidated) {
+  Config c;
+  EXPECT_EQ(c.linear.projection_list(), (std::vector<std::string>{"q", "k", "v", "o", "gate", "up", "down"}));
+  c.linear.projections = " down , up";
+  EXPECT_EQ(c.linear.projection_list(), (std::vector<std::string>{"down", "up"}));
+  EXPECT_THAT(error_of([] { parse_config("linear: {projections: \"q,kk\"}", "p.yaml"); }),
+              HasSubstr("p.yaml:1: 'linear.projections' names 'kk', which is not one of q, k, v, o, gate, up, down"));
+  EXPECT_THAT(error_of([] { parse_config("linear: {projections: \"q,q\"}", "p.yaml"); }),
+              HasSubstr("'linear.projections' names 'q' twice"));
+  EXPECT_THAT(error_of([] { parse_config("linear: {projections: \",\"}", "p.yaml"); }), HasSubstr("names no projection"));
+}
+
 }  // namespace echo::config

@@ -112,5 +112,28 @@ TEST(Int8Model, ForwardStaysCloseToFp32AndThresholdsFollowTheStep) {
   EXPECT_NE(q.params()[q.plan().layers[0].q].grad, g1);
 }
 
+TEST(Int8Model, OnlyTheNamedProjectionsRunInInt8) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  const auto cfg = int8_config();
+  const auto batch = random_batch(2, 8, cfg.vocab_size, 9);
+  comm::ExactAllReduce exact(tp, comm::ExactPrecision::fp32);
+  CommTpOps ops(tp, exact);
+  const ModelShape shape = make_model_shape(cfg, tp.size(), tp.rank());
+  auto loss_with = [&](const std::vector<std::string>& names, bool int8) {
+    Qwen3Model<float> m(shape, ops);
+    m.init_weights(2);
+    if (int8) m.set_int8_linear(s3r(config::EcMode::none), names);
+    return m.forward(batch.view(), false);
+  };
+  const double fp = loss_with({}, false), all = loss_with({}, true), listed = loss_with(
+      {"q", "k", "v", "o", "gate", "up", "down"}, true), down = loss_with({"down"}, true);
+  EXPECT_EQ(all, listed) << "an empty list means all seven";
+  EXPECT_NE(down, fp);
+  EXPECT_NE(down, all);
+  EXPECT_LT(std::fabs(down - fp), std::fabs(all - fp) + 1e-3) << "one int8 projection perturbs less than seven";
+  Qwen3Model<float> m(shape, ops);
+  EXPECT_THROW(m.set_int8_linear(s3r(config::EcMode::none), {"lm_head"}), Error);
+}
+
 }  // namespace
 }  // namespace echo::model

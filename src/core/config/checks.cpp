@@ -96,6 +96,22 @@ void check_backend(const Config& c, const Origins& o) {
                         to_string(c.run.device)));
 }
 
+void check_linear(const Config& c, const Origins& o) {
+  std::vector<std::string> seen;
+  for (const std::string& name : c.linear.projection_list()) {
+    bool known = false;
+    for (const char* k : LinearConfig::kProjectionNames) known = known || name == k;
+    if (!known)
+      fail_at(o.where("linear.projections"),
+              fmt::format("'linear.projections' names '{}', which is not one of q, k, v, o, gate, up, down", name));
+    for (const auto& s : seen)
+      if (s == name) fail_at(o.where("linear.projections"), fmt::format("'linear.projections' names '{}' twice", name));
+    seen.push_back(name);
+  }
+  if (seen.empty())
+    fail_at(o.where("linear.projections"), "'linear.projections' names no projection (use linear.mode: bf16 instead)");
+}
+
 void check_optim(const Config& c, const Origins& o) {
   if (c.optim.min_lr > c.optim.lr)
     fail_at(o.where_any({"optim.min_lr", "optim.lr"}, "optim"),
@@ -115,6 +131,7 @@ void check_config(const Config& config, const Origins& origins, int world_size) 
   check_batch(config, origins, world_size);
   check_backend(config, origins);
   check_optim(config, origins);
+  check_linear(config, origins);
 }
 
 }  // namespace echo::config

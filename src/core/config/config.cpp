@@ -42,6 +42,20 @@ struct DottedKeys {
 
 }  // namespace
 
+std::vector<std::string> LinearConfig::projection_list() const {
+  std::vector<std::string> names;
+  std::string item;
+  for (char ch : projections + ",") {
+    if (ch == ',') {
+      if (!item.empty()) names.push_back(item);
+      item.clear();
+    } else if (ch != ' ') {
+      item += ch;
+    }
+  }
+  return names;
+}
+
 std::int64_t ModelConfig::padded_vocab() const {
   ECHO_CHECK(vocab_size >= 1 && vocab_pad_multiple >= 1, "padded_vocab: vocab_size {} and vocab_pad_multiple {}",
              vocab_size, vocab_pad_multiple);

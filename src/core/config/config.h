@@ -176,6 +176,14 @@ struct LinearConfig {
   BackwardRounding backward_rounding = BackwardRounding::s3r;
   ThresholdMode thresholds = ThresholdMode::per_token;
   EcMode ec = EcMode::two_way;
+  // Which block projections run in int8, comma-separated (the embedding and the LM head stay
+  // in full precision, as in the S3R paper).
+  std::string projections = "q,k,v,o,gate,up,down";
+
+  // The names of `projections` split at commas (spaces ignored); validation rejects unknown
+  // names and duplicates.
+  std::vector<std::string> projection_list() const;
+  static constexpr const char* kProjectionNames[] = {"q", "k", "v", "o", "gate", "up", "down"};
   bool operator==(const LinearConfig&) const = default;
 };
 

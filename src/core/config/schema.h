@@ -110,6 +110,7 @@ void visit(LinearConfig& c, V& v) {
   v.field("backward_rounding", c.backward_rounding, "rtne | sr_independent | s3r: int8 gradient rounding");
   v.field("thresholds", c.thresholds, "per_token | per_example | independent: S3R threshold sharing");
   v.field("ec", c.ec, "none | dx_only | two_way: S3R structured error correction");
+  v.field("projections", c.projections, "block projections in int8: any of q,k,v,o,gate,up,down", non_empty());
 }
 
 template <class V>
