@@ -9,11 +9,14 @@
 #include "comm/exact_all_reduce.h"
 #include "dist/world.h"
 #include "model_test_util.h"
+#include "tp_test_util.h"
 
 namespace echo::model {
 namespace {
 
+using testing::gather_grad;
 using testing::random_batch;
+using testing::rel_diff;
 
 config::ModelConfig int8_config() {
   config::ModelConfig c = testing::tiny_config(2, 8, 4);
@@ -33,27 +36,6 @@ quant::Int8LinearConfig s3r(config::EcMode ec) {
   q.ec = ec;
   q.seed = 99;
   return q;
-}
-
-std::vector<float> gather(const Parameter<float>& p, const dist::Communicator& tp) {
-  const size_t local = p.grad.size();
-  std::vector<float> all(local * tp.size());
-  MPI_Allgather(p.grad.data(), static_cast<int>(local), MPI_FLOAT, all.data(), static_cast<int>(local), MPI_FLOAT,
-                tp.get());
-  if (p.spec->shard == ShardKind::column || p.spec->shard == ShardKind::vocab) return all;
-  if (p.spec->shard != ShardKind::row) return p.grad;
-  const int64_t rows = p.shape[0], cols = p.shape[1];
-  std::vector<float> full(all.size());
-  for (int r = 0; r < tp.size(); ++r)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) full[i * cols * tp.size() + r * cols + j] = all[r * local + i * cols + j];
-  return full;
-}
-
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
-  return std::sqrt(d / std::max(n, 1e-30));
 }
 
 TEST(Int8Model, TpLayoutsDrawTheSameThresholdsAndAgree) {
@@ -82,7 +64,7 @@ TEST(Int8Model, TpLayoutsDrawTheSameThresholdsAndAgree) {
       const double loss = m.forward_backward(batch.view());
       EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss)) << "tp=" << tp;
       for (size_t i = 0; i < m.params().size(); ++i)
-        EXPECT_LT(rel(gather(m.params()[i], w.tp), ref.params()[i].grad), 1e-4)
+        EXPECT_LT(rel_diff(gather_grad(m.params()[i], w.tp), ref.params()[i].grad), 1e-4)
             << m.params()[i].spec->name << " tp=" << tp << " ec=" << static_cast<int>(ec);
     }
   }

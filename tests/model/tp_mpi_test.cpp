@@ -14,11 +14,14 @@
 #include "dist/world.h"
 #include "model/replica_check.h"
 #include "model_test_util.h"
+#include "tp_test_util.h"
 
 namespace echo::model {
 namespace {
 
+using testing::gather_grad;
 using testing::random_batch;
+using testing::rel_diff;
 
 config::ModelConfig tp_config(int layers = 2, double init_std = 0.1) {
   config::ModelConfig c = testing::tiny_config(layers, 8, 4);
@@ -40,29 +43,6 @@ int world_size() {
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
-}
-
-// The full gradient of parameter i, assembled from the TP shards.
-std::vector<float> gather_grad(const Parameter<float>& p, const dist::Communicator& tp) {
-  const size_t local = p.grad.size();
-  std::vector<float> all(local * tp.size());
-  MPI_Allgather(p.grad.data(), static_cast<int>(local), MPI_FLOAT, all.data(), static_cast<int>(local), MPI_FLOAT,
-                tp.get());
-  if (p.spec->shard != ShardKind::row) return p.spec->shard == ShardKind::column || p.spec->shard == ShardKind::vocab
-                                                  ? all
-                                                  : std::vector<float>(p.grad);
-  const int64_t rows = p.shape[0], cols = p.shape[1];
-  std::vector<float> full(all.size());
-  for (int r = 0; r < tp.size(); ++r)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) full[i * cols * tp.size() + r * cols + j] = all[r * local + i * cols + j];
-  return full;
-}
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
-  return std::sqrt(d / std::max(n, 1e-30));
 }
 
 TEST(TensorParallel, Tp1Tp2Tp4GiveTheSameLossAndGradients) {
