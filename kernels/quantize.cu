@@ -101,7 +101,7 @@ static __global__ void dequantize_kernel(const uint8_t* __restrict__ wire, size_
       continue;
     }
     const float v = comm::decode_code(code, d);
-    out[i] = kAdd ? comm::add_rn(out[i], v) : v;
+    out[i] = kAdd ? echo::add_rn(out[i], v) : v;
   }
 }
 

@@ -35,4 +35,51 @@ ECHO_HD float bits_float(uint32_t u) {
 #endif
 }
 
+// fp32 arithmetic rounded once, identical on host and device. NOTE: nvcc contracts a * b + c
+// into an FMA by default; code whose CPU and GPU results must match bit for bit (the Echo
+// quantizer, the S3R rounding) computes through these, which the compiler may not fuse.
+ECHO_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+ECHO_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+ECHO_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+ECHO_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// Round half to even to an int, default rounding mode. Valid for |v| <= 2^22, which the callers
+// guarantee by clipping first. On the host, adding 1.5·2^23 makes the FPU's own round-to-nearest-even
+// drop the fraction and leaves round(v) in the low mantissa bits; this vectorizes, rintf without
+// SSE4.1 does not.
+ECHO_HD int round_to_int(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float2int_rn(v);
+#else
+  return static_cast<int>(float_bits(v + 12582912.0f) - 0x4b400000u);
+#endif
+}
+
 }  // namespace echo

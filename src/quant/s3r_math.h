@@ -33,31 +33,10 @@ constexpr int32_t kInt8Max = 127;
 // Below this an amax counts as zero: 127 / amax must stay finite in fp32 (2^-100 ~ 7.9e-31).
 constexpr float kMinAmax = 7.88860905e-31f;
 
-// a * b rounded once. NOTE: nvcc contracts a * b + c into an FMA by default; the quantizers
-// multiply through this so the CPU (no contraction in ISO C++ mode) and the GPU round alike.
-ECHO_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
 ECHO_HD float int8_scale(float amax) { return amax >= kMinAmax ? amax / 127.0f : 1.0f; }
 ECHO_HD float int8_inv_scale(float amax) { return amax >= kMinAmax ? 127.0f / amax : 1.0f; }
 
 ECHO_HD int32_t clamp_int8(int32_t q) { return q > kInt8Max ? kInt8Max : (q < -kInt8Max ? -kInt8Max : q); }
-
-// Round half to even for |v| < 2^22 (adding and removing 1.5 * 2^23 rounds in the default mode;
-// written so GCC vectorizes it with SSE2, where rint is a library call).
-ECHO_HD int32_t round_half_even(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float2int_rn(v);
-#else
-  const float r = (v + 12582912.0f) - 12582912.0f;
-  return static_cast<int32_t>(r);
-#endif
-}
 
 // floor(v) for |v| < 2^31 (truncate, then step down where truncation rounded up).
 ECHO_HD int32_t floor_to_int(float v) {
@@ -67,7 +46,7 @@ ECHO_HD int32_t floor_to_int(float v) {
 
 // RTNE int8 code of x with inv_scale = int8_inv_scale(amax of its row).
 ECHO_HD int8_t quantize_rtne(float x, float inv_scale) {
-  return static_cast<int8_t>(clamp_int8(round_half_even(mul_rn(x, inv_scale))));
+  return static_cast<int8_t>(clamp_int8(round_to_int(mul_rn(x, inv_scale))));
 }
 
 // The S3R rounding rule on v = g' / Δ (|v| <= 127 up to rounding): clamp(floor(v + r)) with

@@ -49,55 +49,9 @@ namespace echo::comm {
 inline constexpr uint16_t kPoisonScaleBits = 0x7e00;    // fp16 quiet NaN: marks a poisoned group
 inline constexpr uint32_t kQuantNanBits = 0x7fc00000u;  // the fp32 NaN a poisoned group decodes to
 
-// ---- exact fp32 arithmetic, identical on host and device ----------------------------------------
-
-ECHO_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-ECHO_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-ECHO_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-ECHO_HD float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
 ECHO_HD float min_f(float a, float b) { return b < a ? b : a; }
 ECHO_HD float max_f(float a, float b) { return b > a ? b : a; }
 ECHO_HD float clamp_f(float v, float lo, float hi) { return min_f(max_f(v, lo), hi); }
-
-// Round half to even to an int, default rounding mode. Valid for |v| <= 2^22, which the callers
-// guarantee by clipping first. On the host, adding 1.5·2^23 makes the FPU's own round-to-nearest-even
-// drop the fraction and leaves round(v) in the low mantissa bits; this vectorizes, rintf without
-// SSE4.1 does not.
-ECHO_HD int round_to_int(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float2int_rn(v);
-#else
-  return static_cast<int>(float_bits(v + 12582912.0f) - 0x4b400000u);
-#endif
-}
 
 ECHO_HD float round_half_even(float v) { return static_cast<float>(round_to_int(v)); }
 
