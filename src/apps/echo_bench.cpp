@@ -20,6 +20,7 @@
 #include "comm/exact_all_reduce.h"
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
 
@@ -57,15 +58,6 @@ std::unique_ptr<comm::AllReduce> make_impl(const Options& o, const dist::Communi
   return std::make_unique<comm::EchoAllReduce>(c, e);
 }
 
-// FNV-1a of the output bytes: equal hashes on every rank <=> (with overwhelming probability)
-// bitwise identical outputs, without moving the whole tensor.
-uint64_t fnv1a(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl, comm::AllReduce& exact16,
             comm::AllReduce& exact32, size_t bytes) {
   const comm::Site site{0, o.direction == "backward" ? comm::Direction::backward : comm::Direction::forward};
@@ -95,7 +87,8 @@ Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl
     max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
   }
   row.max_rel_err = max_ref > 0 ? max_err / max_ref : max_err;
-  const uint64_t mine = fnv1a(work);
+  // Equal hashes on every rank <=> bitwise identical outputs, without moving the tensor.
+  const uint64_t mine = fnv1a(work.data(), work.size() * sizeof(float));
   uint64_t lo = 0, hi = 0;
   MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, c.get());
   MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, c.get());

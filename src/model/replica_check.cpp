@@ -3,19 +3,10 @@
 
 #include <mpi.h>
 
+#include "core/hash.h"
 #include "dist/mpi_check.h"
 
 namespace echo::model {
-
-namespace {
-template <class T>
-uint64_t fnv1a(const std::vector<T>& v) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(T); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-}  // namespace
 
 template <class T>
 std::vector<std::string> diverged_replicas(const ParameterSet<T>& params, const dist::Communicator& tp) {
@@ -25,7 +16,7 @@ std::vector<std::string> diverged_replicas(const ParameterSet<T>& params, const 
     const auto shard = params[i].spec->shard;
     if (shard != ShardKind::replicated && shard != ShardKind::replicated_grad_sum) continue;
     index.push_back(i);
-    lo.push_back(fnv1a(params[i].value));
+    lo.push_back(fnv1a(params[i].value.data(), params[i].value.size() * sizeof(T)));
   }
   hi = lo;
   const int n = static_cast<int>(lo.size());
