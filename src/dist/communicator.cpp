@@ -2,6 +2,7 @@
 #include "dist/communicator.h"
 
 #include <utility>
+#include <vector>
 
 #include "dist/mpi_check.h"
 
@@ -50,5 +51,13 @@ Communicator::~Communicator() {
 }
 
 void Communicator::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
+
+double Communicator::sum_in_rank_order(double value) const {
+  std::vector<double> parts(static_cast<size_t>(size_));
+  MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, comm_));
+  double sum = 0;
+  for (double p : parts) sum += p;
+  return sum;
+}
 
 }  // namespace echo::dist

@@ -23,6 +23,9 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   void barrier() const;
+  // The sum of one double from every rank, added in rank order, so every rank gets the same
+  // bits (MPI_Allreduce does not promise that).
+  double sum_in_rank_order(double value) const;
 
  private:
   Communicator(MPI_Comm comm, bool owned);

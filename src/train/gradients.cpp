@@ -1,12 +1,7 @@
 // DP averaging, global norm, clipping.
 #include "train/gradients.h"
 
-#include <mpi.h>
-
 #include <cmath>
-#include <vector>
-
-#include "dist/mpi_check.h"
 
 namespace echo::train {
 
@@ -38,13 +33,9 @@ double GradientSync::global_norm(const model::ParameterSet<float>& params) const
     if (replicated && world_.layout.tp_rank != 0) continue;
     for (float g : params[i].grad) local += static_cast<double>(g) * g;
   }
-  // NOTE: gathered and summed in rank order, not MPI_Allreduce: every rank must get the same
-  // bits, or the clip factor (and then the replicated weights) would differ across the group.
-  std::vector<double> parts(static_cast<size_t>(world_.tp.size()));
-  MPI_CHECK(MPI_Allgather(&local, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, world_.tp.get()));
-  double total = 0;
-  for (double p : parts) total += p;
-  return std::sqrt(total);
+  // NOTE: every rank must get the same bits, or the clip factor (and then the replicated
+  // weights) would differ across the group.
+  return std::sqrt(world_.tp.sum_in_rank_order(local));
 }
 
 double clip_gradients(model::ParameterSet<float>& params, double norm, double max_norm) {

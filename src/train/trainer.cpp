@@ -20,14 +20,7 @@ namespace echo::train {
 
 namespace {
 
-double mean_over(const dist::Communicator& comm, double value) {
-  // Gathered and summed in rank order so every rank reports the same bits.
-  std::vector<double> all(static_cast<size_t>(comm.size()));
-  MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm.get()));
-  double sum = 0;
-  for (double v : all) sum += v;
-  return sum / comm.size();
-}
+double mean_over(const dist::Communicator& comm, double value) { return comm.sum_in_rank_order(value) / comm.size(); }
 
 // Nodes in the job (ranks sharing memory form one node): the MFU peak is per node.
 int count_nodes(const dist::Communicator& world) {
