@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
 #include "core/error.h"
 #include "dist/mpi_check.h"
@@ -18,8 +19,7 @@ EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& 
       exact_(comm, ExactPrecision::bf16),
       forward_{Compensator(options.coeffs), {}},
       backward_{Compensator(options.coeffs), {}} {
-  QuantCodec check(options_.quant);  // validates bits and group size up front
-  (void)check;
+  validate(options_.quant);  // bits and group size, up front
   ECHO_CHECK(!options_.early_site_8bit || options_.num_layers > 0,
              "early_site_8bit needs the number of layers to know which sites are early");
   const auto& k = options_.coeffs;
