@@ -3,8 +3,6 @@
 
 #include <fcntl.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,143 +101,94 @@ int64_t StTensorInfo::numel() const {
 // ---- reader -------------------------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ECHO_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, sys_error());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = sys_error();
-    ::close(fd);
-    ECHO_FAIL("cannot stat safetensors file '{}': {}", path, err);
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
-    ECHO_FAIL("safetensors file '{}' is {} bytes, too short for the 8-byte header length", path, file_size);
-  }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const std::string map_err = map == MAP_FAILED ? sys_error() : "";
-  ::close(fd);  // the mapping keeps the file alive
-  ECHO_CHECK(map != MAP_FAILED, "cannot memory-map safetensors file '{}': {}", path, map_err);
-  map_ = static_cast<const std::byte*>(map);
-  map_size_ = file_size;
-
-  // From here on the destructor will not run if we throw: unmap by hand.
   try {
-    uint64_t header_len = 0;
-    std::memcpy(&header_len, map_, 8);
-    ECHO_CHECK(header_len <= file_size - 8,
-               "safetensors file '{}': header length {} exceeds the {} bytes that follow it (truncated, or not a "
-               "safetensors file)",
-               path, header_len, file_size - 8);
-    ECHO_CHECK(header_len <= kMaxHeaderBytes, "safetensors file '{}': header length {} exceeds the limit of {} bytes",
-               path, header_len, kMaxHeaderBytes);
-    const char* header = reinterpret_cast<const char*>(map_ + 8);
-    data_ = map_ + 8 + header_len;
-    const uint64_t data_size = file_size - 8 - header_len;
+    file_ = data::MappedFile::open(path);
+  } catch (const Error& e) {
+    ECHO_FAIL("cannot open safetensors file '{}': {}", path, e.message());
+  }
+  const uint64_t file_size = file_.size();
+  ECHO_CHECK(file_size >= 8, "safetensors file '{}' is {} bytes, too short for the 8-byte header length", path,
+             file_size);
+  // NOTE: no cleanup on the error paths below: file_ is a member and unmaps itself.
+  const auto* map = reinterpret_cast<const std::byte*>(file_.data());
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, map, 8);
+  ECHO_CHECK(header_len <= file_size - 8,
+             "safetensors file '{}': header length {} exceeds the {} bytes that follow it (truncated, or not a "
+             "safetensors file)",
+             path, header_len, file_size - 8);
+  ECHO_CHECK(header_len <= kMaxHeaderBytes, "safetensors file '{}': header length {} exceeds the limit of {} bytes",
+             path, header_len, kMaxHeaderBytes);
+  const char* header = reinterpret_cast<const char*>(map + 8);
+  data_begin_ = 8 + header_len;
+  const uint64_t data_size = file_size - 8 - header_len;
 
-    nlohmann::json j;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(header, header + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    ECHO_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
+  }
+  ECHO_CHECK(j.is_object(), "safetensors file '{}': the header is not a JSON object", path);
+
+  for (const auto& [key, value] : j.items()) {
+    if (key == kMetadataKey) {
+      ECHO_CHECK(value.is_object(), "safetensors file '{}': '__metadata__' is not an object", path);
+      for (const auto& [mk, mv] : value.items()) {
+        ECHO_CHECK(mv.is_string(), "safetensors file '{}': '__metadata__' entry '{}' is not a string", path, mk);
+        metadata_[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& what) { ECHO_FAIL("safetensors file '{}': tensor '{}': {}", path, key, what); };
+    if (!value.is_object()) bad("the entry is not an object");
+    if (!value.contains("dtype") || !value["dtype"].is_string()) bad("missing or non-string 'dtype'");
+    if (!value.contains("shape") || !value["shape"].is_array()) bad("missing or non-array 'shape'");
+    if (!value.contains("data_offsets") || !value["data_offsets"].is_array() || value["data_offsets"].size() != 2)
+      bad("'data_offsets' must be an array of two integers");
+    StTensorInfo t;
+    t.name = key;
     try {
-      j = nlohmann::json::parse(header, header + header_len);
-    } catch (const nlohmann::json::exception& e) {
-      ECHO_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
+      t.dtype = parse_st_dtype(value["dtype"].get<std::string>());
+    } catch (const Error& e) {
+      bad(e.message());
     }
-    ECHO_CHECK(j.is_object(), "safetensors file '{}': the header is not a JSON object", path);
-
-    for (const auto& [key, value] : j.items()) {
-      if (key == kMetadataKey) {
-        ECHO_CHECK(value.is_object(), "safetensors file '{}': '__metadata__' is not an object", path);
-        for (const auto& [mk, mv] : value.items()) {
-          ECHO_CHECK(mv.is_string(), "safetensors file '{}': '__metadata__' entry '{}' is not a string", path, mk);
-          metadata_[mk] = mv.get<std::string>();
-        }
-        continue;
-      }
-      auto bad = [&](const std::string& what) { ECHO_FAIL("safetensors file '{}': tensor '{}': {}", path, key, what); };
-      if (!value.is_object()) bad("the entry is not an object");
-      if (!value.contains("dtype") || !value["dtype"].is_string()) bad("missing or non-string 'dtype'");
-      if (!value.contains("shape") || !value["shape"].is_array()) bad("missing or non-array 'shape'");
-      if (!value.contains("data_offsets") || !value["data_offsets"].is_array() || value["data_offsets"].size() != 2)
-        bad("'data_offsets' must be an array of two integers");
-      StTensorInfo t;
-      t.name = key;
-      try {
-        t.dtype = parse_st_dtype(value["dtype"].get<std::string>());
-      } catch (const Error& e) {
-        bad(e.message());
-      }
-      uint64_t numel = 1;
-      for (const auto& d : value["shape"]) {
-        if (!d.is_number_unsigned())
-          bad(fmt::format("shape {} must hold non-negative integers", value["shape"].dump()));
-        const uint64_t dim = d.get<uint64_t>();
-        if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || !checked_mul(numel, dim, numel))
-          bad(fmt::format("shape {} overflows", value["shape"].dump()));
-        t.shape.push_back(static_cast<int64_t>(dim));
-      }
-      const auto& off = value["data_offsets"];
-      if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-        bad(fmt::format("data_offsets {} must be non-negative integers", off.dump()));
-      t.begin = off[0].get<uint64_t>();
-      t.end = off[1].get<uint64_t>();
-      if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] run backwards", t.begin, t.end));
-      if (t.end > data_size)
-        bad(fmt::format("data_offsets [{}, {}] exceed the {} bytes of data in the file (truncated file?)", t.begin,
-                        t.end, data_size));
-      uint64_t nbytes = 0;
-      if (!checked_mul(numel, st_dtype_size(t.dtype), nbytes) || nbytes != t.end - t.begin)
-        bad(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] span {} bytes", format_shape(t.shape),
-                        st_dtype_name(t.dtype), nbytes, t.begin, t.end, t.end - t.begin));
-      tensors_.push_back(std::move(t));
+    uint64_t numel = 1;
+    for (const auto& d : value["shape"]) {
+      if (!d.is_number_unsigned()) bad(fmt::format("shape {} must hold non-negative integers", value["shape"].dump()));
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || !checked_mul(numel, dim, numel))
+        bad(fmt::format("shape {} overflows", value["shape"].dump()));
+      t.shape.push_back(static_cast<int64_t>(dim));
     }
-
-    std::sort(tensors_.begin(), tensors_.end(), [](const StTensorInfo& a, const StTensorInfo& b) {
-      return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
-    });
-    const StTensorInfo* prev = nullptr;  // the non-empty tensor reaching furthest so far
-    for (const auto& t : tensors_) {
-      if (t.begin == t.end) continue;
-      ECHO_CHECK(prev == nullptr || t.begin >= prev->end,
-                 "safetensors file '{}': tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap", path,
-                 prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0, t.name, t.begin, t.end);
-      prev = &t;
-    }
-    for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
-  } catch (...) {
-    unmap();
-    throw;
+    const auto& off = value["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      bad(fmt::format("data_offsets {} must be non-negative integers", off.dump()));
+    t.begin = off[0].get<uint64_t>();
+    t.end = off[1].get<uint64_t>();
+    if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] run backwards", t.begin, t.end));
+    if (t.end > data_size)
+      bad(fmt::format("data_offsets [{}, {}] exceed the {} bytes of data in the file (truncated file?)", t.begin, t.end,
+                      data_size));
+    uint64_t nbytes = 0;
+    if (!checked_mul(numel, st_dtype_size(t.dtype), nbytes) || nbytes != t.end - t.begin)
+      bad(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] span {} bytes", format_shape(t.shape),
+                      st_dtype_name(t.dtype), nbytes, t.begin, t.end, t.end - t.begin));
+    tensors_.push_back(std::move(t));
   }
-}
 
-SafetensorsFile::~SafetensorsFile() { unmap(); }
-
-void SafetensorsFile::unmap() noexcept {
-  if (map_ != nullptr) ::munmap(const_cast<std::byte*>(map_), map_size_);
-  map_ = nullptr;
-  data_ = nullptr;
-  map_size_ = 0;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_size_(std::exchange(other.map_size_, 0)),
-      data_(std::exchange(other.data_, nullptr)),
-      metadata_(std::move(other.metadata_)),
-      tensors_(std::move(other.tensors_)),
-      index_(std::move(other.index_)) {}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
-    data_ = std::exchange(other.data_, nullptr);
-    metadata_ = std::move(other.metadata_);
-    tensors_ = std::move(other.tensors_);
-    index_ = std::move(other.index_);
+  std::sort(tensors_.begin(), tensors_.end(), [](const StTensorInfo& a, const StTensorInfo& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  const StTensorInfo* prev = nullptr;  // the non-empty tensor reaching furthest so far
+  for (const auto& t : tensors_) {
+    if (t.begin == t.end) continue;
+    ECHO_CHECK(prev == nullptr || t.begin >= prev->end,
+               "safetensors file '{}': tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap", path,
+               prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0, t.name, t.begin, t.end);
+    prev = &t;
   }
-  return *this;
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
@@ -256,7 +205,7 @@ const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
 
 std::span<const std::byte> SafetensorsFile::bytes(const std::string& name) const {
   const StTensorInfo& t = info(name);
-  return {data_ + t.begin, static_cast<size_t>(t.end - t.begin)};
+  return {data() + t.begin, static_cast<size_t>(t.end - t.begin)};
 }
 
 void SafetensorsFile::read_f32(const std::string& name, int64_t offset, std::span<float> out) const {
@@ -265,7 +214,7 @@ void SafetensorsFile::read_f32(const std::string& name, int64_t offset, std::spa
   ECHO_CHECK(offset >= 0 && offset + n <= t.numel(),
              "safetensors file '{}': elements [{}, {}) of tensor '{}' are outside its {} elements", path_, offset,
              offset + n, name, t.numel());
-  const std::byte* src = data_ + t.begin + static_cast<uint64_t>(offset) * st_dtype_size(t.dtype);
+  const std::byte* src = data() + t.begin + static_cast<uint64_t>(offset) * st_dtype_size(t.dtype);
   switch (t.dtype) {
     case StDtype::f32:
       std::memcpy(out.data(), src, out.size() * sizeof(float));  // NOTE: offsets need not be 4-aligned

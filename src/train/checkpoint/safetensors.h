@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "data/mapped_file.h"
+
 namespace echo::train {
 
 // Every dtype the format names, so a valid file with integer tensors still opens; only the
@@ -43,12 +45,8 @@ using StMetadata = std::map<std::string, std::string>;
 // two tensors overlap. Every error names the file (and the tensor).
 class SafetensorsFile {
  public:
+  // Movable, not copyable (the mapping is owned). Throws echo::Error naming the file.
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
   const StMetadata& metadata() const { return metadata_; }
@@ -66,12 +64,12 @@ class SafetensorsFile {
   std::vector<float> read_f32(const std::string& name) const;
 
  private:
-  void unmap() noexcept;
+  // Start of the data section.
+  const std::byte* data() const { return reinterpret_cast<const std::byte*>(file_.data()) + data_begin_; }
 
   std::string path_;
-  const std::byte* map_ = nullptr;
-  size_t map_size_ = 0;
-  const std::byte* data_ = nullptr;  // start of the data section
+  data::MappedFile file_;
+  uint64_t data_begin_ = 0;  // offset of the data section: 8 + header length
   StMetadata metadata_;
   std::vector<StTensorInfo> tensors_;  // data order
   std::map<std::string, size_t> index_;
