@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian packages), then configures and builds echo into build/.
-# Idempotent: a second run installs nothing and rebuilds only what changed.
+# Idempotent: a second run installs nothing and rebuilds only what changed. Before building it
+# checks that every package CMake found is in PACKAGES (scripts/check_install.sh).
 #   bash scripts/setup.sh            # Release build, CUDA parts compiled when nvcc is found
 #   ECHO_CUDA=OFF bash scripts/setup.sh
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libutf8proc-dev
-          libdnnl-dev)
+          libdnnl-dev ocl-icd-opencl-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -30,6 +31,8 @@ if ((${#missing[@]})); then
 fi
 
 BUILD_DIR=${ECHO_BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Release} -DECHO_CUDA=${ECHO_CUDA:-AUTO} >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Release} -DECHO_CUDA=${ECHO_CUDA:-AUTO} ${ECHO_CMAKE_ARGS:-} >/dev/null
+# A package found here but missing from PACKAGES would break a fresh machine: fail now.
+bash scripts/check_install.sh "$BUILD_DIR" scripts/setup.sh
 cmake --build "$BUILD_DIR" -j"${ECHO_JOBS:-2}"
 echo "setup: built into $BUILD_DIR/"

@@ -1,6 +1,6 @@
 // The CUDA group quantizer against the CPU one: the wire bytes (codes and fp16 parameters) must be
 // bit-identical and the dequantized values identical, on random shapes, policies and bit widths.
-// Skips cleanly when no CUDA device is present.
+// Skips without a CUDA device; fails instead under ECHO_REQUIRE_GPU=1 (tests/support/gpu_test.h).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/gpu_test.h"
 #include "comm/echo/quantize.h"
 #include "cuda_check.h"
 #include "quantize.cuh"
@@ -21,19 +22,6 @@ namespace echo {
 namespace {
 
 using comm::QuantReport;
-
-bool have_device() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" / "no driver" error
-    return false;
-  }
-  return count > 0;
-}
-
-#define REQUIRE_DEVICE() \
-  if (!have_device()) GTEST_SKIP() << "no CUDA device"
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
@@ -100,7 +88,7 @@ struct Shape {
 };
 
 TEST(QuantizeCuda, MatchesCpuBitForBit) {
-  REQUIRE_DEVICE();
+  ECHO_REQUIRE_DEVICE();
   const Shape shapes[] = {{1, 128}, {7, 8},     {128, 128},   {1000, 128}, {4099, 128}, {33, 1},
                           {65, 2},  {3001, 64}, {70000, 128}, {5000, 512}, {129, 32}};
   cudaStream_t stream = nullptr;
@@ -144,7 +132,7 @@ TEST(QuantizeCuda, MatchesCpuBitForBit) {
 
 // Poisoned groups: same bytes as the CPU, counted by the device report, NaN after decoding.
 TEST(QuantizeCuda, PoisonedGroupsMatchCpuAndAreReported) {
-  REQUIRE_DEVICE();
+  ECHO_REQUIRE_DEVICE();
   cudaStream_t stream = nullptr;
   DeviceBuffer<cuda::DeviceQuantReport> report(1);
   for (QuantPolicy policy : {QuantPolicy::symmetric, QuantPolicy::asym_zero_aware}) {
@@ -189,7 +177,7 @@ TEST(QuantizeCuda, PoisonedGroupsMatchCpuAndAreReported) {
 }
 
 TEST(QuantizeCuda, RejectsBadArguments) {
-  REQUIRE_DEVICE();
+  ECHO_REQUIRE_DEVICE();
   DeviceBuffer<cuda::DeviceQuantReport> report(1);
   DeviceBuffer<float> x(8);
   DeviceBuffer<uint8_t> wire(64);

@@ -6,6 +6,7 @@
 
 #include <numeric>
 
+#include "../support/gpu_test.h"
 #include "core/half.h"
 
 namespace echo {
@@ -276,8 +277,8 @@ TEST(TensorCudaTest, DeviceAllocationAndCopies) {
       EXPECT_TRUE(m.find("cudaMalloc") != std::string::npos || m.find("no CUDA backend") != std::string::npos) << m;
     }
     EXPECT_THROW(Tensor::zeros({0}, DType::f32, Device::cuda).to(DType::bf16), Error);  // conversions are host-only
-    GTEST_SKIP() << "no CUDA device: device copies not exercised";
   }
+  ECHO_REQUIRE_DEVICE();  // device copies below need a GPU
   const Tensor host = Tensor::from_vector(iota_values(24, 1.0f), {4, 6});
   Tensor dev = host.to(Device::cuda);
   EXPECT_TRUE(dev.is_cuda());
