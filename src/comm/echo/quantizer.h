@@ -34,7 +34,8 @@
 //   inherent to "z fractional, stored fp16" (§5); groups that straddle zero keep z in (0, 2^b − 1).
 //   NOTE: bit-identical CPU/GPU results rest on IEEE fp32 ops in a fixed order: under nvcc every
 //   op goes through __f*_rn intrinsics, which are never contracted into FMAs nor relaxed by
-//   fast-math flags; the host build uses ISO C++ (-ffp-contract=off) and no fast-math.
+//   fast-math flags; the host build passes -ffp-contract=off (GCC fuses by default even in ISO
+//   mode once FMA is enabled, e.g. by -march=native) and no fast-math (tests/core/fp_contract_test).
 #pragma once
 
 #include <cstddef>
