@@ -52,6 +52,7 @@ std::string config_yaml(const config::ModelConfig& m, int tp) {
   c.model = m;
   c.parallel.tp = tp;
   c.data.seq_len = 16;
+  c.model.max_position_embeddings = 4096;  // config.json must take this, not the 16 trained on
   return config::to_yaml(c);
 }
 
@@ -169,12 +170,18 @@ TEST_F(CheckpointTest, SavedFilesHoldFullHfTensorsAndTheState) {
   const std::string ckpt = checkpoint_dir(dir_, 12);
   EXPECT_EQ(fs::path(ckpt).filename(), "step_00000012");
   EXPECT_EQ(latest_checkpoint(dir_), ckpt);
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.json", "COMPLETE"})
+  for (const char* f : {"model.safetensors", "trainer/optimizer.safetensors", "trainer/trainer_state.json",
+                        "config.json", "COMPLETE"})
     EXPECT_TRUE(fs::is_regular_file(fs::path(ckpt) / f)) << f;
   EXPECT_FALSE(fs::exists(ckpt + ".tmp"));
+  // A clean Hugging Face folder: a loader that globs *.safetensors finds only the model.
+  std::vector<std::string> top_level_safetensors;
+  for (const auto& e : fs::directory_iterator(ckpt))
+    if (e.path().extension() == ".safetensors") top_level_safetensors.push_back(e.path().filename());
+  EXPECT_EQ(top_level_safetensors, std::vector<std::string>{"model.safetensors"});
 
   SafetensorsFile model(ckpt + "/model.safetensors");
-  SafetensorsFile opt(ckpt + "/optimizer.safetensors");
+  SafetensorsFile opt(ckpt + "/trainer/optimizer.safetensors");
   EXPECT_EQ(model.metadata().at("format"), "pt");
   EXPECT_EQ(model.names().size(), ref.specs.size());
   EXPECT_EQ(opt.names().size(), 2 * ref.specs.size());
@@ -190,7 +197,7 @@ TEST_F(CheckpointTest, SavedFilesHoldFullHfTensorsAndTheState) {
     EXPECT_TRUE(same_bits(opt.read_f32(name + ".exp_avg_sq"), ref.exp_avg_sq[i]));
   }
 
-  std::ifstream state_in(ckpt + "/trainer_state.json");
+  std::ifstream state_in(ckpt + "/trainer/trainer_state.json");
   const auto state = nlohmann::json::parse(state_in);
   EXPECT_EQ(state["step"], 12);
   EXPECT_EQ(state["data_position"], 1012u);
@@ -214,7 +221,7 @@ TEST_F(CheckpointTest, SavedFilesHoldFullHfTensorsAndTheState) {
   EXPECT_EQ(hf["num_hidden_layers"], 2);
   EXPECT_EQ(hf["vocab_size"], 64);
   EXPECT_EQ(hf["rope_theta"], 10000.0);
-  EXPECT_EQ(hf["max_position_embeddings"], 16);
+  EXPECT_EQ(hf["max_position_embeddings"], 4096) << "the model's context, not data.seq_len";
   EXPECT_EQ(hf["tie_word_embeddings"], false);
 }
 
@@ -311,6 +318,36 @@ TEST_F(CheckpointTest, ResumedTrainingStepIsBitwiseIdentical) {
     EXPECT_TRUE(same_bits(opt_b.exp_avg()[i], opt_a.exp_avg()[i]));
     EXPECT_TRUE(same_bits(opt_b.exp_avg_sq()[i], opt_a.exp_avg_sq()[i]));
   }
+}
+
+// A checkpoint of the layout before trainer/ existed (optimizer.safetensors and
+// trainer_state.json beside the model) still resumes bit for bit; a bare model folder is refused
+// naming what is missing.
+TEST_F(CheckpointTest, OldLayoutStillLoadsAndABareModelFolderIsRefused) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference ref = make_reference(cfg, 6);
+  save_reference(dir_, cfg, ref, W, 7);
+  const fs::path ckpt = checkpoint_dir(dir_, 7);
+  if (world_rank() == 0) {
+    for (const char* f : {"optimizer.safetensors", "trainer_state.json"}) fs::rename(ckpt / "trainer" / f, ckpt / f);
+    fs::remove(ckpt / "trainer");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  dist::World world = dist::World::create(W);
+  {
+    Shard s(cfg, W, world.layout.tp_rank);
+    s.params.init(999);
+    EXPECT_EQ(read_checkpoint_meta(ckpt).step, 7);
+    EXPECT_EQ(load_checkpoint(ckpt, s.params, &s.opt, world).step, 7);
+    expect_matches(s, ref, true, 107);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove(ckpt / "trainer_state.json");
+  MPI_Barrier(MPI_COMM_WORLD);
+  Shard s(cfg, W, world.layout.tp_rank);
+  const std::string msg = error_of([&] { load_checkpoint(ckpt, s.params, &s.opt, world); });
+  EXPECT_NE(msg.find("has no trainer/trainer_state.json"), std::string::npos) << msg;
 }
 
 TEST_F(CheckpointTest, IncompleteCheckpointsAreNeverPicked) {

@@ -131,6 +131,9 @@ struct ModelConfig {
   bool tie_embeddings = true;
   double init_std = 0.02;
   bool scale_output_init = true;  // o_proj and down_proj start at init_std / sqrt(2 * layers)
+  // The context the model is made for (Qwen3: 40960), written to a checkpoint's config.json; not
+  // data.seq_len, which is only what this run trains on.
+  int max_position_embeddings = 40960;
 
   // vocab_size rounded up to a multiple of vocab_pad_multiple: the rows tp must divide.
   std::int64_t padded_vocab() const;

@@ -80,6 +80,8 @@ void visit(ParallelConfig& c, V& v) {
 }
 
 template <class V>
+  v.field("max_position_embeddings", c.max_position_embeddings,
+          "context length in the checkpoints' config.json (run.init_from's value when it has one)", at_least(1));
 void visit(CompensatorConfig& c, V& v) {
   v.field("enabled", c.enabled, "apply error feedback at the echo sites");
   v.field("eta", c.eta, "compensation strength; 0 = per-call quantization only", in_closed(0, 1));

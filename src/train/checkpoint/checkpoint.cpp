@@ -32,6 +32,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kModelFile = "model.safetensors";
+// The trainer's own files live in a subfolder, so the checkpoint directory stays a clean Hugging
+// Face model folder: loaders that glob "*.safetensors" (vLLM, converters) see only the model.
+constexpr const char* kTrainerDir = "trainer";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kHfConfigFile = "config.json";
@@ -177,7 +180,7 @@ std::string hf_config_json(const ShapeSummary& s, const config::Config& cfg) {
                               {"num_key_value_heads", s.kv_heads},
                               {"head_dim", s.head_dim},
                               {"hidden_act", "silu"},
-                              {"max_position_embeddings", cfg.data.seq_len},
+                              {"max_position_embeddings", cfg.model.max_position_embeddings},
                               {"rms_norm_eps", cfg.model.norm_eps},
                               {"rope_theta", cfg.model.rope_base},
                               {"rope_scaling", nullptr},
@@ -298,6 +301,21 @@ CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
   }
 }
 
+// Where a checkpoint keeps the optimizer moments and the trainer state: <dir>/trainer/, or <dir>
+// itself for checkpoints written before the subfolder existed (still loadable, same files).
+fs::path trainer_files(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(dir / kTrainerDir / kStateFile, ec)) return dir / kTrainerDir;
+  if (fs::is_regular_file(dir / kStateFile, ec)) {
+    ECHO_INFO("train", "checkpoint '{}' has the old layout (trainer files beside model.safetensors): loading it",
+              dir.string());
+    return dir;
+  }
+  ECHO_FAIL("checkpoint '{}' has no {}/{}: not an echo training checkpoint (a Hugging Face model folder? use "
+            "run.init_from)",
+            dir.string(), kTrainerDir, kStateFile);
+}
+
 // Removes stale .tmp / incomplete checkpoints and all but the newest keep_last complete ones
 // (never `current`). Best effort: a failure is a warning, the new checkpoint is already complete.
 void prune(const fs::path& root, const fs::path& current, int keep_last) {
@@ -354,6 +372,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
       fs::create_directories(root);
       fs::remove_all(tmp_dir);
       fs::create_directory(tmp_dir);
+      fs::create_directory(tmp_dir / kTrainerDir);
       std::vector<StTensorSpec> model_specs, opt_specs;
       for (size_t i = 0; i < params.size(); ++i) {
         const auto& spec = *params[i].spec;
@@ -362,7 +381,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
           opt_specs.push_back({spec.name + suffix, StDtype::f32, spec.full_shape});
       }
       model_out.emplace((tmp_dir / kModelFile).string(), model_specs, StMetadata{{"format", "pt"}});
-      opt_out.emplace((tmp_dir / kOptimizerFile).string(), opt_specs, StMetadata{{"format", "pt"}});
+      opt_out.emplace((tmp_dir / kTrainerDir / kOptimizerFile).string(), opt_specs, StMetadata{{"format", "pt"}});
     } catch (const std::exception& e) {
       error = fmt::format("cannot start checkpoint '{}': {}", tmp_dir.string(), error_text(e));
     }
@@ -403,8 +422,9 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
                                       {"optimizer_step", opt.step_count()},
                                       {"model", shape_json(shape)},
                                       {"config_yaml", meta.config_yaml}};
-      write_file_synced(tmp_dir / kStateFile, state.dump(2) + "\n");
+      write_file_synced(tmp_dir / kTrainerDir / kStateFile, state.dump(2) + "\n");
       write_file_synced(tmp_dir / kHfConfigFile, hf_config_json(shape, cfg));
+      fsync_path(tmp_dir / kTrainerDir, true);
       fsync_path(tmp_dir, true);
     } catch (const std::exception& e) {
       error = fmt::format("cannot write checkpoint '{}': {}", tmp_dir.string(), error_text(e));
@@ -454,6 +474,14 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return best->second.string();
 }
 
+CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
+  const fs::path dir(ckpt_dir);
+  ECHO_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
+             kCompleteFile);
+  int64_t optimizer_step = 0;
+  return parse_state(trainer_files(dir) / kStateFile, optimizer_step);
+}
+
 CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
                                const dist::World& world) {
   const int tp = world.layout.tp, tp_rank = world.layout.tp_rank;
@@ -469,13 +497,14 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     ECHO_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
                kCompleteFile);
     check_shards(params, opt, tp);
-    meta = parse_state(dir / kStateFile, optimizer_step);
+    const fs::path trainer_dir = trainer_files(dir);
+    meta = parse_state(trainer_dir / kStateFile, optimizer_step);
     model_file.emplace((dir / kModelFile).string());
     model_index = index_of(*model_file);
     model_targets = param_targets(params);
     check_targets(model_index, model_targets, {}, model_file->path());
     if (opt != nullptr) {
-      opt_file.emplace((dir / kOptimizerFile).string());
+      opt_file.emplace((trainer_dir / kOptimizerFile).string());
       opt_index = index_of(*opt_file);
       for (size_t i = 0; i < params.size(); ++i) {
         const auto& spec = *params[i].spec;
@@ -584,6 +613,22 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
 
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world) {
   load_hf(path, params, world.layout.tp, world.layout.tp_rank, &world.world);
+}
+
+std::optional<int64_t> hf_max_position_embeddings(const std::string& path) {
+  const fs::path p(path);
+  const fs::path config = fs::is_directory(p) ? p / kHfConfigFile : p.parent_path() / kHfConfigFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(config, ec)) return std::nullopt;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(config));
+  } catch (const nlohmann::json::exception& e) {
+    ECHO_FAIL("Hugging Face config '{}' is not valid JSON: {}", config.string(), e.what());
+  }
+  if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
+    return std::nullopt;
+  return j["max_position_embeddings"].get<int64_t>();
 }
 
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params) {

@@ -2,13 +2,17 @@
 // the TP shards, the AdamW moments, and the trainer state, written atomically; loaded into any
 // tp × dp layout. Also the initialisation from a Hugging Face Qwen3 checkpoint.
 //
-// Layout of <run_dir>/checkpoints/step_<8 digits>/:
+// Layout of <run_dir>/checkpoints/step_<8 digits>/, a clean Hugging Face model folder (the only
+// *.safetensors in it is the model, so loaders that glob, like vLLM, pick up nothing else):
 //   model.safetensors      every parameter, full tensor, F32, HF name; __metadata__ {"format":"pt"};
 //                          a tied lm_head is not written (HF tie_word_embeddings)
-//   optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", full tensors, F32
-//   trainer_state.json     step, data_position, seed, tp, dp, optimizer_step, model shape, config_yaml
 //   config.json            a Hugging Face Qwen3Config, so Qwen3ForCausalLM.from_pretrained(dir) loads
+//   trainer/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", full tensors, F32
+//   trainer/trainer_state.json     step, data_position, seed, tp, dp, optimizer_step, model shape,
+//                                  config_yaml
 //   COMPLETE               written last; a directory without it is never resumed
+// Checkpoints of the older layout (optimizer.safetensors and trainer_state.json beside the model)
+// still load.
 //
 // Atomicity: everything is written into step_<N>.tmp, synced, then (after the world agrees that
 // the write succeeded) renamed to step_<N> and the COMPLETE marker is written and synced. A crash
@@ -52,8 +56,8 @@ std::string checkpoint_dir(const std::string& run_dir, int64_t step);
 // trainer_state.json records world.layout's tp and dp (meta.tp / meta.dp are not used here).
 // Preconditions (checked on every rank before any collective): params and opt are this rank's
 // shards for world.layout.tp; meta.config_yaml, when not empty, parses and describes the same
-// model as params (config.json takes rope_theta, rms_norm_eps and max_position_embeddings = the
-// data.seq_len from it; the config defaults when empty).
+// model as params (config.json takes rope_theta, rms_norm_eps and model.max_position_embeddings
+// from it; the config defaults when empty).
 void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float>& params, const AdamW& opt,
                      const CheckpointMeta& meta, const dist::World& world, int keep_last);
 
@@ -61,6 +65,10 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
 // Not collective: reads the directory of the calling rank. NOTE: every rank must see the same
 // file system for a resume to agree; where that is not certain, call it on rank 0 and broadcast.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// The trainer state of a complete checkpoint (either layout), without loading any tensor; for the
+// resume checks that must run before the model is touched. Not collective.
+CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir);
 
 // Loads a checkpoint written by save_checkpoint into this rank's shards, whatever tp and dp wrote
 // it: every rank maps the full tensors and takes its shard by ParamSpec::global_index. With
@@ -80,6 +88,11 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
 // (other than rotary_emb.inv_freq buffers) are refused on every rank, naming the tensor and both
 // shapes; nothing is modified then. Collective over world.world (one agreement).
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world);
+
+// The max_position_embeddings of the Hugging Face config.json that goes with `path` (in the
+// directory `path` names, or beside the file), or nullopt when there is no config.json or it does
+// not set it. Throws naming the file when config.json is not valid JSON. Not collective.
+std::optional<int64_t> hf_max_position_embeddings(const std::string& path);
 
 // Single-process form for a parameter set built with tp = 1 (tools, tests); not collective.
 // Throws when a parameter is sharded (its rank is unknown here: use the World overload).
