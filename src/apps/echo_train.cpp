@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "dist/guarded_main.h"
 #include "dist/world.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace echo {
@@ -46,4 +47,10 @@ int train_main(int argc, char** argv) {
 }  // namespace
 }  // namespace echo
 
-int main(int argc, char** argv) { return echo::dist::guarded_main(argc, argv, echo::train_main); }
+int main(int argc, char** argv) {
+  // Installed before anything else (MPI_Init included): a SIGTERM / SIGUSR1 during start-up (a
+  // scheduler's scancel, a user's kill) then stops the run cleanly before its first step instead
+  // of killing the ranks. The trainer's loop shares this handler and its flag.
+  const echo::train::StopSignal stop;
+  return echo::dist::guarded_main(argc, argv, echo::train_main);
+}

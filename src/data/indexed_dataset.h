@@ -100,9 +100,10 @@ class IndexedDataset {
   std::vector<uint64_t> doc_offsets_{0};  // (num_documents + 1)
 };
 
-// Every token id must lie in [0, vocab_size). Scans all tokens once (memory bandwidth bound);
-// throws echo::Error naming `name` (the role, e.g. "data.train"), the .bin file, the document,
-// the position in the document and the id of the first offending token.
+// Every token id must lie in [0, vocab_size): the model's true vocabulary (model.vocab_size), not
+// the padded embedding rows, which no tokenizer emits. Scans all tokens once (memory bandwidth
+// bound); throws echo::Error naming `name` (the role, e.g. "data.train"), the .bin file, the
+// document, the position in the document and the id of the first offending token.
 void check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name);
 
 }  // namespace echo::data

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "data/fault_names.h"
 
 namespace echo::data {
 
@@ -42,6 +43,8 @@ MappedFile MappedFile::open(const std::string& path) {
       ECHO_FAIL("{}: cannot mmap {} bytes: {}", path, file.size_, std::strerror(err));
     }
     file.data_ = static_cast<const uint8_t*>(p);
+    // If the file shrinks later, a read past its new end faults: the handler names the file.
+    register_mapping(file.data_, file.size_, path);
   }
   ::close(fd);  // the mapping keeps its own reference to the file
   return file;
@@ -63,7 +66,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::reset() noexcept {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) {
+    unregister_mapping(data_);
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
   data_ = nullptr;
   size_ = 0;
 }

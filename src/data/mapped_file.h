@@ -1,5 +1,7 @@
 // A read-only memory map of one whole file (RAII: munmap in the destructor; movable, not
-// copyable). The indexed dataset maps its .idx and .bin through it.
+// copyable). The indexed dataset maps its .idx and .bin through it. While mapped, a file that is
+// truncated under the process makes the faulting read print the file's name and exit (see
+// data/fault_names.h) instead of dying of a bare SIGBUS.
 #pragma once
 
 #include <cstddef>

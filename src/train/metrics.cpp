@@ -3,11 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace echo::train {
 
@@ -40,8 +44,8 @@ double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& p
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc) {
-  ECHO_CHECK(out_.good(), "cannot write the metrics file '{}'", path);
+    : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
+  ECHO_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
 }
 
 void MetricsLog::step(const StepMetrics& m) {
@@ -61,8 +65,43 @@ void MetricsLog::eval(int64_t step, double val_loss) {
 
 void MetricsLog::raw(const std::string& json_line) {
   if (!out_.is_open()) return;
+  errno = 0;
   out_ << json_line << '\n';
   out_.flush();  // a crash must not lose the lines already reported
+  ECHO_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path_,
+             errno != 0 ? std::strerror(errno) : "write failed");
+}
+
+void truncate_metrics(const std::string& path, int64_t last_step) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // Only a regular file has lines to keep (a link to a device, e.g. /dev/full in a test, is left alone).
+  if (!fs::is_regular_file(path, ec)) return;
+  std::ifstream in(path);
+  ECHO_CHECK(in.good(), "cannot read the metrics file '{}': {}", path, std::strerror(errno));
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool later = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                       j["step"].get<int64_t>() > last_step;
+    if (j.is_discarded() || later) {
+      ++dropped;
+      continue;
+    }
+    kept += line + '\n';
+  }
+  if (dropped == 0) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    ECHO_CHECK(out.good(), "cannot write '{}': {}", tmp, std::strerror(errno));
+  }
+  fs::rename(tmp, path, ec);
+  ECHO_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
+  ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, dropped);
 }
 
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left) {

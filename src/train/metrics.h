@@ -37,13 +37,22 @@ class MetricsLog {
   MetricsLog() = default;  // inactive (ranks other than 0)
   // Appends when resuming, so a resumed run keeps its history.
   MetricsLog(const std::string& path, bool append);
+  // Each throws echo::Error naming the file when the line cannot be written (a full disk): a
+  // truncated metrics file must not pass for a finished run.
   void step(const StepMetrics& m);
   void eval(int64_t step, double val_loss);
   void raw(const std::string& json_line);
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
+
+// For a resume from the checkpoint of `last_step`: removes from the metrics file every line of a
+// later step (the run that died after its checkpoint logged them, and the resumed run logs them
+// again) and any line that is not JSON (one cut off mid-write). Rewrites the file atomically;
+// nothing to do when it does not exist.
+void truncate_metrics(const std::string& path, int64_t last_step);
 
 // "step   120/1000 | loss 3.4567 | lr 3.00e-04 | 12.3k tok/s | ETA 01:02:03"
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left);

@@ -14,9 +14,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What marks a directory as holding a run: its effective config, metrics or checkpoints.
+// What marks a directory as holding a run: metrics or checkpoints. A config.yaml alone (left by a
+// run that failed during start-up, before the trainer wrote it last) or an empty metrics file
+// (a run stopped before its first step) is nothing to protect.
 bool holds_run(const fs::path& dir) {
-  return fs::exists(dir / "config.yaml") || fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "checkpoints");
+  std::error_code ec;
+  const bool metrics = fs::is_regular_file(dir / "metrics.jsonl", ec) && fs::file_size(dir / "metrics.jsonl", ec) > 0;
+  const bool checkpoints = fs::is_directory(dir / "checkpoints", ec) && !fs::is_empty(dir / "checkpoints", ec);
+  return metrics || checkpoints;
 }
 
 std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) {
@@ -26,7 +31,7 @@ std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) 
   has_run = fs::exists(dir) && holds_run(dir);
   if (has_run && mode == RunDirMode::fresh)
     return fmt::format(
-        "'run.out_dir' = {} already holds a run (config.yaml, metrics.jsonl or checkpoints/); pass --resume to "
+        "'run.out_dir' = {} already holds a run (metrics.jsonl or checkpoints/); pass --resume to "
         "continue it or --overwrite to replace it",
         out_dir);
   if (has_run && mode == RunDirMode::overwrite) {

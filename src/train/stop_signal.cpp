@@ -16,9 +16,14 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 void on_signal(int sig) { g_stop_signal = sig; }
 using Handler = void (*)(int);
 Handler g_previous_term = SIG_DFL, g_previous_int = SIG_DFL, g_previous_usr1 = SIG_DFL;
+// Live StopSignal objects (only constructors and destructors touch it, never the handler): the
+// outermost installs and restores, inner ones share its flag, so a signal caught during start-up
+// (echo_train's own StopSignal) is still seen by the training loop's.
+int g_depth = 0;
 }  // namespace
 
 StopSignal::StopSignal() {
+  if (g_depth++ > 0) return;
   g_stop_signal = 0;
   g_previous_term = std::signal(SIGTERM, on_signal);
   g_previous_int = std::signal(SIGINT, on_signal);
@@ -26,6 +31,7 @@ StopSignal::StopSignal() {
 }
 
 StopSignal::~StopSignal() {
+  if (--g_depth > 0) return;
   std::signal(SIGTERM, g_previous_term);
   std::signal(SIGINT, g_previous_int);
   std::signal(SIGUSR1, g_previous_usr1);

@@ -9,6 +9,8 @@
 namespace echo::train {
 
 // Installs the handlers for the lifetime of the object and restores the previous ones after.
+// Objects nest: while one is alive, another shares its handlers and its flag (echo_train makes one
+// before start-up, so a signal then is not fatal; the training loop's own sees it).
 class StopSignal {
  public:
   StopSignal();

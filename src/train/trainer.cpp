@@ -13,7 +13,9 @@
 #include "core/log.h"
 #include "dist/mpi_check.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/divergence.h"
 #include "train/lr_schedule.h"
+#include "train/resume_check.h"
 #include "train/stop_signal.h"
 
 namespace echo::train {
@@ -57,6 +59,16 @@ int64_t count_parameters(const model::Qwen3Plan& plan) {
   return n;
 }
 
+// Opens the dataset of config key `key`; a missing one says how to get the demo data.
+data::IndexedDataset open_dataset(const std::string& key, const std::string& prefix) {
+  std::error_code ec;
+  if (!std::filesystem::exists(prefix + ".idx", ec))
+    ECHO_FAIL("'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
+              "(data/demo, data/demo-bytes), or make one from your corpus with echo_prep",
+              key, prefix, prefix);
+  return data::IndexedDataset::open(prefix);
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode)
@@ -65,8 +77,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const auto& L = world.layout;
   ECHO_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
              L.tp);
+  // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
+  // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
+  // failed --resume had.
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
-  if (L.rank == 0) config::write_effective_config(cfg, cfg.run.out_dir + "/config.yaml");
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
@@ -76,31 +90,56 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
   model_->init_weights(cfg.run.seed);
-  if (!cfg.run.init_from.empty()) load_hf_weights(cfg.run.init_from, model_->params(), world);
+  if (!cfg.run.init_from.empty()) {
+    load_hf_weights(cfg.run.init_from, model_->params(), world);
+    // config.json of our checkpoints carries the context of the model we started from, not ours.
+    if (const auto n = hf_max_position_embeddings(cfg.run.init_from);
+        n && *n != cfg_.model.max_position_embeddings) {
+      logger->info("model.max_position_embeddings = {} from {} (was {})", *n, cfg.run.init_from,
+                   cfg_.model.max_position_embeddings);
+      cfg_.model.max_position_embeddings = static_cast<int>(*n);
+    }
+  }
   optimizer_ = std::make_unique<AdamW>(model_->params());
 
   const int per_step = cfg.train.micro_batch * L.dp;
   num_micro_ = cfg.train.global_batch / per_step;
-  train_data_.emplace(data::IndexedDataset::open(cfg.data.train));
-  data::check_token_range(*train_data_, shape_.vocab, cfg.data.train);
+  train_data_.emplace(open_dataset("data.train", cfg.data.train));
+  // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
+  data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
+  // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
+  ECHO_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
+             cfg.data.eos_id, cfg.model.vocab_size);
   const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
-    valid_data_.emplace(data::IndexedDataset::open(cfg.data.valid));
-    data::check_token_range(*valid_data_, shape_.vocab, cfg.data.valid);
+    valid_data_.emplace(open_dataset("data.valid", cfg.data.valid));
+    data::check_token_range(*valid_data_, cfg.model.vocab_size, "data.valid");
     valid_loader_.emplace(*valid_data_, opts);
   }
 
   if (mode == RunDirMode::resume && has_run) {
     if (auto ckpt = latest_checkpoint(cfg.run.out_dir)) {
+      // The model and data must be the checkpoint's; refused before any tensor is read.
+      const auto changed = check_resume_config(read_checkpoint_meta(*ckpt).config_yaml, cfg_, *ckpt);
+      if (L.rank == 0)
+        for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
       const CheckpointMeta meta = load_checkpoint(*ckpt, model_->params(), optimizer_.get(), world);
       start_step_ = meta.step;
+      last_saved_step_ = meta.step;
       logger->info("resumed from {} at step {}", *ckpt, start_step_);
     } else {
       logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
     }
   }
-  if (L.rank == 0) metrics_ = MetricsLog(cfg.run.out_dir + "/metrics.jsonl", start_step_ > 0);
+  if (L.rank == 0) {
+    const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
+    // A resume continues the history from its checkpoint: lines logged after it (by the run that
+    // died) would be repeated.
+    if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
+    metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
+    config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+  }
   peak_ = cpu_peak();
   logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
             num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, blocks_->name(), num_micro_, cfg.train.micro_batch,
@@ -147,6 +186,12 @@ void Trainer::save(int64_t steps_done) {
   meta.dp = world_.layout.dp;
   meta.config_yaml = config::to_yaml(cfg_);
   save_checkpoint(cfg_.run.out_dir, model_->params(), *optimizer_, meta, world_, cfg_.train.keep_checkpoints);
+  last_saved_step_ = steps_done;
+}
+
+std::string Trainer::kept_checkpoint() const {
+  if (last_saved_step_ < 0) return "no checkpoint was saved by this run";
+  return fmt::format("the last good checkpoint {} is kept", checkpoint_dir(cfg_.run.out_dir, last_saved_step_));
 }
 
 void Trainer::log_telemetry(int64_t step) {
@@ -171,6 +216,13 @@ TrainResult Trainer::run(int64_t stop_after) {
                 tokens_per_step
           : 0.0;
   const int num_nodes = count_nodes(world_.world);
+  // A signal during start-up (echo_train installs the handler first): stop before any step;
+  // there is nothing new to save.
+  if (stop.requested(world_.world)) {
+    logger->warn("stopping before step {} on signal {}; nothing new to save", start_step_ + 1, stop.received());
+    result.stopped_by_signal = true;
+    return result;
+  }
   double elapsed = 0;
   for (int64_t step = start_step_; step < total; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -181,16 +233,19 @@ TrainResult Trainer::run(int64_t stop_after) {
       loss = train_step(step, telemetry);
     } catch (const Error& e) {
       // Name the step: the all-reduce knows its site, only the loop knows the step.
-      ECHO_FAIL("at step {}: {}; the last good checkpoint is kept", step + 1, e.message());
+      ECHO_FAIL("at step {}: {}; {}", step + 1, e.message(), kept_checkpoint());
     }
-    ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; the last good checkpoint is kept", loss,
-               step + 1);
+    // Every check below gives the same verdict on every rank (the values are reduced), and all
+    // come before this step can be saved: a diverged step never becomes a checkpoint.
+    ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1,
+               kept_checkpoint());
     grad_sync_.average_over_dp(model_->params());
     const double norm = grad_sync_.global_norm(model_->params());
-    ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; the last good checkpoint is kept", step + 1);
+    ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());
     clip_gradients(model_->params(), norm, cfg_.optim.grad_clip);
     const double lr = learning_rate(cfg_.optim, cfg_.schedule, step, total);
     optimizer_->step(model_->params(), lr, cfg_.optim);
+    check_weights(max_abs_weight(model_->params(), world_.world), step + 1, kept_checkpoint());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     elapsed += secs;
     result.steps_done = step + 1;

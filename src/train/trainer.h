@@ -37,6 +37,8 @@ class Trainer {
   double evaluate();
   void save(int64_t steps_done);
   void log_telemetry(int64_t step);
+  // "the last good checkpoint <dir> is kept", for the messages of a step that went bad.
+  std::string kept_checkpoint() const;
 
   config::Config cfg_;
   const dist::World& world_;
@@ -52,6 +54,7 @@ class Trainer {
   DevicePeak peak_;
   int num_micro_ = 1;
   int64_t start_step_ = 0;
+  int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or resumed from); -1: none
   int64_t num_params_ = 0;
   std::vector<int32_t> tokens_, targets_;
 };

@@ -1,7 +1,15 @@
-// FLOPs per token, MFU with fp32 and int8 parts, and the progress line.
+// FLOPs per token, MFU with fp32 and int8 parts, the progress line, write errors on
+// metrics.jsonl, and its truncation for a resume.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "train/metrics.h"
+#include "../support/test_util.h"
 
 namespace echo::train {
 
@@ -30,6 +38,59 @@ TEST(Metrics, ProgressLineShowsStepLossRateAndEta) {
   StepMetrics m{120, 3.45678, 3e-4, 0.5, 12345, 250, 0.1};
   const std::string line = progress_line(m, 1000, 3723);
   EXPECT_EQ(line, "step    120/1000 | loss 3.4568 | lr 3.00e-04 | grad 0.500 | 12.3k tok/s | 250 ms | ETA 01:02:03");
+}
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& tag) {
+  const fs::path dir = fs::temp_directory_path() / ("echo_metrics_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A full disk (metrics.jsonl -> /dev/full, whose writes fail with ENOSPC) is an error naming the
+// file, not a silently short metrics file.
+TEST(Metrics, AWriteErrorIsAnErrorNamingTheFile) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const fs::path dir = scratch("full");
+  const fs::path path = dir / "metrics.jsonl";
+  fs::create_symlink("/dev/full", path);
+  MetricsLog log(path.string(), /*append=*/true);
+  const std::string msg = echo::testing::error_of([&] { log.step({1, 2.5, 1e-3, 0.5, 100, 10, 0.1}); });
+  EXPECT_NE(msg.find("cannot write the metrics file '" + path.string() + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
+TEST(Metrics, TruncationForAResumeDropsLaterStepsAndATornLine) {
+  const fs::path dir = scratch("truncate");
+  const fs::path path = dir / "metrics.jsonl";
+  {
+    MetricsLog log(path.string(), false);
+    for (int64_t s = 1; s <= 5; ++s) log.step({s, 3.0 - 0.1 * s, 1e-3, 0.5, 100, 10, 0.1});
+    log.eval(3, 2.75);
+    log.eval(5, 2.5);
+    log.raw(R"({"kind":"echo_site","step":4,"site":0})");
+    log.raw(R"({"step": 6, "lo)");  // a line cut off by a crash
+  }
+  truncate_metrics(path.string(), 3);
+  std::vector<int64_t> steps;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 3})) << read_all(path);
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+  const std::string before = read_all(path);
+  truncate_metrics(path.string(), 3);  // nothing later: unchanged
+  EXPECT_EQ(read_all(path), before);
+  truncate_metrics((dir / "none.jsonl").string(), 3);  // no file: nothing to do
+  EXPECT_FALSE(fs::exists(dir / "none.jsonl"));
+  fs::remove_all(dir);
 }
 
 }  // namespace echo::train

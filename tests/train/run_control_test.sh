@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # echo_train under mpirun, as a user runs it: SIGTERM saves a checkpoint and exits cleanly,
-# --resume continues from it, and a rank that dies ends the whole job (no hang).
+# --resume continues from it, and a rank that dies ends the whole job (no hang); a signal during
+# start-up stops cleanly, a full disk under metrics.jsonl is an error, and a checkpoint folder is a
+# clean Hugging Face folder.
 #   run_control_test.sh BUILD_DIR MPIRUN [mpirun flags...]
 set -uo pipefail
 build=$1; shift
@@ -76,4 +78,58 @@ for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
 if kill -0 $pid 2>/dev/null; then kill -KILL $pid; fail "the job hung after a rank died"; fi
 wait $pid && fail "the job exited 0 after a rank died"
 echo "rank death: the job ended"
-echo "run control: 4 passed, 0 failed"
+
+# 5. SIGTERM to the ranks while they start up (MPI_Init, data scan): a clean exit 0, no kill.
+rm -rf "$work/run"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" >"$work/run5.log" 2>&1 &
+pid=$!
+# catches_term PID: the process has a SIGTERM handler (bit 15 of SigCgt), i.e. echo_train's main()
+# has run its first line; the rest of start-up (MPI_Init, the model, the data) is still ahead.
+catches_term() { local m; m=$(awk '/^SigCgt/ {print $2}' "/proc/$1/status" 2>/dev/null) && (( (16#${m:-0} >> 14) & 1 )); }
+ready=0
+for _ in $(seq 1 400); do
+  ranks=$(pgrep -f "^$build/echo_train $work/cfg.yaml")
+  n=0; for r in $ranks; do catches_term "$r" && n=$((n + 1)); done
+  (( n >= 2 )) && { ready=1; break; }
+  sleep 0.02
+done
+(( ready )) || { kill -KILL $pid; fail "the ranks never installed a SIGTERM handler"; }
+pkill -TERM -f "^$build/echo_train $work/cfg.yaml"
+for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+kill -0 $pid 2>/dev/null && { kill -KILL $pid; fail "echo_train did not exit within 30 s of a SIGTERM at start-up"; }
+wait $pid || { tail -20 "$work/run5.log"; fail "a SIGTERM during start-up killed the ranks"; }
+grep -q "nothing new to save" "$work/run5.log" || { tail -20 "$work/run5.log"; fail "did not stop before the first step"; }
+echo "start-up signal: clean exit"
+
+# 6. metrics.jsonl on a full disk (a link to /dev/full): the run fails naming the file.
+rm -rf "$work/run" && mkdir -p "$work/run" && ln -s /dev/full "$work/run/metrics.jsonl"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set train.steps=3 \
+  >"$work/run6.log" 2>&1 && { tail -20 "$work/run6.log"; fail "exit 0 with metrics.jsonl on a full disk"; }
+grep -q "cannot write the metrics file '$work/run/metrics.jsonl'" "$work/run6.log" || { tail -20 "$work/run6.log"; fail "no message naming metrics.jsonl"; }
+echo "full disk: the run failed naming metrics.jsonl"
+
+# 7. A checkpoint is a clean Hugging Face folder: model.safetensors is its only *.safetensors.
+rm -rf "$work/run"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set train.steps=2 \
+  --set train.checkpoint_interval=2 >"$work/run7.log" 2>&1 || { tail -20 "$work/run7.log"; fail "short run"; }
+ckpt=$work/run/checkpoints/step_00000002
+[[ $(cd "$ckpt" && ls *.safetensors) == model.safetensors ]] || fail "other *.safetensors beside the model: $(ls "$ckpt")"
+[[ -f $ckpt/trainer/optimizer.safetensors && -f $ckpt/trainer/trainer_state.json ]] || fail "no trainer/ state"
+grep -q '"max_position_embeddings": 40960' "$ckpt/config.json" || fail "config.json: $(grep max_pos "$ckpt/config.json")"
+echo "checkpoint: a clean Hugging Face folder"
+
+# 8. The training .bin truncated while the run reads it: the job ends naming the file (it died of
+#    a bare SIGBUS before). On a copy, so the other cases keep their data.
+rm -rf "$work/run"
+cp "$work/train.bin" "$work/cut.bin" && cp "$work/train.idx" "$work/cut.idx"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set data.train="$work/cut" \
+  >"$work/run8.log" 2>&1 &
+pid=$!
+wait_for_steps 2
+truncate -s 16 "$work/cut.bin"
+for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+if kill -0 $pid 2>/dev/null; then kill -KILL $pid; fail "the job went on after its .bin was truncated"; fi
+wait $pid && fail "exit 0 after the .bin was truncated"
+grep -q "bus error reading the memory-mapped file '$work/cut.bin'" "$work/run8.log" || { tail -20 "$work/run8.log"; fail "the fault does not name the file"; }
+echo "truncated .bin: the job ended naming the file"
+echo "run control: 8 passed, 0 failed"

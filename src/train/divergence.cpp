@@ -1,0 +1,37 @@
+// Weight bound after each step.
+#include "train/divergence.h"
+
+#include <mpi.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "dist/mpi_check.h"
+
+namespace echo::train {
+
+double max_abs_weight(const model::ParameterSet<float>& params, const dist::Communicator& world) {
+  float local = 0;
+  bool finite = true;
+  for (size_t i = 0; i < params.size(); ++i)
+    for (const float w : params[i].value) {
+      // NOTE: fmax drops NaN, so finiteness is tracked separately; both loops vectorize.
+      local = std::fmax(local, std::fabs(w));
+      finite &= std::isfinite(w);
+    }
+  // NaN cannot travel through MPI_MAX reliably: a non-finite weight is sent as +inf.
+  double mine = finite ? static_cast<double>(local) : std::numeric_limits<double>::infinity(), all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_MAX, world.get()));
+  return all;
+}
+
+void check_weights(double max_abs, int64_t step, const std::string& kept) {
+  ECHO_CHECK(std::isfinite(max_abs), "non-finite weights after the update of step {}; {}", step, kept);
+  ECHO_CHECK(max_abs <= kMaxSaneWeight,
+             "the weights diverged at step {}: max |w| = {:.3g} > {:.0e} (optim.lr too high, or optim.lr x "
+             "optim.weight_decay >= 1?); {}",
+             step, max_abs, kMaxSaneWeight, kept);
+}
+
+}  // namespace echo::train

@@ -1,0 +1,77 @@
+// Resume checks: both configs flattened to "section.key" -> YAML scalar text and compared.
+#include "train/resume_check.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+
+#include "core/error.h"
+
+namespace echo::train {
+namespace {
+
+// Keys whose change a resume refuses: everything that shapes the model's function and what the
+// data loader feeds it. model.init_std / scale_output_init only matter at step 0, and
+// max_position_embeddings only labels config.json.
+constexpr const char* kFixedKeys[] = {
+    "model.vocab_size", "model.vocab_pad_multiple", "model.hidden",   "model.ffn",         "model.layers",
+    "model.heads",      "model.kv_heads",           "model.head_dim", "model.rope_base",   "model.norm_eps",
+    "model.tie_embeddings", "data.train",           "data.seq_len",   "data.eos_id",
+};
+
+void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+  } else if (node.IsScalar()) {
+    out[prefix] = node.Scalar();
+  }
+}
+
+std::map<std::string, std::string> flat(const config::Config& cfg) {
+  std::map<std::string, std::string> out;
+  flatten(YAML::Load(config::to_yaml(cfg)), "", out);
+  return out;
+}
+
+bool is_fixed(const std::string& key) {
+  for (const char* k : kFixedKeys)
+    if (key == k) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> check_resume_config(const std::string& saved_yaml, const config::Config& now,
+                                             const std::string& ckpt_dir) {
+  if (saved_yaml.empty()) return {};
+  config::Config saved;
+  try {
+    saved = config::parse_config(saved_yaml, ckpt_dir + " (its config_yaml)");
+  } catch (const Error& e) {
+    ECHO_FAIL("cannot resume from '{}': its recorded config does not load: {}", ckpt_dir, e.message());
+  }
+  const auto before = flat(saved), after = flat(now);
+  std::string refused;
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : after) {
+    const auto it = before.find(key);
+    const std::string old = it == before.end() ? "(unset)" : it->second;
+    if (old == value) continue;
+    const std::string line = fmt::format("'{}': {} -> {}", key, old, value);
+    if (is_fixed(key))
+      refused += (refused.empty() ? "" : ", ") + line;
+    else
+      changed.push_back(line);
+  }
+  ECHO_CHECK(refused.empty(),
+             "cannot resume from '{}': the run was trained with another model or data ({}); resume with the "
+             "checkpoint's values, or start a new run (--overwrite, or another run.out_dir) with run.init_from "
+             "pointing at the checkpoint",
+             ckpt_dir, refused);
+  return changed;
+}
+
+}  // namespace echo::train

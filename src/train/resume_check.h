@@ -1,0 +1,20 @@
+// What a --resume may change. The checkpoint fixes the model and the data it was trained on: a
+// resume that changes them (another shape, another dataset, another packing) would train a
+// different run under the old one's name, so it is refused, naming every such key. Anything else
+// (the seed, the learning rate, the number of steps, the layout...) may change, with a warning.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+
+namespace echo::train {
+
+// Compares the effective config `now` with the one a checkpoint recorded (`saved_yaml`, the
+// checkpoint's config_yaml; nothing to compare when empty). Throws echo::Error naming `ckpt_dir`
+// and every refused key with both values; returns one "key: old -> new" line per other change.
+std::vector<std::string> check_resume_config(const std::string& saved_yaml, const config::Config& now,
+                                             const std::string& ckpt_dir);
+
+}  // namespace echo::train

@@ -1,0 +1,201 @@
+// What the trainer guards at start-up and on every step (2 and 4 ranks, tiny model): token ids
+// against the true vocabulary, data.eos_id, a diverging run that must not be saved, the run
+// directory after a failed start or a failed --resume, what a --resume may change, metrics
+// after a resume, and a stop signal that arrives during start-up.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "dist/world.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/divergence.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+#include "../support/mpi_util.h"
+#include "../support/test_util.h"
+
+namespace echo::train {
+namespace {
+
+using echo::testing::world_rank;
+using echo::testing::world_size;
+
+namespace fs = std::filesystem;
+
+// A scratch directory shared by all ranks with a random dataset over ids 0..62 that contains 62
+// (63 is the EOS).
+std::string scratch_dir(const std::string& tag) {
+  std::string dir;
+  if (world_rank() == 0) {
+    dir = fs::temp_directory_path() / ("echo_guard_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir + "/data");
+    std::mt19937_64 gen(11);
+    data::IndexedDatasetWriter w(dir + "/data/train");
+    for (int d = 0; d < 60; ++d) {
+      std::vector<int32_t> doc(5 + gen() % 40);
+      const int32_t base = static_cast<int32_t>(gen() % 50);
+      for (size_t i = 0; i < doc.size(); ++i) doc[i] = base + static_cast<int32_t>(i % 7);
+      if (d == 17) doc[2] = 62;
+      w.add_document(doc);
+    }
+    w.finalize();
+  }
+  int len = static_cast<int>(dir.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dir.resize(len);
+  MPI_Bcast(dir.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return dir;
+}
+
+int tp() { return world_size() >= 2 ? 2 : 1; }
+
+config::Config make_config(const std::string& dir, std::vector<std::string> overrides = {}) {
+  const std::string text =
+      "run: {seed: 7, out_dir: " + dir + "/run}\n"
+      "model: {vocab_size: 64, vocab_pad_multiple: 16, hidden: 32, ffn: 48, layers: 2, heads: 4, kv_heads: 4,\n"
+      "        head_dim: 8, tie_embeddings: true, init_std: 0.05}\n"
+      "comm: {allreduce: echo, bits: 4, group_size: 32}\n"
+      "optim: {lr: 3.0e-3, min_lr: 3.0e-4}\n"
+      "schedule: {warmup_steps: 2}\n"
+      "data: {train: " + dir + "/data/train, valid: '', seq_len: 16, eos_id: 63}\n"
+      "train: {steps: 4, micro_batch: 2, global_batch: 8, eval_interval: 0, eval_batches: 1,\n"
+      "        checkpoint_interval: 2, keep_checkpoints: 2, log_interval: 1000}\n";
+  overrides.push_back("parallel.tp=" + std::to_string(tp()));
+  return config::parse_config(text, "guard_test.yaml", overrides, world_size());
+}
+
+TrainResult train(const config::Config& cfg, RunDirMode mode) {
+  const dist::World world = dist::World::create(cfg.parallel.tp);
+  Trainer trainer(cfg, world, mode);
+  return trainer.run();
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  const std::string message = echo::testing::error_of(f);
+  EXPECT_NE(message.find(needle), std::string::npos) << "expected '" << needle << "' in: " << message;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Every rank must have finished with the run directory before rank 0 changes it.
+void sync() { MPI_Barrier(MPI_COMM_WORLD); }
+
+// Ids in [vocab_size, padded rows) are rows of the embedding that no tokenizer emits.
+TEST(TrainerGuard, TokenIdsAreCheckedAgainstTheTrueVocabulary) {
+  const std::string dir = scratch_dir("vocab");
+  // vocab 62 pads to 64 rows: the data's id 62 fits the rows but not the vocabulary.
+  expect_error([&] { train(make_config(dir, {"model.vocab_size=62", "data.eos_id=61"}), RunDirMode::fresh); },
+               "token id 62 is out of range [0, 62) ('model.vocab_size' = 62)");
+  expect_error([&] { train(make_config(dir, {"model.vocab_size=63"}), RunDirMode::fresh); },
+               "'data.eos_id' = 63 must be < 'model.vocab_size' = 63");
+  EXPECT_EQ(train(make_config(dir), RunDirMode::fresh).steps_done, 4);
+}
+
+// optim.lr = 100 (the run, exact all-reduce): decay multiplies the weights by -9 a step
+// while the loss stays finite. The run must stop at the first step whose weights are absurd,
+// before it is saved, and keep the checkpoint before it (keep_checkpoints = 1).
+TEST(TrainerGuard, ADivergingRunStopsBeforeSavingABadStep) {
+  const std::string dir = scratch_dir("diverge");
+  const auto cfg = make_config(dir, {"optim.lr=1.0e2", "optim.min_lr=1.0e2", "comm.allreduce=exact", "train.steps=30",
+                                     "train.checkpoint_interval=1", "train.keep_checkpoints=1"});
+  const std::string msg = echo::testing::error_of([&] { train(cfg, RunDirMode::fresh); });
+  ASSERT_NE(msg.find("the weights diverged at step "), std::string::npos) << msg;
+  const int64_t bad = std::stoll(msg.substr(msg.find("at step ") + 8));
+  EXPECT_LT(bad, 10) << msg;
+  sync();
+  const auto ckpt = latest_checkpoint(cfg.run.out_dir);
+  ASSERT_TRUE(ckpt.has_value()) << "the checkpoint before the bad step must survive";
+  EXPECT_EQ(*ckpt, checkpoint_dir(cfg.run.out_dir, bad - 1));
+  EXPECT_NE(msg.find("the last good checkpoint " + *ckpt + " is kept"), std::string::npos) << msg;
+  SafetensorsFile model(*ckpt + "/model.safetensors");
+  double max_abs = 0;
+  for (const auto& name : model.names())
+    for (float w : model.read_f32(name)) max_abs = std::isfinite(w) ? std::max(max_abs, double(std::fabs(w))) : INFINITY;
+  EXPECT_LE(max_abs, kMaxSaneWeight) << "the kept checkpoint is healthy";
+  if (world_rank() == 0) {
+    std::ifstream in(cfg.run.out_dir + "/metrics.jsonl");
+    int64_t last = 0;
+    for (std::string line; std::getline(in, line);) last = nlohmann::json::parse(line)["step"];
+    EXPECT_EQ(last, bad - 1) << "the bad step is not logged as a step";
+  }
+}
+
+TEST(TrainerGuard, AFailedStartLeavesNothingThatBlocksTheRerun) {
+  const std::string dir = scratch_dir("failstart");
+  const auto good = make_config(dir);
+  expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/data/missing"}), RunDirMode::fresh); },
+               "run `bash scripts/get_data.sh`");
+  sync();
+  EXPECT_FALSE(fs::exists(good.run.out_dir + "/config.yaml"));
+  EXPECT_EQ(train(good, RunDirMode::fresh).steps_done, 4) << "the rerun is not refused";
+  EXPECT_TRUE(fs::exists(good.run.out_dir + "/config.yaml"));
+}
+
+TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
+  const std::string dir = scratch_dir("resume");
+  train(make_config(dir), RunDirMode::fresh);
+  sync();
+  const std::string config_path = dir + "/run/config.yaml", before = read_file(config_path);
+  ASSERT_FALSE(before.empty());
+  expect_error([&] { train(make_config(dir, {"model.tie_embeddings=false", "train.steps=6"}), RunDirMode::resume); },
+               "'model.tie_embeddings': true -> false");
+  expect_error([&] { train(make_config(dir, {"data.seq_len=8", "train.steps=6"}), RunDirMode::resume); },
+               "'data.seq_len': 16 -> 8");
+  sync();
+  EXPECT_EQ(read_file(config_path), before) << "a failed --resume must not rewrite config.yaml";
+  // Anything else may change: the run continues (with a warning) and records the new config.
+  EXPECT_EQ(train(make_config(dir, {"run.seed=8", "train.steps=6"}), RunDirMode::resume).steps_done, 6);
+  sync();
+  EXPECT_NE(read_file(config_path).find("seed: 8"), std::string::npos);
+}
+
+// A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume
+// logs 4 and 5 again, so the old lines go.
+TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {
+  const std::string dir = scratch_dir("metrics");
+  const auto first = make_config(dir, {"train.steps=5", "train.checkpoint_interval=3", "train.keep_checkpoints=5"});
+  train(first, RunDirMode::fresh);
+  sync();
+  if (world_rank() == 0) fs::remove_all(checkpoint_dir(first.run.out_dir, 5));
+  sync();
+  train(make_config(dir, {"train.steps=6", "train.checkpoint_interval=3"}), RunDirMode::resume);
+  if (world_rank() == 0) {
+    std::vector<int64_t> steps;
+    std::ifstream in(first.run.out_dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"]);
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  }
+}
+
+// echo_train installs its StopSignal before start-up; a signal then must not be lost (nor kill
+// the ranks): the run stops before its first step, and the directory is free for the rerun.
+TEST(TrainerGuard, ASignalDuringStartUpStopsBeforeTheFirstStep) {
+  const std::string dir = scratch_dir("signal");
+  const auto cfg = make_config(dir);
+  {
+    const StopSignal outer;
+    if (world_rank() == 0) std::raise(SIGUSR1);
+    const auto r = train(cfg, RunDirMode::fresh);
+    EXPECT_TRUE(r.stopped_by_signal);
+    EXPECT_EQ(r.steps_done, 0);
+  }
+  sync();
+  EXPECT_FALSE(latest_checkpoint(cfg.run.out_dir).has_value());
+  EXPECT_EQ(train(cfg, RunDirMode::fresh).steps_done, 4) << "nothing was trained: the rerun is not refused";
+}
+
+}  // namespace
+}  // namespace echo::train
