@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 
+#include "apps/bench/machine.h"
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
 #include "comm/echo/echo_all_reduce.h"
@@ -27,9 +28,19 @@
 namespace echo::bench {
 namespace {
 
+// The largest message echo_bench measures: the fp32 reference all-reduce of the same run moves
+// 4 bytes per value through int-counted MPI calls, which a 1 GiB 16-bit message (2^29 values,
+// 2 GiB in fp32) just fits.
+constexpr size_t kMaxMessageBytes = size_t{1} << 30;
+// Host memory one rank holds per byte of the 16-bit message: the input, work and reference
+// vectors (3 x fp32 = 6 bytes), the fp32 reference's send/receive/gather buffers (6), the
+// 16-bit baseline's (3), Echo's x' and two compensator buffers per direction (up to 10) and
+// its code buffers (1). Rounded up: a size this refuses would have run the host out of memory.
+constexpr size_t kHostBytesPerMessageByte = 26;
+
 struct Options {
   std::string sizes = "1K..16M";
-  size_t step_factor = 2;
+  int step_factor = 2;
   std::string impl = "echo";
   int bits = 4;
   int group_size = 128;
@@ -128,10 +139,13 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
           {"mpi_allreduce_fp32_median_us", r.mpi.median_us},
           {"speedup_vs_exact", r.exact16.median_us / r.impl.median_us},
           {"max_rel_err", r.max_rel_err},
-          {"ranks_identical", r.identical}};
+          {"ranks_identical", r.identical},
+          {"iters", o.iters},
+          {"warmup", o.warmup}};
 }
 
-void print_header(const Options& o, int P) {
+void print_header(const Options& o, int P, const MachineInfo& machine) {
+  std::printf("%s", machine_header(machine).c_str());
   std::printf("# echo_bench: impl=%s bits=%d group_size=%d quantizer=%s compensate=%d direction=%s P=%d iters=%d warmup=%d\n",
               o.impl.c_str(), o.bits, o.group_size, o.quantizer.c_str(), o.compensate, o.direction.c_str(), P, o.iters,
               o.warmup);
@@ -152,11 +166,33 @@ void print_row(int P, const Row& r) {
   std::fflush(stdout);
 }
 
+// Refuses, before allocating, a size list the ranks on this host could not hold: all ranks of
+// a node share its MemAvailable.
+void check_memory(const std::vector<size_t>& sizes, const dist::Communicator& world) {
+  size_t largest = 0;
+  for (size_t bytes : sizes) {
+    ECHO_CHECK(bytes >= 2, "size {} is smaller than one 16-bit value", bytes);
+    largest = std::max(largest, bytes);
+  }
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world.get(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
+  int ranks_here = 1;
+  MPI_Comm_size(node, &ranks_here);
+  MPI_Comm_free(&node);
+  const size_t need = largest * kHostBytesPerMessageByte * static_cast<size_t>(ranks_here);
+  const size_t avail = available_memory_bytes();
+  ECHO_CHECK(avail == 0 || need <= avail,
+             "size {} needs about {:.1f} GiB of host memory ({} ranks on this host x {} bytes per message byte), "
+             "but only {:.1f} GiB is available; use smaller --sizes",
+             format_size(largest), static_cast<double>(need) / (1 << 30), ranks_here, kHostBytesPerMessageByte,
+             static_cast<double>(avail) / (1 << 30));
+}
+
 int bench_main(int argc, char** argv) {
   Options o;
   CLI::App app{"echo_bench: Echo quantized all-reduce vs the exact 16-bit all-reduce, nccl-tests style"};
   app.add_option("--sizes", o.sizes, "sizes of the 16-bit message: 1K..256M, 64M or 1K,4K,1M")->capture_default_str();
-  app.add_option("--step-factor", o.step_factor, "multiplier between sizes of a range")->capture_default_str();
+  app.add_option("--step-factor", o.step_factor, "multiplier between sizes of a range (>= 2)")->capture_default_str();
   app.add_option("--impl", o.impl, "exact | exact_fp32 | echo")->capture_default_str();
   app.add_option("--bits", o.bits, "Echo bit width: 4 | 8")->capture_default_str();
   app.add_option("--group-size", o.group_size, "values per quantization group (power of two)")->capture_default_str();
@@ -165,8 +201,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--direction", o.direction, "forward | backward (backward adds the 2^e rescale)")
       ->check(CLI::IsMember({"forward", "backward"}))
       ->capture_default_str();
-  app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  // NOTE: numbers are checked below with messages in words, not by CLI11 validators.
+  app.add_option("--iters", o.iters, "timed iterations per size (>= 1)")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed iterations per size (>= 0)")->capture_default_str();
   app.add_option("--json", o.json, "write one JSON record per size to this file (rank 0)");
   try {
     app.parse(argc, argv);
@@ -175,9 +212,15 @@ int bench_main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
+  ECHO_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size", o.iters);
+  ECHO_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
+  ECHO_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
 
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
-  const auto sizes = parse_sizes(o.sizes, o.step_factor);
+  const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
+                                 "echo_bench's largest message (--sizes)");
+  const MachineInfo machine = describe_machine();
+  check_memory(sizes, world);
   auto impl = make_impl(o, world);
   comm::ExactAllReduce exact16(world, comm::ExactPrecision::bf16), exact32(world, comm::ExactPrecision::fp32);
   std::ofstream json;
@@ -185,13 +228,16 @@ int bench_main(int argc, char** argv) {
     json.open(o.json);
     ECHO_CHECK(json.good(), "cannot write --json file '{}'", o.json);
   }
-  if (world.rank() == 0) print_header(o, world.size());
+  if (world.rank() == 0) print_header(o, world.size(), machine);
   for (size_t bytes : sizes) {
-    ECHO_CHECK(bytes >= 2, "size {} is smaller than one 16-bit value", bytes);
     const Row row = measure(o, world, *impl, exact16, exact32, bytes);
     if (world.rank() != 0) continue;
     print_row(world.size(), row);
-    if (json.is_open()) json << to_json(o, world.size(), row).dump() << '\n';
+    if (json.is_open()) {
+      nlohmann::json record = to_json(o, world.size(), row);
+      record["machine"] = to_json(machine);
+      json << record.dump() << '\n';
+    }
   }
   return 0;
 }

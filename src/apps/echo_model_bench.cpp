@@ -1,16 +1,21 @@
 // echo_model_bench: forward + backward throughput of the Qwen3 model on the CPU backend, in
 // tokens per second, for a config's model and all-reduce (a program, not a test).
-//   mpirun -np 2 echo_model_bench configs/model_bench.yaml --batch 4 --seq 128 --iters 5
+//   mpirun -np 2 echo_model_bench configs/model_bench.yaml --batch 4 --seq 128 --iters 5 [--json out.json]
 // The TP group is the whole world (tp = world size); parallel.tp in the file is ignored.
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <fstream>
 #include <random>
 
+#include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
 #include "comm/make_all_reduce.h"
 #include "core/config/config.h"
+#include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
 #include "model/qwen3_model.h"
@@ -23,13 +28,16 @@ int bench_main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int64_t batch = 4, seq = 128;
   int iters = 5, warmup = 1;
+  std::string json_path;
   CLI::App app{"echo_model_bench: Qwen3 forward+backward tokens/s on the CPU backend"};
   app.add_option("config", path, "YAML config (model and comm sections are used)")->required();
   app.add_option("--set", overrides, "override a key, e.g. --set comm.bits=8");
-  app.add_option("--batch", batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seq", seq, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--iters", iters, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  // NOTE: numbers are checked below with messages in words, not by CLI11 validators.
+  app.add_option("--batch", batch, "sequences per step (>= 1)")->capture_default_str();
+  app.add_option("--seq", seq, "tokens per sequence (>= 1)")->capture_default_str();
+  app.add_option("--iters", iters, "timed steps (>= 1)")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps (>= 0)")->capture_default_str();
+  app.add_option("--json", json_path, "also write the result as JSON to this file (rank 0)");
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
@@ -37,6 +45,11 @@ int bench_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
+  ECHO_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
+  ECHO_CHECK(seq >= 1, "--seq must be at least 1 (got {})", seq);
+  ECHO_CHECK(iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed step", iters);
+  ECHO_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
+  const bench::MachineInfo machine = bench::describe_machine();
 
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   overrides.push_back("parallel.tp=" + std::to_string(tp.size()));
@@ -62,6 +75,7 @@ int bench_main(int argc, char** argv) {
   });
   if (rank == 0) {
     const double tokens_per_s = static_cast<double>(batch * seq) / (stats.median_us * 1e-6);
+    std::printf("%s", bench::machine_header(machine).c_str());
     std::printf("echo_model_bench: layers=%lld hidden=%lld ffn=%lld heads=%lld/%lld head_dim=%lld vocab=%lld tp=%d "
                 "allreduce=%s\n",
                 static_cast<long long>(shape.layers), static_cast<long long>(shape.hidden),
@@ -71,6 +85,20 @@ int bench_main(int argc, char** argv) {
     std::printf("batch=%lld seq=%lld  step median %.1f ms (p10 %.1f, p90 %.1f)  %.0f tokens/s forward+backward\n",
                 static_cast<long long>(batch), static_cast<long long>(seq), stats.median_us / 1e3, stats.p10_us / 1e3,
                 stats.p90_us / 1e3, tokens_per_s);
+    if (!json_path.empty()) {
+      std::ofstream f(json_path);
+      ECHO_CHECK(f.good(), "cannot write --json file '{}'", json_path);
+      const nlohmann::json out = {{"layers", shape.layers},     {"hidden", shape.hidden},
+                                  {"ffn", shape.ffn},           {"heads", shape.heads},
+                                  {"kv_heads", shape.kv_heads}, {"head_dim", shape.head_dim},
+                                  {"vocab", shape.vocab},       {"tp", tp.size()},
+                                  {"allreduce", blocks->name()}, {"batch", batch},
+                                  {"seq", seq},                 {"iters", iters},
+                                  {"warmup", warmup},           {"median_ms", stats.median_us / 1e3},
+                                  {"p10_ms", stats.p10_us / 1e3}, {"p90_ms", stats.p90_us / 1e3},
+                                  {"tokens_per_s", tokens_per_s}, {"machine", bench::to_json(machine)}};
+      f << out.dump(2) << "\n";
+    }
   }
   return 0;
 }

@@ -1,16 +1,22 @@
 // echo_quant_bench: single-thread throughput of the CPU group quantizer (quantize and
 // dequantize_add) on random fp32 data, per policy at b = 4 and 8, g = 128. Prints a table of the
 // median (and min/max) over several runs in GB/s of fp32 input processed per core, and bytes on the
-// wire. Usage: echo_quant_bench [--mib N] [--runs R] [--group G]
+// wire. Usage: echo_quant_bench [--mib N] [--runs R] [--group G] [--json FILE]
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "apps/bench/machine.h"
 #include "comm/echo/quantize.h"
 #include "core/config/config.h"
 #include "core/error.h"
@@ -20,29 +26,39 @@ namespace {
 using echo::QuantPolicy;
 using echo::QuantSpec;
 
+// The input and accumulator are two fp32 buffers of --mib MiB each, plus the codes.
+constexpr size_t kMaxMib = 16384;
+
 struct Options {
-  size_t mib = 64;
+  std::string mib_text = "64";  // parsed by hand, so every bad value gets the same message
+  size_t mib = 0;
   int runs = 7;
   int group_size = 128;
+  std::string json;
 };
 
-Options parse(int argc, char** argv) {
+// Returns the options, or an exit code when parsing ended the program (--help, a CLI error).
+std::variant<Options, int> parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--mib" && has_value) {
-      o.mib = std::strtoull(argv[++i], nullptr, 10);
-    } else if (arg == "--runs" && has_value) {
-      o.runs = std::atoi(argv[++i]);
-    } else if (arg == "--group" && has_value) {
-      o.group_size = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--mib N] [--runs R] [--group G]\n", argv[0]);
-      std::exit(arg == "--help" || arg == "-h" ? 0 : 2);
-    }
+  CLI::App app{"echo_quant_bench: single-thread throughput of the CPU group quantizer"};
+  app.add_option("--mib", o.mib_text, "MiB of fp32 input (1 .. 16384)")->capture_default_str();
+  app.add_option("--runs", o.runs, "timed runs per policy (>= 1)")->capture_default_str();
+  app.add_option("--group", o.group_size, "values per quantization group")->capture_default_str();
+  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
   }
-  ECHO_CHECK(o.mib > 0 && o.runs > 0, "--mib and --runs must be positive");
+  const std::string& t = o.mib_text;
+  const bool digits_only = !t.empty() && t.size() <= 6 && t.find_first_not_of("0123456789") == std::string::npos;
+  o.mib = digits_only ? std::stoull(t) : 0;
+  ECHO_CHECK(o.mib >= 1 && o.mib <= kMaxMib, "--mib must be a whole number of MiB from 1 to {} (got '{}')", kMaxMib, t);
+  ECHO_CHECK(o.runs >= 1, "--runs must be at least 1 (got {})", o.runs);
+  const size_t avail = echo::bench::available_memory_bytes();
+  const size_t need = 3 * o.mib * (size_t{1} << 20);  // x, acc and (at most) 8-bit codes with parameters
+  ECHO_CHECK(avail == 0 || need <= avail, "--mib {} needs about {:.1f} GiB but only {:.1f} GiB is available", o.mib,
+             static_cast<double>(need) / (1 << 30), static_cast<double>(avail) / (1 << 30));
   return o;
 }
 
@@ -69,16 +85,22 @@ Stats measure(size_t bytes, int runs, Fn&& fn) {
 
 int main(int argc, char** argv) {
   try {
-    const Options opt = parse(argc, argv);
-    const size_t n = opt.mib * (size_t{1} << 20) / sizeof(float);
+    const auto parsed = parse(argc, argv);
+    if (const int* code = std::get_if<int>(&parsed)) return *code;
+    const Options& opt = std::get<Options>(parsed);
+    const echo::bench::MachineInfo machine = echo::bench::describe_machine();
+    const size_t mib = opt.mib;
+    const size_t n = mib * (size_t{1} << 20) / sizeof(float);
     std::vector<float> x(n), acc(n, 0.0f);
     std::mt19937 rng(1234);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (float& v : x) v = normal(rng);
 
-    std::printf("echo_quant_bench: %zu MiB fp32 (%zu values), group %d, 1 thread, %d runs (median [min, max])\n",
-                opt.mib, n, opt.group_size, opt.runs);
+    std::printf("%s", echo::bench::machine_header(machine).c_str());
+    std::printf("echo_quant_bench: %zu MiB fp32 (%zu values), group %d, 1 thread, %d runs (median [min, max])\n", mib,
+                n, opt.group_size, opt.runs);
     std::printf("%-16s %4s %12s %24s %24s\n", "policy", "bits", "wire B/elem", "quantize GB/s", "dequantize_add GB/s");
+    nlohmann::json rows = nlohmann::json::array();
     for (QuantPolicy policy : {QuantPolicy::symmetric, QuantPolicy::asym_naive, QuantPolicy::asym_zero_aware}) {
       for (int bits : {4, 8}) {
         const QuantSpec spec{policy, bits, opt.group_size};
@@ -92,10 +114,24 @@ int main(int argc, char** argv) {
           const auto report = echo::comm::dequantize_add(wire.data(), n, spec, acc.data());
           ECHO_CHECK(report.ok(), "unexpected poisoned groups");
         });
-        std::printf("%-16s %4d %12.4f %8.2f [%5.2f, %5.2f] %8.2f [%5.2f, %5.2f]\n", std::string(echo::config::to_string(policy)).c_str(), bits,
-                    static_cast<double>(wire.size()) / static_cast<double>(n), q.median, q.min, q.max, d.median, d.min,
-                    d.max);
+        const std::string name(echo::config::to_string(policy));
+        const double wire_per_elem = static_cast<double>(wire.size()) / static_cast<double>(n);
+        std::printf("%-16s %4d %12.4f %8.2f [%5.2f, %5.2f] %8.2f [%5.2f, %5.2f]\n", name.c_str(), bits, wire_per_elem,
+                    q.median, q.min, q.max, d.median, d.min, d.max);
+        rows.push_back({{"policy", name},
+                        {"bits", bits},
+                        {"group_size", opt.group_size},
+                        {"mib", mib},
+                        {"runs", opt.runs},
+                        {"wire_bytes_per_elem", wire_per_elem},
+                        {"quantize_gbps", {{"median", q.median}, {"min", q.min}, {"max", q.max}}},
+                        {"dequantize_add_gbps", {{"median", d.median}, {"min", d.min}, {"max", d.max}}}});
       }
+    }
+    if (!opt.json.empty()) {
+      std::ofstream f(opt.json);
+      ECHO_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
+      f << nlohmann::json{{"machine", echo::bench::to_json(machine)}, {"results", rows}}.dump(2) << "\n";
     }
     return 0;
   } catch (const std::exception& e) {

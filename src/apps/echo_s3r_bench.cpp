@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench/machine.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "quant/int8_gemm.h"
@@ -164,6 +165,8 @@ int bench_main(int argc, char** argv) {
 
   openblas_set_num_threads(blas_threads);
   const std::string core = openblas_get_corename();
+  const bench::MachineInfo machine = bench::describe_machine();  // after the thread count is set
+  std::printf("%s", bench::machine_header(machine).c_str());
   std::printf("echo_s3r_bench: SwiGLU FFN block fwd+bwd, T = %lld tokens (%lld examples x %lld), %d reps (median)\n",
               static_cast<long long>(tokens), static_cast<long long>(tokens / seq), static_cast<long long>(seq), reps);
   std::printf("int8 GEMM: oneDNN dnnl_gemm_s8s8s32; OpenBLAS core: %s (%d thread%s)\n", core.c_str(), blas_threads,
@@ -253,7 +256,7 @@ int bench_main(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     ECHO_CHECK(f.good(), "cannot write {}", json_path);
-    f << out.dump(2) << "\n";
+    f << nlohmann::json{{"machine", bench::to_json(machine)}, {"results", out}}.dump(2) << "\n";
     std::printf("\nwrote %s\n", json_path.c_str());
   }
   return 0;

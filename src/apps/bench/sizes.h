@@ -1,6 +1,7 @@
 // Message-size ranges for benchmarks, written as nccl-tests users expect: "1K..256M" (powers
 // of the step factor from the first to the last), a single size "64M", or a list "1K,4K,1M".
-// Suffixes K, M, G are powers of 1024.
+// Suffixes K, M, G are powers of 1024. Sizes are positive decimal integers and never exceed
+// the caller's maximum, so a typo cannot make a benchmark allocate until memory runs out.
 #pragma once
 
 #include <cstddef>
@@ -9,8 +10,13 @@
 
 namespace echo::bench {
 
-size_t parse_size(const std::string& text);  // "256M" -> 268435456; throws echo::Error naming the text
-std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor = 2);
-std::string format_size(size_t bytes);       // 268435456 -> "256M"
+// "256M" -> 268435456. Throws echo::Error naming the text when it is not a positive size,
+// overflows, or exceeds max_bytes (named `max_name` in the message, e.g. "echo_bench's limit").
+size_t parse_size(const std::string& text, size_t max_bytes = static_cast<size_t>(-1),
+                  const std::string& max_name = "the largest size");
+std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor = 2,
+                                size_t max_bytes = static_cast<size_t>(-1),
+                                const std::string& max_name = "the largest size");
+std::string format_size(size_t bytes);  // 268435456 -> "256M"
 
 }  // namespace echo::bench

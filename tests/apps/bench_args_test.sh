@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The benchmark programs as a user runs them: bad arguments end the program with a non-zero exit
+# and a message in words naming the argument (no C++ library message, no hang, no allocation
+# until memory runs out); good runs print the machine in their header and JSON.
+#   bench_args_test.sh BUILD_DIR MPIRUN [mpirun flags...]
+set -uo pipefail
+build=$1; shift
+mpirun=("$@")
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/echo_bench_args.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+ok() { echo "ok: $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $1"; echo "$2" | tail -20 | sed 's/^/    /'; failed=$((failed + 1)); }
+
+# refused NAME MESSAGE CMD...: CMD exits non-zero within 60 s and prints MESSAGE, no library text.
+refused() {
+  local name=$1 message=$2; shift 2
+  local out rc
+  out=$(timeout 60 "$@" 2>&1 </dev/null); rc=$?
+  if ((rc == 124)); then bad "$name: still running after 60 s" "$out"
+  elif ((rc == 0)); then bad "$name: exit 0, expected a refusal" "$out"
+  elif [[ $out != *"$message"* ]]; then bad "$name: missing message '$message'" "$out"
+  elif [[ $out == *"terminate called"* || $out == *"std::"* || $out == *"Could not convert"* ]]; then
+    bad "$name: a library message reached the user" "$out"
+  else ok "$name (exit $rc)"; fi
+}
+
+# runs NAME JSON_FILE CMD...: CMD exits 0, its header names the machine, JSON_FILE carries it.
+runs() {
+  local name=$1 json=$2; shift 2
+  local out rc
+  out=$(timeout 120 "$@" 2>&1 </dev/null); rc=$?
+  if ((rc != 0)); then bad "$name: exit $rc" "$out"
+  elif [[ $out != *"machine: "*"logical CPUs"* || $out != *"OpenBLAS core "* || $out != *"MPI: "* ]]; then
+    bad "$name: header does not name the machine" "$out"
+  elif ! grep -q '"machine": *{' "$json" || ! grep -q '"openblas_core"' "$json" || ! grep -q '"mpi_library"' "$json" ||
+       ! grep -q '"cpu_model"' "$json"; then
+    bad "$name: JSON does not name the machine" "$(cat "$json")"
+  else ok "$name"; fi
+}
+
+np1=("${mpirun[@]}" -np 1)
+bench=("${np1[@]}" "$build/echo_bench")
+refused "echo_bench sizes past 2^64" "size '18446744073709551615' exceeds echo_bench's largest message (--sizes), 1073741824 bytes (1G)" \
+  "${bench[@]}" --sizes 1K..18446744073709551615
+refused "echo_bench size above the limit" "size '2G' exceeds echo_bench's largest message" "${bench[@]}" --sizes 2G
+refused "echo_bench negative size" "size '-4K' must be positive" "${bench[@]}" --sizes -4K
+refused "echo_bench iters 0" "--iters must be at least 1 (got 0)" "${bench[@]}" --sizes 1K --iters 0
+refused "echo_bench negative warmup" "--warmup must be 0 or more (got -1)" "${bench[@]}" --sizes 1K --warmup -1
+refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1
+# 1G needs ~26 GiB per rank: refused before allocating wherever less than that is available.
+avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+if [[ -n $avail_kib ]] && ((avail_kib < 26 * 1024 * 1024)); then
+  refused "echo_bench size beyond memory" "GiB of host memory" "${bench[@]}" --sizes 1G
+fi
+runs "echo_bench machine" "$work/bench.jsonl" "${bench[@]}" --sizes 1K --iters 1 --warmup 0 --json "$work/bench.jsonl"
+
+quant=("$build/echo_quant_bench")
+refused "echo_quant_bench negative mib" "--mib must be a whole number of MiB from 1 to 16384 (got '-1')" "${quant[@]}" --mib -1
+refused "echo_quant_bench huge mib" "--mib must be a whole number of MiB from 1 to 16384 (got '99999999999999999999')" \
+  "${quant[@]}" --mib 99999999999999999999
+refused "echo_quant_bench runs 0" "--runs must be at least 1 (got 0)" "${quant[@]}" --mib 1 --runs 0
+runs "echo_quant_bench machine" "$work/quant.json" "${quant[@]}" --mib 1 --runs 1 --json "$work/quant.json"
+
+model=("${np1[@]}" "$build/echo_model_bench" "$src/configs/model_bench.yaml")
+refused "echo_model_bench iters 0" "--iters must be at least 1 (got 0)" "${model[@]}" --iters 0
+refused "echo_model_bench batch 0" "--batch must be at least 1 (got 0)" "${model[@]}" --batch 0
+runs "echo_model_bench machine" "$work/model.json" "${model[@]}" --batch 1 --seq 8 --iters 1 --warmup 0 --json "$work/model.json"
+
+runs "echo_s3r_bench machine" "$work/s3r.json" "$build/echo_s3r_bench" --shapes 16x32 --tokens 16 --seq 8 --reps 1 \
+  --warmup 0 --modes fp32 --json "$work/s3r.json"
+
+echo "$passed passed, $failed failed"
