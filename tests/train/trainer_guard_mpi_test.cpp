@@ -180,6 +180,34 @@ TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {
   }
 }
 
+// config.json's max_position_embeddings is the model's context: model.max_position_embeddings, or
+// that of the checkpoint run.init_from names, never data.seq_len (16 here).
+TEST(TrainerGuard, ConfigJsonCarriesTheModelsContextNotTheTrainingLength) {
+  const std::string dir = scratch_dir("context");
+  const auto a = make_config(dir, {"run.out_dir=" + dir + "/a", "train.steps=2"});
+  train(a, RunDirMode::fresh);
+  const std::string ckpt_a = checkpoint_dir(a.run.out_dir, 2);
+  const auto context_of = [](const std::string& ckpt) {
+    std::ifstream in(ckpt + "/config.json");
+    return nlohmann::json::parse(in)["max_position_embeddings"].get<int64_t>();
+  };
+  EXPECT_EQ(context_of(ckpt_a), 40960) << "the Qwen3 default";
+  sync();
+  if (world_rank() == 0) {  // a base model with another context
+    std::ifstream in(ckpt_a + "/config.json");
+    auto hf = nlohmann::json::parse(in);
+    hf["max_position_embeddings"] = 32768;
+    std::ofstream(ckpt_a + "/config.json") << hf.dump(2);
+  }
+  sync();
+  const auto b = make_config(dir, {"run.out_dir=" + dir + "/b", "train.steps=2", "run.init_from=" + ckpt_a});
+  train(b, RunDirMode::fresh);
+  EXPECT_EQ(context_of(checkpoint_dir(b.run.out_dir, 2)), 32768) << "taken from run.init_from";
+  const auto c = make_config(dir, {"run.out_dir=" + dir + "/c", "train.steps=2", "model.max_position_embeddings=4096"});
+  train(c, RunDirMode::fresh);
+  EXPECT_EQ(context_of(checkpoint_dir(c.run.out_dir, 2)), 4096);
+}
+
 // echo_train installs its StopSignal before start-up; a signal then must not be lost (nor kill
 // the ranks): the run stops before its first step, and the directory is free for the rerun.
 TEST(TrainerGuard, ASignalDuringStartUpStopsBeforeTheFirstStep) {
