@@ -157,15 +157,23 @@ void Qwen3Model<T>::backward(T loss_scale) {
                            dx.data(), params_.grad(plan_.final_norm));
 
   tp_.begin_pass(Direction::backward);
+  norm_grads_.assign(2 * shape_.layers * shape_.head_dim, T(0));
   int site = 0;
   for (int64_t l = shape_.layers - 1; l >= 0; --l) layer_backward(l, dx, acts_[l], site);
 
   // Every rank holds the full dx; each scatters into the vocab rows it owns.
   cpu::embedding_backward<T>(batch_.tokens, n, dx.data(), shape_.vocab_begin(), shape_.vocab_local(), H,
                              params_.grad(plan_.embed));
-  // q_norm / k_norm act on this rank's heads only: their gradients are partial sums.
-  for (const auto& p : plan_.layers)
-    for (size_t idx : {p.q_norm, p.k_norm}) tp_.exact_sum(params_[idx].grad);
+  // q_norm / k_norm act on this rank's heads only: this micro-batch's share of their gradients
+  // is a partial sum. It is summed over TP on its own (one collective for all layers) and then
+  // added: summing the accumulated gradient instead would count every earlier micro-batch of
+  // the step again, micro-batch m of M tp^(M-m) times.
+  tp_.exact_sum(norm_grads_);
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    const auto& p = plan_.layers[l];
+    cpu::add_inplace<T>(params_.grad(p.q_norm), norm_grad(l, false), shape_.head_dim);
+    cpu::add_inplace<T>(params_.grad(p.k_norm), norm_grad(l, true), shape_.head_dim);
+  }
 
   acts_.clear();
   have_acts_ = false;
@@ -198,9 +206,9 @@ void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, 
   cpu::rope_backward<T>(dk.data(), positions_.data(), n, hkv, D, shape_.rope_base);
   std::vector<T> dq_raw(dq.size()), dk_raw(dk.size());
   cpu::rmsnorm_backward<T>(dq.data(), a.q_raw.data(), params_.value(p.q_norm), a.q_rstd.data(), n * hq, D,
-                           dq_raw.data(), params_.grad(p.q_norm));
+                           dq_raw.data(), norm_grad(l, false));
   cpu::rmsnorm_backward<T>(dk.data(), a.k_raw.data(), params_.value(p.k_norm), a.k_rstd.data(), n * hkv, D,
-                           dk_raw.data(), params_.grad(p.k_norm));
+                           dk_raw.data(), norm_grad(l, true));
   project_backward(l, kQ, dq_raw.data(), a.h1.data(), p.q, H, hq * D, dh.data(), false, a);
   project_backward(l, kK, dk_raw.data(), a.h1.data(), p.k, H, hkv * D, dh.data(), true, a);
   project_backward(l, kV, dv.data(), a.h1.data(), p.v, H, hkv * D, dh.data(), true, a);

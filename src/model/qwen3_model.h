@@ -41,7 +41,9 @@ class Qwen3Model {
   // keep_activations the step's activations stay for backward().
   double forward(const Batch& batch, bool keep_activations = true);
   // Accumulates the gradients of the last forward's loss (times loss_scale, e.g. 1/micro-batches)
-  // into params().grad, sums the q_norm/k_norm gradients over TP, and frees the activations.
+  // into params().grad and frees the activations. After every backward params().grad holds the
+  // full gradient so far on every rank: the q_norm/k_norm shares of this call are summed over TP
+  // before they are added, so any number of micro-batches accumulates correctly.
   void backward(T loss_scale = T(1));
   double forward_backward(const Batch& batch, T loss_scale = T(1));
 
@@ -78,6 +80,8 @@ class Qwen3Model {
   void layer_forward(int64_t l, std::vector<T>& x, LayerActs& a);
   void layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, int& site);
   void check_batch(const Batch& batch) const;
+  // This backward's q_norm (k = false) or k_norm gradient of layer l, before the TP sum.
+  T* norm_grad(int64_t l, bool k) { return norm_grads_.data() + (2 * l + (k ? 1 : 0)) * shape_.head_dim; }
 
   ModelShape shape_;
   Qwen3Plan plan_;
@@ -89,6 +93,7 @@ class Qwen3Model {
   std::vector<int32_t> positions_;
   std::vector<LayerActs> acts_;
   std::vector<T> final_hidden_, final_norm_out_, final_rstd_, logits_, ce_lse_;
+  std::vector<T> norm_grads_;  // per layer [q_norm | k_norm] gradients of the current backward
   int64_t count_ = 0;
   bool have_acts_ = false;
   std::optional<quant::Int8LinearConfig> int8_;

@@ -80,6 +80,39 @@ TEST(TensorParallel, Tp1Tp2Tp4GiveTheSameLossAndGradients) {
   }
 }
 
+// A step of M micro-batches accumulates M backward passes into one gradient. The q_norm/k_norm
+// gradients are partial sums over the TP ranks' heads: each micro-batch's share must be summed
+// over TP exactly once, however many micro-batches follow (summing the running total at every
+// backward counts micro-batch m tp^(M-m) times).
+TEST(TensorParallel, MicroBatchesAccumulateTheSameGradientsAtEveryTp) {
+  for (int micro : {2, 4}) {
+    for (int tp : {1, 2, 4}) {
+      if (world_size() % tp) continue;
+      dist::World world = dist::World::create(tp);
+      const auto cfg = tp_config();
+      std::vector<testing::TokenBatch> batches;
+      for (int m = 0; m < micro; ++m) batches.push_back(random_batch(2, 5, cfg.vocab_size, 300 + 17 * m));
+
+      ExactTpOps<float> solo;
+      Qwen3Model<float> ref(make_model_shape(cfg, 1, 0), solo);
+      comm::ExactAllReduce exact(world.tp, comm::ExactPrecision::fp32);
+      CommTpOps ops(world.tp, exact);
+      Qwen3Model<float> model(make_model_shape(cfg, tp, world.layout.tp_rank), ops);
+      ref.init_weights(6);
+      model.init_weights(6);
+      for (int m = 0; m < micro; ++m) {
+        ref.forward_backward(batches[m].view(), 1.0f / static_cast<float>(micro));
+        model.forward_backward(batches[m].view(), 1.0f / static_cast<float>(micro));
+      }
+      for (size_t i = 0; i < model.params().size(); ++i) {
+        const auto& p = model.params()[i];
+        EXPECT_LT(rel_diff(gather_grad(p, world.tp), ref.params()[i].grad), 1e-5)
+            << p.spec->name << " tp=" << tp << " micro-batches=" << micro;
+      }
+    }
+  }
+}
+
 TEST(TensorParallel, ReplicaCheckFindsADivergedNormWeight) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   comm::ExactAllReduce exact(tp, comm::ExactPrecision::fp32);
