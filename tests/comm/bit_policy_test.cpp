@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "comm/echo/bit_policy.h"
@@ -58,6 +59,37 @@ TEST(Rescale, ExponentPutsTheMaxInto2To10_2To11) {
   EXPECT_EQ(rescale_exponent(2048.0f), -1);
   EXPECT_EQ(rescale_exponent(1.0f), 10);
   EXPECT_EQ(rescale_exponent(0.0f), 0);
+}
+
+// Every finite gmax, down to the smallest denormal (e = 159) and up to FLT_MAX (e = -117):
+// scale_pow2 puts gmax into [2^10, 2^11), equals ldexpf, and scaling back returns every value of
+// the group bit for bit (a precomputed 2^e is inf for e > 127, and 0·inf is NaN).
+TEST(Rescale, ScalingIsExactForEveryFiniteMagnitude) {
+  const float gmaxes[] = {std::numeric_limits<float>::denorm_min(), 1e-40f, std::ldexp(1.0f, -120),
+                          std::ldexp(1.0f, -117), std::ldexp(1.0f, -118), std::numeric_limits<float>::min(),
+                          1.0f, std::ldexp(1.0f, 100), std::numeric_limits<float>::max()};
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float gmax : gmaxes) {
+    const int e = rescale_exponent(gmax);
+    const float top = scale_pow2(gmax, e);
+    EXPECT_GE(top, 1024.0f) << gmax;
+    EXPECT_LT(top, 2048.0f) << gmax;
+    EXPECT_EQ(scale_pow2(top, -e), gmax) << gmax;
+    EXPECT_EQ(scale_pow2(0.0f, e), 0.0f) << gmax;
+    for (int i = 0; i < 2000; ++i) {
+      const float x = unit(gen) * gmax;  // rounded to the denormal grid where gmax is tiny
+      const float up = scale_pow2(x, e);
+      ASSERT_EQ(up, std::ldexp(x, e)) << x << " e=" << e;
+      ASSERT_EQ(scale_pow2(up, -e), x) << x << " e=" << e;
+    }
+  }
+  EXPECT_EQ(rescale_exponent(std::numeric_limits<float>::denorm_min()), 159);
+  EXPECT_EQ(rescale_exponent(std::ldexp(1.0f, -120)), 130);
+  EXPECT_EQ(rescale_exponent(std::numeric_limits<float>::max()), -117);
+  // Results below the normal range round once, as ldexpf does.
+  EXPECT_EQ(scale_pow2(1.75f, -149), std::ldexp(1.75f, -149));
+  EXPECT_EQ(scale_pow2(1.5f, -149), std::ldexp(1.5f, -149));
 }
 
 }  // namespace echo::comm

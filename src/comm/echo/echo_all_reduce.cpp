@@ -75,15 +75,14 @@ void EchoAllReduce::all_reduce(std::span<float> x, Site site) {
 
   const int exponent =
       (site.direction == Direction::backward && options_.backward_rescale) ? group_rescale_exponent(x_comp_, site) : 0;
-  const float up = std::ldexp(1.0f, exponent);
-  const float down = std::ldexp(1.0f, -exponent);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = x_comp_[i] * up;
+  // Element by element: 2^e overflows fp32 for the tiniest gradients (e up to 159).
+  for (size_t i = 0; i < x.size(); ++i) x[i] = scale_pow2(x_comp_[i], exponent);
 
   QuantSpec spec = options_.quant;
   spec.bits = bits_for(site);
   check_output(engine_.run(x, QuantCodec(spec)), site, "Echo quantized");
   if (exponent != 0)
-    for (float& v : x) v *= down;
+    for (float& v : x) v = scale_pow2(v, -exponent);
 
   if (options_.compensate) st.compensator.update(x_comp_, x, engine_.comm().size());
   if (options_.telemetry) gather_telemetry(x_saved_, x, site, spec.bits, exponent);

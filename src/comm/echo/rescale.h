@@ -11,11 +11,21 @@
 namespace echo::comm {
 
 // e such that gmax·2^e ∈ [2^10, 2^11); 0 when gmax is 0 (or not a positive finite number).
+// e lies in [-117, 159]: beyond 127 (gmax < 2^-117, denormals included) 2^e itself is not a
+// float, so scale with scale_pow2, never with a precomputed factor.
 ECHO_HD int rescale_exponent(float gmax) {
   if (!(gmax > 0.0f) || !(gmax <= 3.402823466e38f)) return 0;
   int ex = 0;
   frexpf(gmax, &ex);  // gmax = m·2^ex, m ∈ [0.5, 1)  ->  floor(log2 gmax) = ex - 1
   return 11 - ex;
+}
+
+// x·2^e rounded once, exactly ldexpf(x, e), for any e. Where 2^e is a normal float this is one
+// multiply by it (exact unless the result is denormal, then rounded once like ldexpf); else
+// ldexpf, which does not overflow on the way for x·2^159 of a denormal x.
+ECHO_HD float scale_pow2(float x, int e) {
+  if (e >= -126 && e <= 127) return mul_rn(x, bits_float(static_cast<uint32_t>(e + 127) << 23));
+  return ldexpf(x, e);
 }
 
 }  // namespace echo::comm
