@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -20,7 +21,9 @@
 #include "apps/bench/machine.h"
 #include "backend/ops.h"
 #include "core/error.h"
+#include "core/philox.h"
 #include "quant/int8_gemm.h"
+#include "quant/int8_quantize.h"
 #include "quant/int8_linear.h"
 
 namespace echo {
@@ -131,6 +134,30 @@ Stats time_ms(int warmup, int reps, Fn&& fn) {
   return summarize(std::move(ms));
 }
 
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+// The cost of drawing S3R thresholds: quantize_gradient on a (rows x 1) gradient, where the
+// Philox calls weigh most next to the per-row rounding. Median ns per token (row) of this
+// thread's CPU time, so that other processes on a shared machine do not count.
+double threshold_ns_per_token(quant::ThresholdSharing sharing, int64_t rows, int warmup, int reps, uint64_t seed) {
+  const std::vector<float> g = random_vec(rows, static_cast<uint32_t>(seed), 40.0f);
+  std::vector<int8_t> q(rows);
+  const quant::ThresholdStream stream{philox_key(seed), 0, quant::layer_site_word(0, 4), sharing};
+  std::vector<double> ms;
+  for (int i = 0; i < warmup + reps; ++i) {
+    quant::GradientRounding rule{true, stream, 0, 0, 64};
+    rule.stream.step = static_cast<uint32_t>(i);
+    const double t0 = thread_cpu_ms();
+    quant::quantize_gradient(g.data(), rows, 1, 127.0f, rule, q.data(), nullptr);
+    if (i >= warmup) ms.push_back(thread_cpu_ms() - t0);
+  }
+  return summarize(std::move(ms)).median_ms * 1e6 / static_cast<double>(rows);
+}
+
 Shape parse_shape(const std::string& s) {
   const auto x = s.find('x');
   ECHO_CHECK(x != std::string::npos, "--shapes takes HIDDENxFFN items, got '{}'", s);
@@ -177,6 +204,16 @@ int bench_main(int argc, char** argv) {
                 core.c_str());
 
   nlohmann::json out = nlohmann::json::array();
+  {
+    const int64_t rows = int64_t{1} << 20;
+    const double per_token = threshold_ns_per_token(quant::ThresholdSharing::per_token, rows, warmup, reps, seed);
+    const double per_example = threshold_ns_per_token(quant::ThresholdSharing::per_example, rows, warmup, reps, seed);
+    std::printf("S3R threshold draw (quantize_gradient on %lld x 1, thread CPU time): per_token %.2f ns/token, "
+                "per_example %.2f ns/token\n",
+                static_cast<long long>(rows), per_token, per_example);
+    out.push_back({{"kind", "threshold_draw"}, {"rows", rows}, {"per_token_ns", per_token},
+                   {"per_example_ns", per_example}});
+  }
   for (const auto& arg : shape_args) {
     const Shape sh = parse_shape(arg);
     FfnBlock block(tokens, seq, sh.hidden, sh.ffn, static_cast<uint32_t>(seed));

@@ -107,12 +107,18 @@ void quantize_gradient(const float* g_scaled, int64_t rows, int64_t cols, float 
     return;
   }
   std::vector<float> r(cols);
+  PhiloxOutput call{};  // per_token: the Philox call of the current 16-token group
+  uint64_t call_group = ~uint64_t{0};
   for (int64_t t = 0; t < rows; ++t) {
     const uint64_t token = static_cast<uint64_t>(rule.token_offset + t);
     const uint64_t example = token / static_cast<uint64_t>(rule.seq_len);
     switch (rule.stream.sharing) {
       case ThresholdSharing::per_token:
-        std::fill(r.begin(), r.end(), threshold_from_code(threshold_code_per_token(rule.stream, token)));
+        if (token >> 4 != call_group) {
+          call = per_token_call(rule.stream, token);
+          call_group = token >> 4;
+        }
+        std::fill(r.begin(), r.end(), threshold_from_code(threshold_code_of_call(call, token)));
         break;
       case ThresholdSharing::per_example:
         std::fill(r.begin(), r.end(), threshold_from_code(threshold_code_per_example(rule.stream, example)));
@@ -126,7 +132,7 @@ void quantize_gradient(const float* g_scaled, int64_t rows, int64_t cols, float 
                              1u + static_cast<uint32_t>(ch >> 4)}},
               rule.stream.key);
           for (uint64_t lane = ch & 15u; lane < 16 && h < cols; ++lane, ++h)
-            r[h] = threshold_from_code(s3r_threshold_code(w.v[lane >> 2], static_cast<int>(lane & 3u)));
+            r[h] = threshold_from_code(threshold_code_of_call(w, lane));
         }
         break;
       }

@@ -16,12 +16,15 @@
 //    Philox code: the half-step shift bounds the bias by Δ/256 (paper §III-B).
 //  * Threshold stream: key = philox_key(run seed); counter c = {c0, c1, c2, c3} with
 //      c0 = step, c1 = layer << 8 | site,
-//      per_token    c2 = global token index,   c3 = 0,              word 0,           code j = 0
-//      per_example  c2 = global example index, c3 = 0xffffffff,     word 0,           code j = 0
-//      independent  c2 = global token index,   c3 = 1 + ch / 16,    word (ch / 4) % 4, code j = ch % 4
-//    (ch = GLOBAL output channel). Indices are global (token_offset, channel_offset added by the
-//    caller), so any TP/DP factorization draws the same thresholds; the three kinds use disjoint
-//    counters. site < 256, layer < 2^24, tokens and examples per step < 2^32, ch < 2^36.
+//      per_token    c2 = token / 16,           c3 = 0,           word (token / 4) % 4, code j = token % 4
+//      per_example  c2 = global example index, c3 = 0xffffffff,  word 0,               code j = 0
+//      independent  c2 = global token index,   c3 = 1 + ch / 16, word (ch / 4) % 4,    code j = ch % 4
+//    (token = GLOBAL token index, ch = GLOBAL output channel). Code j of a 32-bit word is its byte j
+//    masked to 7 bits: four thresholds per word, 16 per Philox call, as the S3R paper cuts them
+//    (per_example keeps one call per example: a step has few examples). Indices are global
+//    (token_offset, channel_offset added by the caller), so any TP/DP factorization draws the
+//    same thresholds; the three kinds use disjoint counters. site < 256, layer < 2^24, tokens
+//    and examples per step < 2^32, ch < 2^36.
 #pragma once
 
 #include "core/hd.h"
@@ -73,10 +76,19 @@ ECHO_HD uint32_t layer_site_word(uint32_t layer, uint32_t site) { return (layer 
 
 constexpr uint32_t kPerExampleLane = 0xffffffffu;
 
+// Code i % 16 of the 16 that one Philox call yields: byte i % 4 of word (i / 4) % 4.
+ECHO_HD uint32_t threshold_code_of_call(const PhiloxOutput& w, uint64_t i) {
+  return s3r_threshold_code(w.v[(i >> 2) & 3u], static_cast<int>(i & 3u));
+}
+
+// The Philox call holding the per_token codes of tokens 16·(token / 16) ... + 15.
+ECHO_HD PhiloxOutput per_token_call(const ThresholdStream& s, uint64_t token) {
+  return philox4x32_10(PhiloxCounter{{s.step, s.layer_site, static_cast<uint32_t>(token >> 4), 0u}}, s.key);
+}
+
 // The 7-bit code k (threshold R = (k + 0.5) / 128) of a token (per_token).
 ECHO_HD uint32_t threshold_code_per_token(const ThresholdStream& s, uint64_t token) {
-  const PhiloxOutput w = philox4x32_10(PhiloxCounter{{s.step, s.layer_site, static_cast<uint32_t>(token), 0u}}, s.key);
-  return s3r_threshold_code(w.v[0], 0);
+  return threshold_code_of_call(per_token_call(s, token), token);
 }
 
 // The code of an example (per_example).
@@ -90,7 +102,7 @@ ECHO_HD uint32_t threshold_code_per_example(const ThresholdStream& s, uint64_t e
 ECHO_HD uint32_t threshold_code_independent(const ThresholdStream& s, uint64_t token, uint64_t channel) {
   const uint32_t lane = 1u + static_cast<uint32_t>(channel >> 4);
   const PhiloxOutput w = philox4x32_10(PhiloxCounter{{s.step, s.layer_site, static_cast<uint32_t>(token), lane}}, s.key);
-  return s3r_threshold_code(w.v[(channel >> 2) & 3u], static_cast<int>(channel & 3u));
+  return threshold_code_of_call(w, channel);
 }
 
 // R of element (token, channel) of example `example`, all GLOBAL indices.

@@ -72,9 +72,10 @@ TEST(S3rMathTest, HalfStepThresholdBiasBoundedByDeltaOver256) {
 TEST(S3rMathTest, ThresholdCountersFollowTheDocumentedLayout) {
   ThresholdStream s{philox_key(0x1234'5678'9abcULL), 17, layer_site_word(5, 3), ThresholdSharing::per_token};
   EXPECT_EQ(s.layer_site, (5u << 8) | 3u);
-  for (uint32_t token : {0u, 1u, 4095u, 123456u}) {
-    const auto w = philox4x32_10({{17, (5u << 8) | 3u, token, 0u}}, s.key);
-    EXPECT_EQ(threshold_code_per_token(s, token), w.v[0] & 0x7fu);
+  for (uint32_t token : {0u, 1u, 3u, 4u, 15u, 16u, 4095u, 123456u, 0xffffffffu}) {
+    // per_token: 16 tokens per Philox call, four 7-bit codes cut from each 32-bit word.
+    const auto w = philox4x32_10({{17, (5u << 8) | 3u, token / 16, 0u}}, s.key);
+    EXPECT_EQ(threshold_code_per_token(s, token), (w.v[(token / 4) % 4] >> (8 * (token % 4))) & 0x7fu) << token;
     const auto we = philox4x32_10({{17, (5u << 8) | 3u, token, 0xffffffffu}}, s.key);
     EXPECT_EQ(threshold_code_per_example(s, token), we.v[0] & 0x7fu);
     for (uint32_t ch : {0u, 3u, 4u, 15u, 16u, 37u, 1000u}) {
@@ -95,9 +96,40 @@ TEST(S3rMathTest, ThresholdCountersFollowTheDocumentedLayout) {
   EXPECT_NEAR(mean, 0.5, 0.01);
 }
 
+// The per_token codes of consecutive tokens come from the bytes of shared Philox words: they must
+// still be uniform over the 128 codes and independent of each other. Chi-square tests at about
+// 5 sigma: the codes themselves (127 degrees of freedom), pairs of neighbouring tokens (which sit
+// in one word or in adjacent words) binned by their top 3 bits (63 dof), and the threshold mean.
+TEST(S3rMathTest, PerTokenThresholdsAreUniformAndIndependentAcrossTheWordsBytes) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const ThresholdStream s{philox_key(seed), 3, layer_site_word(1, 2), ThresholdSharing::per_token};
+    const int n = 1 << 17;
+    std::vector<uint32_t> code(n);
+    for (int t = 0; t < n; ++t) code[t] = threshold_code_per_token(s, 1000 + t);
+    std::vector<double> single(128, 0.0), pairs(64, 0.0);
+    double mean = 0.0;
+    for (int t = 0; t < n; ++t) {
+      single[code[t]] += 1;
+      mean += threshold_from_code(code[t]) / n;
+    }
+    for (int t = 0; t + 1 < n; t += 2) pairs[(code[t] >> 4) * 8 + (code[t + 1] >> 4)] += 1;
+    auto chi2 = [](const std::vector<double>& counts, double expected) {
+      double c = 0.0;
+      for (double k : counts) c += (k - expected) * (k - expected) / expected;
+      return c;
+    };
+    const double c1 = chi2(single, n / 128.0), c2 = chi2(pairs, n / 2 / 64.0);
+    EXPECT_LT(c1, 127 + 5 * std::sqrt(2.0 * 127)) << "seed " << seed;
+    EXPECT_GT(c1, 127 - 5 * std::sqrt(2.0 * 127)) << "seed " << seed << ": too regular";
+    EXPECT_LT(c2, 63 + 5 * std::sqrt(2.0 * 63)) << "seed " << seed;
+    // Mean of (k + 0.5) / 128 over uniform k is 1/2, with sd 0.289 / sqrt(n).
+    EXPECT_NEAR(mean, 0.5, 5 * 0.289 / std::sqrt(double(n))) << "seed " << seed;
+  }
+}
+
 // quantize_gradient's fast loops equal the single-element definition the kernels use.
 TEST(S3rMathTest, QuantizeGradientMatchesElementDefinition) {
-  const int64_t rows = 6, cols = 37, seq = 3;
+  const int64_t rows = 40, cols = 37, seq = 3;  // tokens 30..69 span several 16-token Philox groups
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> d(-127.0f, 127.0f);
   std::vector<float> g(rows * cols);
