@@ -13,7 +13,12 @@
 namespace echo::comm {
 namespace {
 
-float r(double v) { return static_cast<float>(v); }
+// Rounds to fp32 through a volatile, so that not even a build with contraction on can fuse the
+// reference's own operations (GCC narrows float(double(a) * double(b)) back to a float multiply).
+float r(double v) {
+  volatile float f = static_cast<float>(v);
+  return f;
+}
 
 float reference_compensate(float x, float m1, float m2, const CompensatorCoeffs& k) {
   const float blend = r(double(r(double(k.a) * m1)) + double(r(double(r(1.0 - k.a)) * m2)));
