@@ -47,8 +47,11 @@ StreamResult run_stream(const dist::Communicator& comm, float eta, int num_sites
   const CompensatorCoeffs k = ar.compensator(Direction::forward).coeffs();
   std::vector<std::vector<double>> m1(P, std::vector<double>(n, 0.0)), m2 = m1;
   std::vector<double> partial_sum(n, 0.0), sum_x(n), sum_xc(n);
+  std::vector<std::vector<float>> fixed(P);  // coherent: every site's contributions
+  if (coherent)
+    for (int rank = 0; rank < P; ++rank) fixed[rank] = random_normal(n, 99, rank, 0.2f);
   auto contribution = [&](int site, int rank) {
-    return coherent ? random_normal(n, 99, rank, 0.2f) : random_normal(n, 1000 + site, rank, 0.2f);
+    return coherent ? fixed[rank] : random_normal(n, 1000 + site, rank, 0.2f);
   };
   StreamResult r;
   for (int site = 0; site < num_sites; ++site) {
