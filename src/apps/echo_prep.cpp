@@ -36,6 +36,7 @@
 #include "data/indexed_dataset.h"
 #include "data/split.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace echo::prep {
 namespace {
@@ -136,10 +137,10 @@ class WorkerPool {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  ECHO_CHECK(in.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+  ECHO_INPUT_CHECK(in.good(), "cannot read input '{}': {}", path, std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  ECHO_CHECK(!in.bad(), "cannot read input '{}': {}", path, std::strerror(errno));
+  ECHO_INPUT_CHECK(!in.bad(), "cannot read input '{}': {}", path, std::strerror(errno));
   return text.str();
 }
 
@@ -152,11 +153,11 @@ size_t line_of(std::string_view text, size_t offset) {
 // The text of one JSON document: a string, or an object's `key` string. `where` names it.
 std::string text_of(const Json& value, const std::string& key, const std::string& where) {
   if (value.is_string()) return value.get<std::string>();
-  ECHO_CHECK(value.is_object(), "{}: expected a JSON object with a \"{}\" field (or a string), got {}", where, key,
-             value.type_name());
+  ECHO_INPUT_CHECK(value.is_object(), "{}: expected a JSON object with a \"{}\" field (or a string), got {}", where,
+                   key, value.type_name());
   const auto it = value.find(key);
-  ECHO_CHECK(it != value.end(), "{}: no \"{}\" field", where, key);
-  ECHO_CHECK(it->is_string(), "{}: \"{}\" is a {}, not a string", where, key, it->type_name());
+  ECHO_INPUT_CHECK(it != value.end(), "{}: no \"{}\" field", where, key);
+  ECHO_INPUT_CHECK(it->is_string(), "{}: \"{}\" is a {}, not a string", where, key, it->type_name());
   return it->get<std::string>();
 }
 
@@ -184,12 +185,12 @@ class DocumentReader {
           try {
             value = Json::parse(line);
           } catch (const Json::parse_error& e) {
-            ECHO_FAIL("{}: malformed JSON line: {}", where, e.what());
+            ECHO_INPUT_FAIL("{}: malformed JSON line: {}", where, e.what());
           }
           return text_of(value, o_.json_key, where);
         }
-        ECHO_CHECK(!jsonl_.bad(), "{}: read error after line {}: {}", o_.inputs[file_idx_ - 1], line_no_,
-                   std::strerror(errno));
+        ECHO_INPUT_CHECK(!jsonl_.bad(), "{}: read error after line {}: {}", o_.inputs[file_idx_ - 1], line_no_,
+                         std::strerror(errno));
         jsonl_.close();
       }
       if (file_idx_ == o_.inputs.size()) return std::nullopt;
@@ -203,7 +204,7 @@ class DocumentReader {
     if (o_.format == "jsonl") {
       // Peek at the first non-space byte: '[' means the whole file is one JSON array.
       std::ifstream probe(path, std::ios::binary);
-      ECHO_CHECK(probe.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+      ECHO_INPUT_CHECK(probe.good(), "cannot read input '{}': {}", path, std::strerror(errno));
       char c = 0;
       while (probe.get(c) && std::isspace(static_cast<unsigned char>(c))) {
       }
@@ -215,14 +216,14 @@ class DocumentReader {
         try {
           array = Json::parse(text);
         } catch (const Json::parse_error& e) {
-          ECHO_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), e.what());
+          ECHO_INPUT_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), e.what());
         }
         for (size_t i = 0; i < array.size(); ++i)
           pending_.push_back(text_of(array[i], o_.json_key, fmt::format("{}: element {}", path, i)));
         return;
       }
       jsonl_.open(path, std::ios::binary);
-      ECHO_CHECK(jsonl_.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+      ECHO_INPUT_CHECK(jsonl_.good(), "cannot read input '{}': {}", path, std::strerror(errno));
       line_no_ = 0;
       return;
     }
@@ -262,6 +263,9 @@ class DocumentReader {
 
 struct Totals {
   uint64_t documents = 0, empty = 0, train_documents = 0, valid_documents = 0;
+  // Documents holding ill-formed UTF-8 (--format text; JSON parsing refuses it), the number of
+  // ill-formed sequences in them, and the first such document's index.
+  uint64_t invalid_utf8_documents = 0, invalid_utf8_sequences = 0, first_invalid_utf8 = 0;
   uint64_t tokens = 0, train_tokens = 0, valid_tokens = 0;
   double read_s = 0, encode_s = 0, write_s = 0;  // wall time of each phase
 };
@@ -294,24 +298,36 @@ void create_parent(const std::string& prefix) {
   if (parent.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
-  ECHO_CHECK(!ec, "cannot create directory '{}' for '{}': {}", parent.string(), prefix, ec.message());
+  ECHO_INPUT_CHECK(!ec, "cannot create directory '{}' for '{}': {}", parent.string(), prefix, ec.message());
+}
+
+// A prefix must end in a file name: "dir/" would write the hidden files dir/.bin and dir/.idx.
+void check_prefix(const std::string& option, const std::string& prefix) {
+  ECHO_INPUT_CHECK(!prefix.empty(), "{} is required", option);
+  const std::string name = std::filesystem::path(prefix).filename().string();
+  ECHO_INPUT_CHECK(!name.empty() && name != "." && name != "..",
+                   "{} '{}' has no file name: it would write '{}.bin' and '{}.idx'; give a name such as '{}'", option,
+                   prefix, prefix, prefix, (std::filesystem::path(prefix) / "train").lexically_normal().string());
 }
 
 void validate(Options& o) {
-  ECHO_CHECK(!o.inputs.empty(), "--input: no files given");
-  ECHO_CHECK(o.format == "text" || o.format == "jsonl", "--format must be text or jsonl, got '{}'", o.format);
-  ECHO_CHECK(!o.output_prefix.empty(), "--output-prefix is required");
+  ECHO_INPUT_CHECK(!o.inputs.empty(), "--input: no files given");
+  ECHO_INPUT_CHECK(o.format == "text" || o.format == "jsonl", "--format must be text or jsonl, got '{}'", o.format);
+  check_prefix("--output-prefix", o.output_prefix);
+  if (!o.valid_prefix.empty()) check_prefix("--valid-prefix", o.valid_prefix);
   if (o.valid_prefix.empty()) {
-    ECHO_CHECK(!o.valid_fraction_set, "--valid-fraction needs --valid-prefix (where the validation documents go)");
+    ECHO_INPUT_CHECK(!o.valid_fraction_set,
+                     "--valid-fraction needs --valid-prefix (where the validation documents go)");
     o.valid_fraction = 0.0;
   }
-  ECHO_CHECK(o.valid_fraction >= 0.0 && o.valid_fraction <= 1.0, "--valid-fraction must be in [0, 1], got {}",
-             o.valid_fraction);
-  ECHO_CHECK(o.valid_prefix.empty() || o.valid_prefix != o.output_prefix,
-             "--valid-prefix must differ from --output-prefix ('{}')", o.output_prefix);
+  ECHO_INPUT_CHECK(o.valid_fraction >= 0.0 && o.valid_fraction <= 1.0, "--valid-fraction must be in [0, 1], got {}",
+                   o.valid_fraction);
+  ECHO_INPUT_CHECK(o.valid_prefix.empty() || o.valid_prefix != o.output_prefix,
+                   "--valid-prefix must differ from --output-prefix ('{}')", o.output_prefix);
   for (const std::string& path : o.inputs) {
     std::error_code ec;
-    ECHO_CHECK(std::filesystem::is_regular_file(path, ec), "input '{}' does not exist or is not a regular file", path);
+    ECHO_INPUT_CHECK(std::filesystem::is_regular_file(path, ec), "input '{}' does not exist or is not a regular file",
+                     path);
   }
   if (o.num_threads <= 0) o.num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -335,6 +351,7 @@ int run(Options o) {
   Totals totals;
   std::vector<std::string> docs;
   std::vector<std::vector<int32_t>> ids;
+  std::vector<size_t> ill_formed;  // per document of the chunk
   const int32_t eos = tokenizer->eos_id();
   for (bool more = true; more;) {
     // Read a chunk, encode it in parallel, write it in input order.
@@ -353,7 +370,9 @@ int run(Options o) {
     totals.read_s += seconds_since(t);
     t = Clock::now();
     ids.resize(docs.size());
+    ill_formed.assign(docs.size(), 0);
     pool.run(docs.size(), [&](size_t i) {
+      ill_formed[i] = tokenizer::count_ill_formed_utf8(docs[i]);
       ids[i] = tokenizer->encode(docs[i]);
       if (o.append_eos) ids[i].push_back(eos);
     });
@@ -361,6 +380,10 @@ int run(Options o) {
     t = Clock::now();
     for (size_t i = 0; i < docs.size(); ++i) {
       const uint64_t doc_index = totals.documents++;
+      if (ill_formed[i] > 0) {
+        if (totals.invalid_utf8_documents++ == 0) totals.first_invalid_utf8 = doc_index;
+        totals.invalid_utf8_sequences += ill_formed[i];
+      }
       if (docs[i].empty()) {
         ++totals.empty;  // as Megatron's preprocessing, an empty document is not written
         continue;
@@ -374,9 +397,20 @@ int run(Options o) {
     totals.write_s += seconds_since(t);
     progress.update(totals, reader.bytes_read());
   }
-  ECHO_CHECK(totals.train_documents > 0, "no documents for '{}': the inputs hold {} documents, {} of them empty{}",
-             o.output_prefix, totals.documents, totals.empty,
-             totals.valid_documents > 0 ? " (all others went to --valid-prefix)" : "");
+  ECHO_INPUT_CHECK(totals.train_documents > 0,
+                   "no documents for '{}': the inputs hold {} documents, {} of them empty{}", o.output_prefix,
+                   totals.documents, totals.empty,
+                   totals.valid_documents > 0 ? " (all others went to --valid-prefix)" : "");
+  if (totals.invalid_utf8_documents > 0) {
+    // NOTE: a byte-level BPE tokenizer encodes text, so it replaces each ill-formed sequence by
+    // U+FFFD as the tokenizers library does; the byte tokenizer keeps the raw bytes.
+    ECHO_WARN("prep",
+              "{} of {} documents hold invalid UTF-8 ({} ill-formed sequences; the first in document {}): {}; "
+              "is the input in another encoding (Latin-1, UTF-16)?",
+              totals.invalid_utf8_documents, totals.documents, totals.invalid_utf8_sequences, totals.first_invalid_utf8,
+              o.tokenizer == "byte" ? "the byte tokenizer stored their raw bytes"
+                                    : "the tokenizer replaced each sequence with U+FFFD");
+  }
   train.finalize();
   if (valid) {
     if (totals.valid_documents == 0)

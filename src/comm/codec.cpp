@@ -10,6 +10,12 @@
 namespace echo::comm {
 
 namespace {
+// NOTE: a rank whose own segment is empty passes n == 0 with null pointers, and memcpy with a
+// null pointer is undefined even for 0 bytes (UBSan reports it), so every copy goes through here.
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 size_t count_non_finite(const float* x, size_t n) {
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad += !std::isfinite(x[i]);
@@ -19,9 +25,9 @@ size_t count_non_finite(const float* x, size_t n) {
 
 // ---- fp32 ----------------------------------------------------------------------------------
 
-void Fp32Codec::load_own(const float* x, size_t n, float* acc) const { std::memcpy(acc, x, 4 * n); }
+void Fp32Codec::load_own(const float* x, size_t n, float* acc) const { copy_bytes(acc, x, 4 * n); }
 
-void Fp32Codec::encode(const float* x, size_t n, uint8_t* out) const { std::memcpy(out, x, 4 * n); }
+void Fp32Codec::encode(const float* x, size_t n, uint8_t* out) const { copy_bytes(out, x, 4 * n); }
 
 size_t Fp32Codec::decode_add(const uint8_t* in, size_t n, float* acc) const {
   const float* v = reinterpret_cast<const float*>(in);
@@ -30,7 +36,7 @@ size_t Fp32Codec::decode_add(const uint8_t* in, size_t n, float* acc) const {
 }
 
 size_t Fp32Codec::decode(const uint8_t* in, size_t n, float* out) const {
-  std::memcpy(out, in, 4 * n);
+  copy_bytes(out, in, 4 * n);
   return count_non_finite(out, n);
 }
 
@@ -63,7 +69,7 @@ QuantCodec::QuantCodec(const QuantSpec& spec) : spec_(spec) { validate(spec_); }
 
 size_t QuantCodec::bytes(size_t n) const { return wire_bytes(n, spec_); }
 
-void QuantCodec::load_own(const float* x, size_t n, float* acc) const { std::memcpy(acc, x, 4 * n); }
+void QuantCodec::load_own(const float* x, size_t n, float* acc) const { copy_bytes(acc, x, 4 * n); }
 
 void QuantCodec::encode(const float* x, size_t n, uint8_t* out) const { quantize(x, n, spec_, out); }
 

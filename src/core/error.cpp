@@ -1,18 +1,34 @@
-// echo::Error construction: the message a user sees first, then where it was raised.
+// echo::Error construction: the message a user sees first, then (internal errors only) where it
+// was raised.
 #include "core/error.h"
 
 namespace echo {
 
-static std::string describe(const std::string& message, const char* file, int line, const char* condition) {
+static std::string describe(const std::string& message, const char* file, int line, const char* condition, bool input) {
+  if (input) return message;
   if (condition) return fmt::format("{} [check '{}' failed at {}:{}]", message, condition, file, line);
   return fmt::format("{} [at {}:{}]", message, file, line);
 }
 
 Error::Error(std::string message, const char* file, int line, const char* condition)
-    : std::runtime_error(describe(message, file, line, condition)), message_(std::move(message)), file_(file), line_(line) {}
+    : Error(std::move(message), file, line, condition, false) {}
+
+Error::Error(std::string message, const char* file, int line, const char* condition, bool input)
+    : std::runtime_error(describe(message, file, line, condition, input)),
+      message_(std::move(message)),
+      file_(file),
+      line_(line),
+      input_(input) {}
+
+InputError::InputError(std::string message, const char* file, int line)
+    : Error(std::move(message), file, line, nullptr, true) {}
 
 void throw_error(const char* file, int line, const char* condition, std::string message) {
   throw Error(std::move(message), file, line, condition);
+}
+
+void throw_input_error(const char* file, int line, std::string message) {
+  throw InputError(std::move(message), file, line);
 }
 
 }  // namespace echo

@@ -1,6 +1,13 @@
 // The ECHO_CHECK family: every failed precondition throws echo::Error carrying the file, the
 // line, the failed condition and a formatted message. main() catches, logs on the failing rank
 // and aborts the MPI job, so no rank hangs.
+//
+// Two kinds of error. An internal error (ECHO_CHECK, ECHO_FAIL) is a broken invariant or a
+// misuse of an API: its what() ends with "[check '...' failed at file:line]" so a bug report
+// points into the source. An input error (ECHO_INPUT_CHECK, ECHO_INPUT_FAIL, echo::InputError)
+// is a problem in what the user gave echo (a config file or --set, a dataset, a checkpoint, a
+// tokenizer.json, a command-line value): its message already names the file, key or value to
+// fix, and what() is that message alone; the source location would only be noise to the user.
 #pragma once
 
 #include <fmt/format.h>
@@ -13,17 +20,32 @@ namespace echo {
 class Error : public std::runtime_error {
  public:
   Error(std::string message, const char* file, int line, const char* condition);
+  // The message without the source location.
   const std::string& message() const { return message_; }
   const char* file() const { return file_; }
   int line() const { return line_; }
+  // True for an InputError.
+  bool is_input() const { return input_; }
+
+ protected:
+  Error(std::string message, const char* file, int line, const char* condition, bool input);
 
  private:
   std::string message_;
   const char* file_;
   int line_;
+  bool input_ = false;
+};
+
+// A problem in the user's input; what() == message() (file()/line() still say where it was
+// raised, for a debugger).
+class InputError : public Error {
+ public:
+  InputError(std::string message, const char* file, int line);
 };
 
 [[noreturn]] void throw_error(const char* file, int line, const char* condition, std::string message);
+[[noreturn]] void throw_input_error(const char* file, int line, std::string message);
 
 }  // namespace echo
 
@@ -33,3 +55,10 @@ class Error : public std::runtime_error {
   } while (0)
 
 #define ECHO_FAIL(...) ::echo::throw_error(__FILE__, __LINE__, nullptr, ::fmt::format(__VA_ARGS__))
+
+#define ECHO_INPUT_CHECK(cond, ...)                                                         \
+  do {                                                                                      \
+    if (!(cond)) ::echo::throw_input_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+#define ECHO_INPUT_FAIL(...) ::echo::throw_input_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))

@@ -22,6 +22,17 @@ std::string index_bytes_text(uint64_t num_sequences, uint64_t num_doc_indices) {
   return std::to_string(static_cast<uint64_t>(bytes));
 }
 
+// A missing or unreadable dataset file is the user's to fix: rethrown as an input error (the
+// same message, without echo's source location).
+MappedFile map_input(const std::string& path) {
+  try {
+    return MappedFile::open(path);
+  } catch (const Error& e) {
+    if (e.is_input()) throw;
+    ECHO_INPUT_FAIL("{}", e.message());
+  }
+}
+
 }  // namespace
 
 const char* token_dtype_name(uint8_t code) {
@@ -48,42 +59,44 @@ const char* token_dtype_name(uint8_t code) {
 }
 
 IndexedDataset IndexedDataset::open(const std::string& prefix) {
-  ECHO_CHECK(!prefix.empty(), "indexed dataset: empty path prefix");
+  ECHO_INPUT_CHECK(!prefix.empty(), "indexed dataset: empty path prefix");
   IndexedDataset ds;
   ds.prefix_ = prefix;
 
   // NOTE: the index is parsed once and unmapped when open() returns; only the document offsets
   // are kept (8 bytes per document). The .bin stays mapped for the dataset's lifetime.
-  const MappedFile idx = MappedFile::open(prefix + ".idx");
+  const MappedFile idx = map_input(prefix + ".idx");
   const std::string& ip = idx.path();
   const uint8_t* d = idx.data();
   const size_t size = idx.size();
 
   // ---- header ----
-  ECHO_CHECK(size >= mmidx::kMagicBytes && std::memcmp(d, mmidx::kMagic, mmidx::kMagicBytes) == 0,
-             "{}: bad magic: not a Megatron-LM MMIDIDX index (expected the 9 bytes \"MMIDIDX\\0\\0\")", ip);
-  ECHO_CHECK(size >= mmidx::kHeaderBytes, "{}: truncated header: {} bytes, the MMIDIDX header has {}", ip, size,
-             mmidx::kHeaderBytes);
+  ECHO_INPUT_CHECK(size >= mmidx::kMagicBytes && std::memcmp(d, mmidx::kMagic, mmidx::kMagicBytes) == 0,
+                   "{}: bad magic: not a Megatron-LM MMIDIDX index (expected the 9 bytes \"MMIDIDX\\0\\0\")", ip);
+  ECHO_INPUT_CHECK(size >= mmidx::kHeaderBytes, "{}: truncated header: {} bytes, the MMIDIDX header has {}", ip, size,
+                   mmidx::kHeaderBytes);
   const uint64_t version = mmidx::load<uint64_t>(d + mmidx::kVersionOffset);
-  ECHO_CHECK(version == mmidx::kVersion, "{}: unsupported version {} (expected {})", ip, version, mmidx::kVersion);
+  ECHO_INPUT_CHECK(version == mmidx::kVersion, "{}: unsupported version {} (expected {})", ip, version,
+                   mmidx::kVersion);
   const uint8_t code = d[mmidx::kDtypeOffset];
-  ECHO_CHECK(code == static_cast<uint8_t>(TokenDtype::kInt32) || code == static_cast<uint8_t>(TokenDtype::kUint16),
-             "{}: unsupported dtype code {} ({}); echo reads token ids stored as int32 (4) or uint16 (8)", ip, code,
-             token_dtype_name(code));
+  ECHO_INPUT_CHECK(
+      code == static_cast<uint8_t>(TokenDtype::kInt32) || code == static_cast<uint8_t>(TokenDtype::kUint16),
+      "{}: unsupported dtype code {} ({}); echo reads token ids stored as int32 (4) or uint16 (8)", ip, code,
+      token_dtype_name(code));
   ds.dtype_ = static_cast<TokenDtype>(code);
   const uint64_t num_sequences = mmidx::load<uint64_t>(d + mmidx::kSequenceCountOffset);
   const uint64_t num_doc_indices = mmidx::load<uint64_t>(d + mmidx::kDocumentCountOffset);
-  ECHO_CHECK(num_doc_indices >= 1,
-             "{}: the header has 0 document indices; Megatron's list starts with 0 and ends with the sequence count",
-             ip);
+  ECHO_INPUT_CHECK(
+      num_doc_indices >= 1,
+      "{}: the header has 0 document indices; Megatron's list starts with 0 and ends with the sequence count", ip);
   const uint64_t body = size - mmidx::kHeaderBytes;
   const bool fits =
       num_sequences <= body / mmidx::kBytesPerSequence &&
       num_doc_indices <= (body - num_sequences * mmidx::kBytesPerSequence) / mmidx::kBytesPerDocumentIndex;
-  ECHO_CHECK(fits,
-             "{}: truncated index: the header promises {} sequences and {} document indices ({} bytes), the file "
-             "has {} bytes",
-             ip, num_sequences, num_doc_indices, index_bytes_text(num_sequences, num_doc_indices), size);
+  ECHO_INPUT_CHECK(fits,
+                   "{}: truncated index: the header promises {} sequences and {} document indices ({} bytes), the file "
+                   "has {} bytes",
+                   ip, num_sequences, num_doc_indices, index_bytes_text(num_sequences, num_doc_indices), size);
   ds.num_sequences_ = num_sequences;
 
   // ---- sequences: lengths >= 0, stored back to back from byte 0 ----
@@ -97,11 +110,12 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   for (uint64_t j = 0; j < num_sequences; ++j) {
     const int32_t length = mmidx::load<int32_t>(lengths + j * sizeof(int32_t));
     const int64_t pointer = mmidx::load<int64_t>(pointers + j * sizeof(int64_t));
-    ECHO_CHECK(length >= 0, "{}: sequence {} has negative length {}", ip, j, length);
-    ECHO_CHECK(pointer >= 0 && static_cast<uint64_t>(pointer) == end_byte,
-               "{}: pointers out of order: sequence {} starts at byte {}, expected {} (the end of the sequence before "
-               "it; sequences are stored back to back from byte 0)",
-               ip, j, pointer, end_byte);
+    ECHO_INPUT_CHECK(length >= 0, "{}: sequence {} has negative length {}", ip, j, length);
+    ECHO_INPUT_CHECK(
+        pointer >= 0 && static_cast<uint64_t>(pointer) == end_byte,
+        "{}: pointers out of order: sequence {} starts at byte {}, expected {} (the end of the sequence before "
+        "it; sequences are stored back to back from byte 0)",
+        ip, j, pointer, end_byte);
     end_byte += static_cast<uint64_t>(length) * item;
   }
   const uint64_t num_tokens = end_byte / item;
@@ -116,20 +130,20 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   int64_t previous = 0;
   for (uint64_t k = 0; k < num_doc_indices; ++k) {
     const int64_t s = mmidx::load<int64_t>(doc_indices + k * sizeof(int64_t));
-    if (k == 0) ECHO_CHECK(s == 0, "{}: the first document index is {}, expected 0", ip, s);
-    ECHO_CHECK(s >= previous && static_cast<uint64_t>(s) <= num_sequences,
-               "{}: document indices out of order: entry {} is {} after {} ({} sequences)", ip, k, s, previous,
-               num_sequences);
+    if (k == 0) ECHO_INPUT_CHECK(s == 0, "{}: the first document index is {}, expected 0", ip, s);
+    ECHO_INPUT_CHECK(s >= previous && static_cast<uint64_t>(s) <= num_sequences,
+                     "{}: document indices out of order: entry {} is {} after {} ({} sequences)", ip, k, s, previous,
+                     num_sequences);
     ds.doc_offsets_.push_back(sequence_token_offset(static_cast<uint64_t>(s)));
     previous = s;
   }
-  ECHO_CHECK(static_cast<uint64_t>(previous) == num_sequences,
-             "{}: the last document index is {}, expected the sequence count {}", ip, previous, num_sequences);
+  ECHO_INPUT_CHECK(static_cast<uint64_t>(previous) == num_sequences,
+                   "{}: the last document index is {}, expected the sequence count {}", ip, previous, num_sequences);
 
   // ---- the tokens ----
-  ds.bin_ = MappedFile::open(prefix + ".bin");
-  ECHO_CHECK(ds.bin_.size() >= end_byte, "{}: truncated: {} says {} {} tokens ({} bytes), the file has {} bytes",
-             ds.bin_.path(), ip, num_tokens, token_dtype_name(code), end_byte, ds.bin_.size());
+  ds.bin_ = map_input(prefix + ".bin");
+  ECHO_INPUT_CHECK(ds.bin_.size() >= end_byte, "{}: truncated: {} says {} {} tokens ({} bytes), the file has {} bytes",
+                   ds.bin_.path(), ip, num_tokens, token_dtype_name(code), end_byte, ds.bin_.size());
   return ds;
 }
 

@@ -99,10 +99,10 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
     const auto a = vocab_.find(left), b = vocab_.find(right), ab = vocab_.find(left + right);
-    ECHO_CHECK(a != vocab_.end() && b != vocab_.end(), "{}: merge {} ({:?} {:?}) uses a token missing from model.vocab",
-               what, rank, left, right);
-    ECHO_CHECK(ab != vocab_.end(), "{}: merge {} ({:?} {:?}) makes {:?}, which is missing from model.vocab", what, rank,
-               left, right, left + right);
+    ECHO_INPUT_CHECK(a != vocab_.end() && b != vocab_.end(),
+                     "{}: merge {} ({:?} {:?}) uses a token missing from model.vocab", what, rank, left, right);
+    ECHO_INPUT_CHECK(ab != vocab_.end(), "{}: merge {} ({:?} {:?}) makes {:?}, which is missing from model.vocab", what,
+                     rank, left, right, left + right);
     merges_.insert(a->second, b->second, static_cast<int32_t>(rank), ab->second);
   }
 }
@@ -138,8 +138,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     const auto byte = static_cast<unsigned char>(word[i]);
     int32_t id = byte_ids_[byte];
     if (id < 0) {
-      ECHO_CHECK(options_.unk_id >= 0, "{}: byte 0x{:02x} has no token in model.vocab and the model has no unk_token",
-                 what_, byte);
+      ECHO_INPUT_CHECK(options_.unk_id >= 0,
+                       "{}: byte 0x{:02x} has no token in model.vocab and the model has no unk_token", what_, byte);
       id = options_.unk_id;
     }
     symbols[i] = Symbol{id, i - 1, i + 1 < n ? i + 1 : -1, true};

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_guard.h"
 
 namespace echo::tokenizer {
 namespace {
@@ -25,6 +26,27 @@ constexpr std::string_view kGpt2Pattern =
 // <|im_end|> as eos_token, but that ends a chat turn; pretraining documents are separated by
 // <|endoftext|>, which is what packing needs.
 constexpr std::string_view kEosCandidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+
+// Ids index a table of max_id + 1 strings (32 bytes each, plus the text): 2^24 ids (16.8 M, 64
+// times Qwen3's 151,669; a 537 MB table) is far beyond any published vocabulary, and a larger id
+// is a corrupt file that would otherwise allocate gigabytes or die in std::bad_alloc.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
+// A token id from the file: a JSON integer (1.5 would be truncated to 1, silently merging two
+// tokens) in [0, kMaxTokenId].
+int32_t parse_id(const Json& value, const std::string& origin, const std::string& what) {
+  ECHO_INPUT_CHECK(value.is_number_integer(), "{} is malformed: {} = {} is not an integer id", origin, what,
+                   json_excerpt(value));
+  const bool negative = value.is_number_unsigned() ? false : value.get<int64_t>() < 0;
+  ECHO_INPUT_CHECK(!negative, "{}: {} = {} is a negative id", origin, what, json_excerpt(value));
+  ECHO_INPUT_CHECK(
+      value.get<uint64_t>() <= static_cast<uint64_t>(kMaxTokenId),
+      "{}: {} = {} is too large: ids up to {} would need a {:.1f} GB id table; ids must be at most {}", origin, what,
+      json_excerpt(value), json_excerpt(value),
+      static_cast<double>(std::min<uint64_t>(value.get<uint64_t>(), uint64_t{1} << 40)) * sizeof(std::string) / 1e9,
+      kMaxTokenId);
+  return static_cast<int32_t>(value.get<int64_t>());
+}
 
 std::string type_of(const Json& node) { return node.is_object() ? node.value("type", std::string()) : std::string(); }
 
@@ -42,15 +64,15 @@ void parse_normalizer(const Json& node, const std::string& origin, std::vector<N
   } else if (type == "NFKD") {
     forms.push_back(NormalForm::kNFKD);
   } else {
-    ECHO_FAIL("{}: normalizer type {:?} is not supported (NFC, NFD, NFKC, NFKD, Sequence or null)", origin, type);
+    ECHO_INPUT_FAIL("{}: normalizer type {:?} is not supported (NFC, NFD, NFKC, NFKD, Sequence or null)", origin, type);
   }
 }
 
 // Appends the steps of `node`; returns whether a ByteLevel step was among them.
 bool parse_pre_tokenizer(const Json& node, const std::string& origin,
                          std::vector<HfTokenizer::PreTokenizerStep>& steps) {
-  ECHO_CHECK(!node.is_null(), "{}: pre_tokenizer is null; only byte-level BPE (a ByteLevel pre_tokenizer) is supported",
-             origin);
+  ECHO_INPUT_CHECK(!node.is_null(),
+                   "{}: pre_tokenizer is null; only byte-level BPE (a ByteLevel pre_tokenizer) is supported", origin);
   const std::string type = type_of(node);
   if (type == "Sequence") {
     bool byte_level = false;
@@ -64,13 +86,13 @@ bool parse_pre_tokenizer(const Json& node, const std::string& origin,
     if (pattern.contains("Regex")) {
       regex = pattern.at("Regex").get<std::string>();
     } else {
-      ECHO_CHECK(pattern.contains("String"), "{}: Split pattern needs a \"Regex\" or a \"String\"", origin);
+      ECHO_INPUT_CHECK(pattern.contains("String"), "{}: Split pattern needs a \"Regex\" or a \"String\"", origin);
       regex = escape_regex(pattern.at("String").get<std::string>());
     }
     const std::string behavior = node.value("behavior", std::string("Isolated"));
-    ECHO_CHECK(behavior == "Isolated" || behavior == "Removed",
-               "{}: Split behavior {:?} is not supported (Isolated or Removed)", origin, behavior);
-    ECHO_CHECK(!node.value("invert", false), "{}: Split with invert: true is not supported", origin);
+    ECHO_INPUT_CHECK(behavior == "Isolated" || behavior == "Removed",
+                     "{}: Split behavior {:?} is not supported (Isolated or Removed)", origin, behavior);
+    ECHO_INPUT_CHECK(!node.value("invert", false), "{}: Split with invert: true is not supported", origin);
     step.regex.emplace(regex, origin + ": pre_tokenizer Split");
     step.keep_matches = behavior == "Isolated";
     steps.push_back(std::move(step));
@@ -82,7 +104,7 @@ bool parse_pre_tokenizer(const Json& node, const std::string& origin,
     if (step.add_prefix_space || step.regex) steps.push_back(std::move(step));
     return true;
   }
-  ECHO_FAIL("{}: pre_tokenizer type {:?} is not supported (Split, ByteLevel or Sequence)", origin, type);
+  ECHO_INPUT_FAIL("{}: pre_tokenizer type {:?} is not supported (Split, ByteLevel or Sequence)", origin, type);
 }
 
 std::vector<std::pair<std::string, std::string>> parse_merges(const Json& merges, const std::string& origin) {
@@ -91,13 +113,13 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const Json& merges
   for (std::size_t i = 0; i < merges.size(); ++i) {
     const Json& m = merges[i];
     if (m.is_array()) {  // tokenizers >= 0.20: ["a", "b"]
-      ECHO_CHECK(m.size() == 2, "{}: model.merges[{}] is not a pair", origin, i);
+      ECHO_INPUT_CHECK(m.size() == 2, "{}: model.merges[{}] is not a pair", origin, i);
       out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {  // older files: "a b"
       const std::string s = m.get<std::string>();
       const std::size_t space = s.find(' ');
-      ECHO_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
-                 "{}: model.merges[{}] = {:?} is not two tokens separated by one space", origin, i, s);
+      ECHO_INPUT_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
+                       "{}: model.merges[{}] = {:?} is not two tokens separated by one space", origin, i, s);
       out.emplace_back(s.substr(0, space), s.substr(space + 1));
     }
   }
@@ -155,57 +177,69 @@ std::optional<Regex> added_token_matcher(const std::vector<HfTokenizer::AddedTok
 std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
   const std::string origin = fmt::format("tokenizer.json '{}'", path);
   std::ifstream in(path, std::ios::binary);
-  ECHO_CHECK(in.good(), "{} cannot be opened: {}", origin, std::strerror(errno));
+  ECHO_INPUT_CHECK(in.good(), "{} cannot be opened: {}", origin, std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  ECHO_CHECK(!in.bad(), "{} cannot be read: {}", origin, std::strerror(errno));
+  ECHO_INPUT_CHECK(!in.bad(), "{} cannot be read: {}", origin, std::strerror(errno));
   return from_json(text.str(), origin);
 }
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, const std::string& origin) {
   std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
   tok->origin_ = origin;
+  // NOTE: bounded before the DOM is built: the normalizer and pre_tokenizer are parsed by
+  // recursion and copied (Json::value), both once per nesting level.
+  const std::size_t too_deep = json_depth_excess(json_text);
+  ECHO_INPUT_CHECK(too_deep == std::string_view::npos, "{} nests arrays/objects more than {} deep (at byte {})", origin,
+                   kMaxJsonDepth, too_deep);
   Json root;
   try {
     root = Json::parse(json_text);
   } catch (const Json::parse_error& e) {
-    ECHO_FAIL("{} is not valid JSON: {}", origin, e.what());
+    ECHO_INPUT_FAIL("{} is not valid JSON: {}", origin, e.what());
   }
   try {
-    ECHO_CHECK(root.is_object() && root.contains("model"), "{} has no \"model\" object; is it a tokenizer.json?",
-               origin);
+    ECHO_INPUT_CHECK(root.is_object() && root.contains("model"), "{} has no \"model\" object; is it a tokenizer.json?",
+                     origin);
     const Json& model = root.at("model");
     const std::string model_type = type_of(model);
-    ECHO_CHECK(model_type == "BPE" || (model_type.empty() && model.contains("merges")),
-               "{}: model type {:?} is not supported (only BPE)", origin, model_type);
-    ECHO_CHECK(model.value("dropout", Json()).is_null() || model.at("dropout").get<double>() == 0.0,
-               "{}: BPE dropout is not supported (it makes encoding random)", origin);
+    ECHO_INPUT_CHECK(model_type == "BPE" || (model_type.empty() && model.contains("merges")),
+                     "{}: model type {:?} is not supported (only BPE)", origin, model_type);
+    ECHO_INPUT_CHECK(model.value("dropout", Json()).is_null() || model.at("dropout").get<double>() == 0.0,
+                     "{}: BPE dropout is not supported (it makes encoding random)", origin);
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       const Json v = model.value(key, Json());
-      ECHO_CHECK(v.is_null() || v.get<std::string>().empty(), "{}: model.{} = {} is not supported", origin, key,
-                 v.dump());
+      ECHO_INPUT_CHECK(v.is_null() || v.get<std::string>().empty(), "{}: model.{} = {} is not supported", origin, key,
+                       json_excerpt(v));
     }
-    ECHO_CHECK(!model.value("byte_fallback", false), "{}: model.byte_fallback is not supported", origin);
+    ECHO_INPUT_CHECK(!model.value("byte_fallback", false), "{}: model.byte_fallback is not supported", origin);
 
     parse_normalizer(root.value("normalizer", Json()), origin, tok->normal_forms_);
     const bool byte_level = parse_pre_tokenizer(root.value("pre_tokenizer", Json()), origin, tok->pre_tokenizer_);
-    ECHO_CHECK(byte_level, "{}: the pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", origin);
+    ECHO_INPUT_CHECK(byte_level, "{}: the pre_tokenizer has no ByteLevel step; only byte-level BPE is supported",
+                     origin);
     const Json decoder = root.value("decoder", Json());
-    ECHO_CHECK(decoder.is_null() || type_of(decoder) == "ByteLevel",
-               "{}: decoder type {:?} is not supported (ByteLevel)", origin, type_of(decoder));
+    ECHO_INPUT_CHECK(decoder.is_null() || type_of(decoder) == "ByteLevel",
+                     "{}: decoder type {:?} is not supported (ByteLevel)", origin, type_of(decoder));
 
     std::unordered_map<std::string, int32_t> vocab;
     const Json& vocab_json = model.at("vocab");
-    ECHO_CHECK(vocab_json.is_object(), "{}: model.vocab is not an object", origin);
+    ECHO_INPUT_CHECK(vocab_json.is_object(), "{}: model.vocab is not an object", origin);
     vocab.reserve(vocab_json.size());
     int64_t max_id = -1;
+    // Which vocab token holds each id, to refuse two tokens sharing one (decode could not
+    // tell them apart).
+    std::unordered_map<int32_t, std::string> vocab_token_of;
+    vocab_token_of.reserve(vocab_json.size());
     for (const auto& [token, id_json] : vocab_json.items()) {
-      const int64_t id = id_json.get<int64_t>();
-      ECHO_CHECK(id >= 0 && id < INT32_MAX, "{}: model.vocab[{:?}] = {} is not a valid id", origin, token, id);
-      vocab.emplace(token, static_cast<int32_t>(id));
-      max_id = std::max(max_id, id);
+      const int32_t id = parse_id(id_json, origin, fmt::format("model.vocab[{:?}]", token));
+      const auto [other, fresh] = vocab_token_of.emplace(id, token);
+      ECHO_INPUT_CHECK(fresh, "{}: model.vocab[{:?}] and model.vocab[{:?}] share id {}", origin, other->second, token,
+                       id);
+      vocab.emplace(token, id);
+      max_id = std::max<int64_t>(max_id, id);
     }
-    ECHO_CHECK(model.contains("merges"), "{}: model.merges is missing", origin);
+    ECHO_INPUT_CHECK(model.contains("merges"), "{}: model.merges is missing", origin);
     const auto merges = parse_merges(model.at("merges"), origin);
 
     BpeOptions options;
@@ -213,25 +247,32 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, 
     const Json unk = model.value("unk_token", Json());
     if (!unk.is_null()) {
       const auto it = vocab.find(unk.get<std::string>());
-      ECHO_CHECK(it != vocab.end(), "{}: model.unk_token {} is not in model.vocab", origin, unk.dump());
+      ECHO_INPUT_CHECK(it != vocab.end(), "{}: model.unk_token {} is not in model.vocab", origin, json_excerpt(unk));
       options.unk_id = it->second;
     }
 
+    std::unordered_map<int32_t, std::string> added_token_of;
     for (const Json& a : root.value("added_tokens", Json::array())) {
       AddedToken t;
       t.content = a.at("content").get<std::string>();
-      const int64_t id = a.at("id").get<int64_t>();
-      ECHO_CHECK(id >= 0 && id < INT32_MAX, "{}: added token {:?} has invalid id {}", origin, t.content, id);
-      t.id = static_cast<int32_t>(id);
+      t.id = parse_id(a.at("id"), origin, fmt::format("the id of added token {:?}", t.content));
+      const auto [other, fresh] = added_token_of.emplace(t.id, t.content);
+      ECHO_INPUT_CHECK(fresh, "{}: added tokens {:?} and {:?} share id {}", origin, other->second, t.content, t.id);
+      // An added token may repeat a vocab entry (GPT-2 lists <|endoftext|> in both), but only
+      // with the same text.
+      if (const auto v = vocab_token_of.find(t.id); v != vocab_token_of.end())
+        ECHO_INPUT_CHECK(byte_level_to_bytes(v->second) == t.content,
+                         "{}: added token {:?} has id {}, which model.vocab gives to {:?}", origin, t.content, t.id,
+                         v->second);
       t.lstrip = a.value("lstrip", false);
       t.rstrip = a.value("rstrip", false);
       t.single_word = a.value("single_word", false);
       t.normalized = a.value("normalized", false);
       t.special = a.value("special", false);
-      max_id = std::max(max_id, id);
+      max_id = std::max<int64_t>(max_id, t.id);
       tok->added_tokens_.push_back(std::move(t));
     }
-    ECHO_CHECK(max_id >= 0, "{}: model.vocab is empty", origin);
+    ECHO_INPUT_CHECK(max_id >= 0, "{}: model.vocab is empty", origin);
 
     tok->id_to_bytes_.assign(static_cast<std::size_t>(max_id + 1), std::string());
     tok->id_assigned_.assign(static_cast<std::size_t>(max_id + 1), false);
@@ -253,10 +294,10 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, 
         break;
       }
     }
-    ECHO_CHECK(tok->eos_id_ >= 0, "{}: no EOS token found (looked for <|endoftext|>, <|end_of_text|>, </s>, <eos>)",
-               origin);
+    ECHO_INPUT_CHECK(tok->eos_id_ >= 0,
+                     "{}: no EOS token found (looked for <|endoftext|>, <|end_of_text|>, </s>, <eos>)", origin);
   } catch (const Json::exception& e) {
-    ECHO_FAIL("{} is malformed: {}", origin, e.what());
+    ECHO_INPUT_FAIL("{} is malformed: {}", origin, e.what());
   }
   return tok;
 }

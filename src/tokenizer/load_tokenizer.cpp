@@ -8,15 +8,15 @@
 namespace echo::tokenizer {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
-  ECHO_CHECK(!spec.empty(), "tokenizer spec is empty: use \"byte\" or a path to a tokenizer.json");
+  ECHO_INPUT_CHECK(!spec.empty(), "tokenizer spec is empty: use \"byte\" or a path to a tokenizer.json");
   if (spec == "byte") return std::make_unique<ByteTokenizer>();
   std::filesystem::path path(spec);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
-  ECHO_CHECK(std::filesystem::exists(path, ec),
-             "tokenizer.json '{}' does not exist (tokenizer spec {:?}: use \"byte\" "
-             "or a path to a Hugging Face tokenizer.json; scripts/get_data.sh fetches Qwen3's)",
-             path.string(), spec);
+  ECHO_INPUT_CHECK(std::filesystem::exists(path, ec),
+                   "tokenizer.json '{}' does not exist (tokenizer spec {:?}: use \"byte\" "
+                   "or a path to a Hugging Face tokenizer.json; scripts/get_data.sh fetches Qwen3's)",
+                   path.string(), spec);
   return HfTokenizer::from_file(path.string());
 }
 

@@ -30,8 +30,8 @@ Regex::Regex(std::string_view pattern, const std::string& what) : pattern_(patte
   PCRE2_SIZE error_offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
                         &error_code, &error_offset, nullptr);
-  ECHO_CHECK(code_ != nullptr, "{}: regex {:?} does not compile at offset {}: {}", what, pattern, error_offset,
-             pcre2_message(error_code));
+  ECHO_INPUT_CHECK(code_ != nullptr, "{}: regex {:?} does not compile at offset {}: {}", what, pattern, error_offset,
+                   pcre2_message(error_code));
   // NOTE: pcre2_match uses the JIT code by itself once it exists; without a JIT (PCRE2 built
   // without it, or an architecture it lacks) the interpreter gives the same matches, slower.
   const int jit_rc = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);

@@ -62,6 +62,20 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+std::size_t count_ill_formed_utf8(std::string_view text) {
+  std::size_t count = 0, i = 0, maximal = 0;
+  while (i < text.size()) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const std::size_t n = sequence_length(text, i, maximal);
+    count += n == 0;
+    i += n == 0 ? maximal : n;
+  }
+  return count;
+}
+
 std::string repair_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 8);

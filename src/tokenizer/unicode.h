@@ -15,6 +15,9 @@ bool is_valid_utf8(std::string_view text);
 // Unicode-recommended practice, which Rust's from_utf8_lossy and the WHATWG decoder follow).
 std::string repair_utf8(std::string_view text);
 
+// How many U+FFFD repair_utf8 would put into `text` (0 for valid UTF-8).
+std::size_t count_ill_formed_utf8(std::string_view text);
+
 void append_utf8(std::string& out, char32_t codepoint);
 
 enum class NormalForm { kNFC, kNFD, kNFKC, kNFKD };

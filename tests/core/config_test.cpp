@@ -15,6 +15,7 @@
 namespace echo::config {
 
 using echo::testing::error_of;
+using echo::testing::kind_and_what_of;
 using echo::testing::kNoErrorThrown;
 namespace {
 
@@ -522,6 +523,70 @@ TEST_F(ConfigFile, BoundaryValuesAreAccepted) {
   EXPECT_EQ(c.comm.compensator.eta, 0.0);
   EXPECT_EQ(c.comm.compensator.a, 1.0);
   EXPECT_EQ(load_config(write("big.yaml", {"comm: {group_size: 1048576}"})).comm.group_size, 1 << 20);
+}
+
+// Values near INT_MAX used to pass validation and end in std::bad_alloc (or int overflow)
+// later; now each is refused by name, and sizes that pass alone but not together are refused
+// with the memory they would need.
+TEST_F(ConfigFile, HugeValuesAreRefusedByNameWithTheMemoryTheyNeed) {
+  const struct {
+    std::string_view yaml;
+    std::string_view message;
+  } cases[] = {
+      {"model: {vocab_size: 2147483647}",
+       "'model.vocab_size' = 2147483647 must be <= 16777216 (token ids index a table of at most 2^24 entries)"},
+      {"model: {hidden: 2147483647}", "'model.hidden' = 2147483647 must be <= 131072 (far above any published model)"},
+      {"model: {ffn: 2147483647}", "'model.ffn' = 2147483647 must be <= 1048576"},
+      {"model: {layers: 2147483647}", "'model.layers' = 2147483647 must be <= 1024"},
+      {"model: {heads: 2147483647}", "'model.heads' = 2147483647 must be <= 1024"},
+      {"model: {kv_heads: 2147483647}", "'model.kv_heads' = 2147483647 must be <= 1024"},
+      {"model: {head_dim: 2147483646}",
+       "'model.head_dim' = 2147483646 must be <= 1024 (layers x heads x head_dim must fit an int)"},
+      {"data: {seq_len: 2147483647}", "'data.seq_len' = 2147483647 must be <= 1048576"},
+      {"train: {micro_batch: 2147483647}",
+       "'train.micro_batch' = 2147483647 must be <= 65536 (micro_batch x dp must fit an int)"},
+      {"train: {global_batch: 2147483647}", "'train.global_batch' = 2147483647 must be <= 16777216"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    EXPECT_THAT(load_error({c.yaml}), StartsWith(at(1) + std::string(c.message)));
+  }
+  // Each within its range, together 2^41 embedding parameters: with the default blocks 2.255e12
+  // parameters x 16 bytes / tp 4 = 9.0 TB, plus 24 x 2048 tokens x (28 x 131072 + 2^24 / 4) x 4
+  // bytes = 1.5 TB of activations.
+  const std::string memory = load_error({"model: {vocab_size: 16777216, hidden: 131072}"});
+  EXPECT_THAT(memory, StartsWith(at(1) + "this config needs at least 10.6 TB per rank, more than the 1 TiB echo "
+                                         "allows: 2.255e+12 parameters ('model.vocab_size' = 16777216, "
+                                         "'model.hidden' = 131072"));
+  EXPECT_THAT(memory, HasSubstr("take 9.0 TB of fp32 weights, gradients and AdamW moments over 'parallel.tp' = 4"));
+  EXPECT_THAT(memory, HasSubstr("'train.micro_batch' = 24 x 'data.seq_len' = 2048 tokens take 1.5 TB of activations"));
+  // Activations alone: 65536 sequences of 1048576 tokens.
+  EXPECT_THAT(
+      load_error({"train: {micro_batch: 65536, global_batch: 65536}", "data: {seq_len: 1048576}"}),
+      AllOf(StartsWith(at(2) + "this config needs at least"), HasSubstr("'data.seq_len' = 1048576 tokens take")));
+  // The largest dense Qwen3 (32B, untied) passes: about 200 GB per rank at tp = 4.
+  EXPECT_NO_THROW(load_config(write("qwen3_32b.yaml", {"model: {hidden: 5120, ffn: 25600, layers: 64, heads: 64, "
+                                                       "kv_heads: 8, head_dim: 128, tie_embeddings: false}",
+                                                       "parallel: {tp: 4}"})));
+}
+
+TEST_F(ConfigFile, ASecondYamlDocumentIsAnError) {
+  // YAML::Load read the first document and dropped the rest silently.
+  EXPECT_THAT(load_error({"model: {layers: 2}", "---", "model: {layers: 3}"}),
+              StartsWith(at(3) + "a second YAML document (after a '---' line) starts here"));
+  EXPECT_THAT(load_error({"---", "model: {layers: 2}", "---", "train: {steps: 3}"}),
+              AllOf(StartsWith(at(4)), HasSubstr("a config file holds one document, 2 found")));
+  // One document with explicit start and end markers is fine.
+  EXPECT_EQ(load_config(write("one.yaml", {"---", "model: {layers: 2}", "..."})).model.layers, 2);
+}
+
+TEST_F(ConfigFile, ErrorsAreInputErrorsWithoutASourceLocation) {
+  write("x.yaml", {"model:", "  layers: 0"});
+  const std::string what = kind_and_what_of([&] { load_config(path_); });
+  EXPECT_THAT(what, StartsWith("input: " + at(2) + "'model.layers' = 0 must be >= 1"));
+  EXPECT_THAT(what, Not(HasSubstr("[at ")));
+  EXPECT_THAT(kind_and_what_of([&] { load_config(path_, {"comm.bits"}); }),
+              AllOf(StartsWith("input: --set comm.bits: malformed override"), Not(HasSubstr("[at "))));
 }
 
 // ---- combinations -------------------------------------------------------------------------

@@ -21,4 +21,16 @@ std::string error_of(F&& f) {
   return kNoErrorThrown;
 }
 
+// The full what() of the echo::Error that `f` throws (an InputError's carries no "[at file:line]"),
+// prefixed "input: " for an InputError and "internal: " otherwise; or kNoErrorThrown.
+template <class F>
+std::string kind_and_what_of(F&& f) {
+  try {
+    f();
+  } catch (const echo::Error& e) {
+    return (e.is_input() ? "input: " : "internal: ") + std::string(e.what());
+  }
+  return kNoErrorThrown;
+}
+
 }  // namespace echo::testing

@@ -13,12 +13,14 @@
 
 #include "data/indexed_dataset.h"
 #include "data/split.h"
+#include "tokenizer/unicode.h"
 
 namespace echo {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // echo_prep is built into the project's binary directory; this test runs from
 // <build>/tests/tokenizer/.
@@ -167,6 +169,51 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
 
   EXPECT_NE(run("--input " + ok + " --tokenizer " + path("nope.json") + " --output-prefix " + path("x")), 0);
   EXPECT_THAT(err_, HasSubstr("nope.json' does not exist"));
+}
+
+TEST_F(EchoPrep, PrefixesMustEndInAFileName) {
+  // "dir/" used to write the hidden files dir/.bin and dir/.idx.
+  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
+  EXPECT_NE(run("--input " + in + " --tokenizer byte --output-prefix " + path("out") + "/"), 0);
+  EXPECT_THAT(err_,
+              HasSubstr("--output-prefix '" + path("out") + "/' has no file name: it would write '" + path("out") +
+                        "/.bin' and '" + path("out") + "/.idx'; give a name such as '" + path("out") + "/train'"));
+  EXPECT_THAT(err_, Not(HasSubstr("[at ")));  // an input error: no source location
+  EXPECT_FALSE(fs::exists(path("out") + "/.bin"));
+  EXPECT_NE(
+      run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --valid-prefix " + path("v") + "/.."),
+      0);
+  EXPECT_THAT(err_, HasSubstr("--valid-prefix '" + path("v") + "/..' has no file name"));
+}
+
+TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
+  // Latin-1 text: "café" with é = E9, and a stray continuation byte; the second file is clean.
+  const std::string latin1 = write("latin1.txt", "caf\xe9 and \x80!");
+  const std::string clean = write("clean.txt", "fine");
+  ASSERT_EQ(run("--format text --input " + clean + " " + latin1 + " --tokenizer byte --output-prefix " + path("b")), 0)
+      << err_;
+  EXPECT_THAT(err_, HasSubstr("1 of 2 documents hold invalid UTF-8 (2 ill-formed sequences; the first in document "
+                              "1): the byte tokenizer stored their raw bytes"));
+  EXPECT_THAT(documents_of(path("b")), ::testing::ElementsAre("fine", "caf\xe9 and \x80!"));
+
+  // A byte-level BPE tokenizer.json whose vocabulary is the 256 bytes: ill-formed sequences
+  // become U+FFFD (EF BF BD), and the warning says so.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+  const nlohmann::json tok = {
+      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}})},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  const std::string tok_path = write("tokenizer.json", tok.dump());
+  ASSERT_EQ(run("--format text --input " + latin1 + " --tokenizer " + tok_path + " --output-prefix " + path("h")), 0)
+      << err_;
+  EXPECT_THAT(err_, HasSubstr("1 of 1 documents hold invalid UTF-8 (2 ill-formed sequences; the first in document "
+                              "0): the tokenizer replaced each sequence with U+FFFD"));
+  EXPECT_THAT(documents_of(path("h")), ::testing::ElementsAre("caf\xef\xbf\xbd and \xef\xbf\xbd!"));
+
+  // Valid UTF-8 gives no warning.
+  ASSERT_EQ(run("--format text --input " + clean + " --tokenizer byte --output-prefix " + path("c")), 0) << err_;
+  EXPECT_THAT(err_, Not(HasSubstr("invalid UTF-8")));
 }
 
 }  // namespace

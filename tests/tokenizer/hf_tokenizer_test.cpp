@@ -8,20 +8,24 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
-#include "core/error.h"
 #include "../support/test_util.h"
+#include "core/error.h"
 
 namespace echo::tokenizer {
 
 using echo::testing::error_of;
+using echo::testing::kind_and_what_of;
 using echo::testing::kNoErrorThrown;
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Json = nlohmann::json;
 
 constexpr const char* kQwenPattern =
@@ -247,6 +251,71 @@ TEST_F(HfTokenizerFile, ErrorsNameTheFile) {
   Json no_eos = qwen_like();
   no_eos["added_tokens"] = Json::array();
   EXPECT_THAT(error_of([&] { make(no_eos); }), HasSubstr("no EOS token found"));
+}
+
+// A Sequence nested `depth` deep around `leaf`, under `list_key` ("normalizers" or "pretokenizers"),
+// built as text: a Json value that deep could not even be destroyed safely by the test.
+std::string nested_sequence(const std::string& list_key, const std::string& leaf, int depth) {
+  std::string text;
+  for (int i = 0; i < depth; ++i) text += R"({"type":"Sequence",")" + list_key + R"(":[)";
+  text += leaf;
+  for (int i = 0; i < depth; ++i) text += "]}";
+  return text;
+}
+
+// tokenizer.json with `key` replaced by the raw JSON text `value`.
+std::string with_raw(Json j, const std::string& key, const std::string& value) {
+  j[key] = "@@RAW@@";
+  std::string text = j.dump();
+  text.replace(text.find("\"@@RAW@@\""), 9, value);
+  return text;
+}
+
+TEST(HfTokenizer, DeeplyNestedSequencesAreRefusedNotAStackOverflow) {
+  // Before: the recursive parse and copy of a 100,000-deep Sequence overflowed the stack.
+  for (const auto& [key, list_key, leaf] :
+       {std::tuple<std::string, std::string, std::string>{"normalizer", "normalizers", R"({"type":"NFC"})"},
+        {"pre_tokenizer", "pretokenizers", R"({"type":"ByteLevel","use_regex":false})"}}) {
+    SCOPED_TRACE(key);
+    const std::string text = with_raw(qwen_like(), key, nested_sequence(list_key, leaf, 100'000));
+    const std::string msg = kind_and_what_of([&] { HfTokenizer::from_json(text, "deep.json"); });
+    EXPECT_THAT(msg, HasSubstr("input: deep.json nests arrays/objects more than 128 deep"));
+    EXPECT_THAT(msg, Not(HasSubstr("[at ")));
+    // A modest nesting, as real files have, still loads and behaves as the flat one.
+    const auto tok = HfTokenizer::from_json(with_raw(qwen_like(), key, nested_sequence(list_key, leaf, 20)), "ok");
+    if (key == "normalizer") {
+      EXPECT_THAT(tok->encode("e\xcc\x81"), ElementsAre(17));
+    }
+  }
+}
+
+TEST(HfTokenizer, IdsMustBeDistinctBoundedIntegers) {
+  const auto error_with = [](const std::function<void(Json&)>& edit) {
+    Json j = qwen_like();
+    edit(j);
+    return kind_and_what_of([&] { make(j); });
+  };
+  // 1.5 used to be truncated to 1, silently giving "e" and "h" ... the same id.
+  EXPECT_THAT(error_with([](Json& j) { j["model"]["vocab"]["e"] = 1.5; }),
+              HasSubstr("input: test tokenizer.json is malformed: model.vocab[\"e\"] = 1.5 is not an integer id"));
+  EXPECT_THAT(error_with([](Json& j) { j["model"]["vocab"]["e"] = 0; }),
+              HasSubstr("input: test tokenizer.json: model.vocab[\"e\"] and model.vocab[\"h\"] share id 0"));
+  EXPECT_THAT(error_with([](Json& j) { j["added_tokens"][1]["id"] = 30; }),
+              HasSubstr("added tokens \"<|endoftext|>\" and \"<|end|>\" share id 30"));
+  EXPECT_THAT(error_with([](Json& j) { j["added_tokens"][1]["id"] = 11; }),
+              HasSubstr("added token \"<|end|>\" has id 11, which model.vocab gives to \"hello\""));
+  EXPECT_THAT(error_with([](Json& j) { j["added_tokens"][1]["id"] = -3; }),
+              HasSubstr("the id of added token \"<|end|>\" = -3 is a negative id"));
+  // 2^31 - 2 asked for a 64 GB id table (std::bad_alloc), 2^27 for 4 GB.
+  EXPECT_THAT(error_with([](Json& j) { j["added_tokens"][1]["id"] = 2147483646; }),
+              HasSubstr("the id of added token \"<|end|>\" = 2147483646 is too large: ids up to 2147483646 would "
+                        "need a 68.7 GB id table; ids must be at most 16777215"));
+  EXPECT_THAT(error_with([](Json& j) { j["model"]["vocab"]["e"] = 134217728; }),
+              HasSubstr("model.vocab[\"e\"] = 134217728 is too large: ids up to 134217728 would need a 4.3 GB"));
+  // GPT-2 lists <|endoftext|> in the vocab and as an added token with the same id: still fine.
+  Json gpt2 = gpt2_like();
+  gpt2["model"]["vocab"]["<|endoftext|>"] = 30;
+  EXPECT_EQ(make(gpt2)->eos_id(), 30);
 }
 
 }  // namespace

@@ -112,6 +112,44 @@ void check_linear(const Config& c, const Origins& o) {
     fail_at(o.where("linear.projections"), "'linear.projections' names no projection (use linear.mode: bf16 instead)");
 }
 
+// A lower bound on the memory one rank needs, so that sizes that pass each key's range but not
+// together (hidden 131072 with vocab 2^24) are refused by name before anything is allocated,
+// instead of ending in std::bad_alloc or swapping. Lower bound: everything is taken as split
+// over tp (the norms are replicated in fact), and activations count only the residual stream
+// each layer keeps for backward and this rank's shard of the logits.
+std::string human_bytes(double bytes) {
+  if (bytes >= 1e12) return fmt::format("{:.1f} TB", bytes / 1e12);
+  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+  return fmt::format("{:.1f} MB", bytes / 1e6);
+}
+
+void check_memory(const Config& c, const Origins& o) {
+  constexpr double kLimitBytes = 1024.0 * 1024 * 1024 * 1024;  // 1 TiB per rank
+  const ModelConfig& m = c.model;
+  const double vocab = static_cast<double>(m.padded_vocab()), hidden = m.hidden, layers = m.layers, ffn = m.ffn;
+  const double q = static_cast<double>(m.heads) * m.head_dim, kv = static_cast<double>(m.kv_heads) * m.head_dim;
+  const double per_layer = hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * ffn + 2 * hidden + 2.0 * m.head_dim;
+  const double params = vocab * hidden * (m.tie_embeddings ? 1 : 2) + layers * per_layer + hidden;
+  const double tp = c.parallel.tp;
+  // fp32 weights and gradients and the two AdamW moments: 16 bytes a parameter.
+  const double state_bytes = params * 16 / tp;
+  const double tokens = static_cast<double>(c.train.micro_batch) * c.data.seq_len;
+  const double activation_bytes = tokens * (layers * hidden + vocab / tp) * 4;
+  if (state_bytes + activation_bytes <= kLimitBytes) return;
+  fail_at(
+      o.where_any({"model.vocab_size", "model.hidden", "model.ffn", "model.layers", "model.heads", "model.kv_heads",
+                   "model.head_dim", "train.micro_batch", "data.seq_len", "parallel.tp"},
+                  "model"),
+      fmt::format("this config needs at least {} per rank, more than the 1 TiB echo allows: {:.4g} "
+                  "parameters ('model.vocab_size' = {}, 'model.hidden' = {}, 'model.ffn' = {}, 'model.layers' = {}, "
+                  "'model.heads' = {} x 'model.head_dim' = {}) take {} of fp32 weights, gradients and "
+                  "AdamW moments over 'parallel.tp' = {}, and 'train.micro_batch' = {} x 'data.seq_len' = {} "
+                  "tokens take {} of activations",
+                  human_bytes(state_bytes + activation_bytes), params, m.vocab_size, m.hidden, m.ffn, m.layers, m.heads,
+                  m.head_dim, human_bytes(state_bytes), c.parallel.tp, c.train.micro_batch, c.data.seq_len,
+                  human_bytes(activation_bytes)));
+}
+
 void check_optim(const Config& c, const Origins& o) {
   if (c.optim.min_lr > c.optim.lr)
     fail_at(o.where_any({"optim.min_lr", "optim.lr"}, "optim"),
@@ -132,6 +170,7 @@ void check_config(const Config& config, const Origins& origins, int world_size) 
   check_backend(config, origins);
   check_optim(config, origins);
   check_linear(config, origins);
+  check_memory(config, origins);
 }
 
 }  // namespace echo::config

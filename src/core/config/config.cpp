@@ -18,11 +18,20 @@ namespace echo::config {
 namespace {
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source_name) {
+  std::vector<YAML::Node> documents;
   try {
-    return YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     fail_at(fmt::format("{}:{}", source_name, e.mark.line + 1), fmt::format("YAML syntax error: {}", e.msg));
   }
+  // NOTE: YAML::Load would read the first document and silently drop the rest, so a config
+  // pasted twice, or two configs in one file, would lose every key after the second '---'.
+  if (documents.size() > 1)
+    fail_at(fmt::format("{}:{}", source_name, documents[1].Mark().line + 1),
+            fmt::format("a second YAML document (after a '---' line) starts here; a config file holds one "
+                        "document, {} found",
+                        documents.size()));
+  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 // Collects every leaf key in dotted form, descending into sections.

@@ -47,6 +47,8 @@ std::string Origins::where_any(std::initializer_list<std::string_view> keys, con
   return where(section);
 }
 
-void fail_at(const std::string& where, const std::string& what) { ECHO_FAIL("{}: {}", where, what); }
+// An input error: the message names the file line (or --set) and the key; echo's own source
+// line would only confuse.
+void fail_at(const std::string& where, const std::string& what) { ECHO_INPUT_FAIL("{}: {}", where, what); }
 
 }  // namespace echo::config

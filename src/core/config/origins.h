@@ -43,7 +43,7 @@ class Origins {
   std::map<std::string, std::string> overrides_;  // dotted key -> "--set key=value"
 };
 
-// Throws echo::Error "<where>: <what>".
+// Throws echo::InputError "<where>: <what>" (no source location in what()).
 [[noreturn]] void fail_at(const std::string& where, const std::string& what);
 
 }  // namespace echo::config

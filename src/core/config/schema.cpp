@@ -54,6 +54,23 @@ Check even_at_least(double lo, std::string why) {
   }};
 }
 
+Check between(double lo, double hi, std::string why) {
+  return {[lo, hi, why = std::move(why)](double v) {
+    if (v < lo) return fmt::format("must be >= {}", lo);
+    if (v > hi) return fmt::format("must be <= {} ({})", hi, why);
+    return std::string();
+  }};
+}
+
+Check even_between(double lo, double hi, std::string why_even, std::string why_hi) {
+  return {[lo, hi, why_even = std::move(why_even), why_hi = std::move(why_hi)](double v) {
+    if (v < lo) return fmt::format("must be >= {}", lo);
+    if (v > hi) return fmt::format("must be <= {} ({})", hi, why_hi);
+    if (static_cast<std::int64_t>(v) % 2 != 0) return fmt::format("must be even ({})", why_even);
+    return std::string();
+  }};
+}
+
 Check non_empty() { return {nullptr, true}; }
 
 std::string dotted(const std::string& prefix, const std::string& key) {

@@ -25,6 +25,9 @@ Check in_half_open(double lo, double hi);  // [lo, hi)
 Check power_of_two(double lo, double hi);
 Check one_of(std::vector<int> allowed);
 Check even_at_least(double lo, std::string why);
+// [lo, hi]: "must be >= lo" below, "must be <= hi (why)" above.
+Check between(double lo, double hi, std::string why);
+Check even_between(double lo, double hi, std::string why_even, std::string why_hi);
 Check non_empty();
 
 // "a.b" from prefix "a" and key "b"; the key alone at the top level.
@@ -57,21 +60,29 @@ void visit(RunConfig& c, V& v) {
 
 template <class V>
 void visit(ModelConfig& c, V& v) {
-  v.field("vocab_size", c.vocab_size, "embedding rows (Qwen3: 151936 = 128 x 1187)", at_least(1));
+  // NOTE: the upper bounds below are far above any published model and keep the products the
+  // model and trainer form in int (layers * heads * head_dim, micro_batch * dp) from overflowing;
+  // check_memory (checks.cpp) bounds the combination.
+  v.field("vocab_size", c.vocab_size, "embedding rows (Qwen3: 151936 = 128 x 1187)",
+          between(1, 1 << 24, "token ids index a table of at most 2^24 entries"));
   v.field("vocab_pad_multiple", c.vocab_pad_multiple, "vocab_size is rounded up to a multiple of this",
           in_closed(1, 1 << 20));
-  v.field("hidden", c.hidden, "residual stream width", at_least(1));
-  v.field("ffn", c.ffn, "MLP inner width", at_least(1));
-  v.field("layers", c.layers, "transformer blocks", at_least(1));
-  v.field("heads", c.heads, "query heads; a multiple of kv_heads", at_least(1));
-  v.field("kv_heads", c.kv_heads, "key/value heads (GQA)", at_least(1));
+  v.field("hidden", c.hidden, "residual stream width", between(1, 1 << 17, "far above any published model"));
+  v.field("ffn", c.ffn, "MLP inner width", between(1, 1 << 20, "far above any published model"));
+  v.field("layers", c.layers, "transformer blocks", between(1, 1024, "layers x heads x head_dim must fit an int"));
+  v.field("heads", c.heads, "query heads; a multiple of kv_heads",
+          between(1, 1024, "layers x heads x head_dim must fit an int"));
+  v.field("kv_heads", c.kv_heads, "key/value heads (GQA)", between(1, 1024, "far above any published model"));
   v.field("head_dim", c.head_dim, "width of one head, even",
-          even_at_least(2, "RoPE pairs element i with i + head_dim/2"));
+          even_between(2, 1024, "RoPE pairs element i with i + head_dim/2",
+                       "layers x heads x head_dim must fit an int"));
   v.field("rope_base", c.rope_base, "RoPE theta", greater_than(0));
   v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0));
   v.field("tie_embeddings", c.tie_embeddings, "the LM head reuses the embedding matrix");
   v.field("init_std", c.init_std, "std of the normal weight init", greater_than(0));
   v.field("scale_output_init", c.scale_output_init, "o_proj/down_proj start at init_std / sqrt(2 * layers)");
+  v.field("max_position_embeddings", c.max_position_embeddings,
+          "context length in the checkpoints' config.json (run.init_from's value when it has one)", at_least(1));
 }
 
 template <class V>
@@ -80,8 +91,6 @@ void visit(ParallelConfig& c, V& v) {
 }
 
 template <class V>
-  v.field("max_position_embeddings", c.max_position_embeddings,
-          "context length in the checkpoints' config.json (run.init_from's value when it has one)", at_least(1));
 void visit(CompensatorConfig& c, V& v) {
   v.field("enabled", c.enabled, "apply error feedback at the echo sites");
   v.field("eta", c.eta, "compensation strength; 0 = per-call quantization only", in_closed(0, 1));
@@ -136,15 +145,17 @@ template <class V>
 void visit(DataConfig& c, V& v) {
   v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on", non_empty());
   v.field("valid", c.valid, "indexed dataset prefix to evaluate on");
-  v.field("seq_len", c.seq_len, "tokens per sequence", at_least(1));
+  v.field("seq_len", c.seq_len, "tokens per sequence", between(1, 1 << 20, "far above any training context"));
   v.field("eos_id", c.eos_id, "end-of-document token packed between documents (Qwen3 <|endoftext|>)", at_least(0));
 }
 
 template <class V>
 void visit(TrainConfig& c, V& v) {
   v.field("steps", c.steps, "optimizer steps", at_least(1));
-  v.field("micro_batch", c.micro_batch, "sequences per rank per forward/backward", at_least(1));
-  v.field("global_batch", c.global_batch, "sequences per step; a multiple of micro_batch x dp", at_least(1));
+  v.field("micro_batch", c.micro_batch, "sequences per rank per forward/backward",
+          between(1, 1 << 16, "micro_batch x dp must fit an int"));
+  v.field("global_batch", c.global_batch, "sequences per step; a multiple of micro_batch x dp",
+          between(1, 1 << 24, "far above any published batch"));
   v.field("eval_interval", c.eval_interval, "steps between evaluations; 0 = never", at_least(0));
   v.field("eval_batches", c.eval_batches, "micro-batches per evaluation", at_least(1));
   v.field("checkpoint_interval", c.checkpoint_interval, "steps between checkpoints; 0 = never", at_least(0));

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/json_guard.h"
 
 namespace echo::train {
 
@@ -93,6 +94,11 @@ StDtype parse_st_dtype(std::string_view name) {
 std::string format_shape(std::span<const int64_t> shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 int64_t StTensorInfo::numel() const {
+  // NOTE: a zero anywhere makes the tensor empty; checking it first keeps a shape such as
+  // [2^62, 2, 0] from overflowing int64 on the way. The reader refuses shapes whose non-zero
+  // dimensions multiply past int64, so the product below cannot overflow for a file it opened.
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
@@ -104,43 +110,52 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   try {
     file_ = data::MappedFile::open(path);
   } catch (const Error& e) {
-    ECHO_FAIL("cannot open safetensors file '{}': {}", path, e.message());
+    ECHO_INPUT_FAIL("cannot open safetensors file '{}': {}", path, e.message());
   }
   const uint64_t file_size = file_.size();
-  ECHO_CHECK(file_size >= 8, "safetensors file '{}' is {} bytes, too short for the 8-byte header length", path,
-             file_size);
+  ECHO_INPUT_CHECK(file_size >= 8, "safetensors file '{}' is {} bytes, too short for the 8-byte header length", path,
+                   file_size);
   // NOTE: no cleanup on the error paths below: file_ is a member and unmaps itself.
   const auto* map = reinterpret_cast<const std::byte*>(file_.data());
   uint64_t header_len = 0;
   std::memcpy(&header_len, map, 8);
-  ECHO_CHECK(header_len <= file_size - 8,
-             "safetensors file '{}': header length {} exceeds the {} bytes that follow it (truncated, or not a "
-             "safetensors file)",
-             path, header_len, file_size - 8);
-  ECHO_CHECK(header_len <= kMaxHeaderBytes, "safetensors file '{}': header length {} exceeds the limit of {} bytes",
-             path, header_len, kMaxHeaderBytes);
+  ECHO_INPUT_CHECK(header_len <= file_size - 8,
+                   "safetensors file '{}': header length {} exceeds the {} bytes that follow it (truncated, or not a "
+                   "safetensors file)",
+                   path, header_len, file_size - 8);
+  ECHO_INPUT_CHECK(header_len <= kMaxHeaderBytes,
+                   "safetensors file '{}': header length {} exceeds the limit of {} bytes", path, header_len,
+                   kMaxHeaderBytes);
   const char* header = reinterpret_cast<const char*>(map + 8);
   data_begin_ = 8 + header_len;
   const uint64_t data_size = file_size - 8 - header_len;
 
+  // Refused before the DOM is built (a real header nests 3 levels): copying or printing a deeply
+  // nested DOM recurses once per level and overflows the stack.
+  const std::size_t too_deep = json_depth_excess(std::string_view(header, header_len));
+  ECHO_INPUT_CHECK(too_deep == std::string_view::npos,
+                   "safetensors file '{}': the header nests arrays/objects more than {} deep (at header byte {})", path,
+                   kMaxJsonDepth, too_deep);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(header, header + header_len);
   } catch (const nlohmann::json::exception& e) {
-    ECHO_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
+    ECHO_INPUT_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
   }
-  ECHO_CHECK(j.is_object(), "safetensors file '{}': the header is not a JSON object", path);
+  ECHO_INPUT_CHECK(j.is_object(), "safetensors file '{}': the header is not a JSON object", path);
 
   for (const auto& [key, value] : j.items()) {
     if (key == kMetadataKey) {
-      ECHO_CHECK(value.is_object(), "safetensors file '{}': '__metadata__' is not an object", path);
+      ECHO_INPUT_CHECK(value.is_object(), "safetensors file '{}': '__metadata__' is not an object", path);
       for (const auto& [mk, mv] : value.items()) {
-        ECHO_CHECK(mv.is_string(), "safetensors file '{}': '__metadata__' entry '{}' is not a string", path, mk);
+        ECHO_INPUT_CHECK(mv.is_string(), "safetensors file '{}': '__metadata__' entry '{}' is not a string", path, mk);
         metadata_[mk] = mv.get<std::string>();
       }
       continue;
     }
-    auto bad = [&](const std::string& what) { ECHO_FAIL("safetensors file '{}': tensor '{}': {}", path, key, what); };
+    auto bad = [&](const std::string& what) {
+      ECHO_INPUT_FAIL("safetensors file '{}': tensor '{}': {}", path, key, what);
+    };
     if (!value.is_object()) bad("the entry is not an object");
     if (!value.contains("dtype") || !value["dtype"].is_string()) bad("missing or non-string 'dtype'");
     if (!value.contains("shape") || !value["shape"].is_array()) bad("missing or non-array 'shape'");
@@ -153,17 +168,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     } catch (const Error& e) {
       bad(e.message());
     }
-    uint64_t numel = 1;
+    // numel, and the product of the non-zero dimensions, which must fit int64 for numel() to
+    // be computable (a zero dimension does not excuse [2^62, 2, 0]: numel() multiplies in int64).
+    uint64_t numel = 1, nonzero = 1;
+    constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    const std::string shape_text = json_excerpt(value["shape"]);
     for (const auto& d : value["shape"]) {
-      if (!d.is_number_unsigned()) bad(fmt::format("shape {} must hold non-negative integers", value["shape"].dump()));
+      if (!d.is_number_unsigned()) bad(fmt::format("shape {} must hold non-negative integers", shape_text));
       const uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || !checked_mul(numel, dim, numel))
-        bad(fmt::format("shape {} overflows", value["shape"].dump()));
+      if (dim != 0 && (!checked_mul(nonzero, dim, nonzero) || nonzero > kInt64Max))
+        bad(fmt::format("shape {} overflows: its dimensions multiply past 2^63", shape_text));
+      numel *= dim;  // <= nonzero, or 0
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     const auto& off = value["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      bad(fmt::format("data_offsets {} must be non-negative integers", off.dump()));
+      bad(fmt::format("data_offsets {} must be non-negative integers", json_excerpt(off)));
     t.begin = off[0].get<uint64_t>();
     t.end = off[1].get<uint64_t>();
     if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] run backwards", t.begin, t.end));
@@ -183,9 +203,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const StTensorInfo* prev = nullptr;  // the non-empty tensor reaching furthest so far
   for (const auto& t : tensors_) {
     if (t.begin == t.end) continue;
-    ECHO_CHECK(prev == nullptr || t.begin >= prev->end,
-               "safetensors file '{}': tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap", path,
-               prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0, t.name, t.begin, t.end);
+    ECHO_INPUT_CHECK(prev == nullptr || t.begin >= prev->end,
+                     "safetensors file '{}': tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap", path,
+                     prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0, t.name, t.begin, t.end);
     prev = &t;
   }
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
@@ -199,7 +219,7 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
   const auto it = index_.find(name);
-  ECHO_CHECK(it != index_.end(), "safetensors file '{}' has no tensor '{}'", path_, name);
+  ECHO_INPUT_CHECK(it != index_.end(), "safetensors file '{}' has no tensor '{}'", path_, name);
   return tensors_[it->second];
 }
 
@@ -217,7 +237,9 @@ void SafetensorsFile::read_f32(const std::string& name, int64_t offset, std::spa
   const std::byte* src = data() + t.begin + static_cast<uint64_t>(offset) * st_dtype_size(t.dtype);
   switch (t.dtype) {
     case StDtype::f32:
-      std::memcpy(out.data(), src, out.size() * sizeof(float));  // NOTE: offsets need not be 4-aligned
+      // NOTE: offsets need not be 4-aligned; an empty `out` may have a null data(), which memcpy
+      // must not see even for 0 bytes.
+      if (!out.empty()) std::memcpy(out.data(), src, out.size() * sizeof(float));
       return;
     case StDtype::bf16:
     case StDtype::f16: {
@@ -237,8 +259,9 @@ void SafetensorsFile::read_f32(const std::string& name, int64_t offset, std::spa
       }
       return;
     default:
-      ECHO_FAIL("safetensors file '{}': tensor '{}' is {}, which does not convert to F32 (F32, BF16, F16, F64 do)",
-                path_, name, st_dtype_name(t.dtype));
+      ECHO_INPUT_FAIL(
+          "safetensors file '{}': tensor '{}' is {}, which does not convert to F32 (F32, BF16, F16, F64 do)", path_,
+          name, st_dtype_name(t.dtype));
   }
 }
 

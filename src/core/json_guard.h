@@ -1,0 +1,74 @@
+// Guards for JSON from untrusted files (safetensors headers, tokenizer.json): a nesting-depth
+// bound checked on the raw bytes before a DOM is built, and a bounded excerpt of a value for
+// error messages. Why: nlohmann's parser is iterative, but copying a value and dump() recurse
+// once per nesting level, so a file nested 100,000 deep overflows the stack (SIGSEGV) the first
+// time the DOM is copied or printed; and a whole value dumped into a message can be megabytes.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace echo {
+
+// serde_json's default recursion limit: any file the Rust tokenizers / safetensors libraries
+// load nests no deeper, and recursion this deep is harmless.
+inline constexpr int kMaxJsonDepth = 128;
+
+// The byte offset of the first '[' or '{' that opens nesting level limit + 1 (strings and their
+// escapes skipped), or npos when the text never nests deeper than `limit`. A cheap scan; text
+// that is not valid JSON is left for the parser to reject.
+inline std::size_t json_depth_excess(std::string_view text, int limit = kMaxJsonDepth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if (c == ']' || c == '}') {
+      if (depth > 0) --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// `value` as compact JSON, cut to about `max_chars` characters ("..." marks a cut): safe for a
+// value of any size (its depth already bounded by json_depth_excess).
+template <class Json>
+std::string json_excerpt(const Json& value, std::size_t max_chars = 80) {
+  std::string out;
+  if (value.is_array() || value.is_object()) {
+    // Element by element, so a huge array is never printed whole.
+    const bool array = value.is_array();
+    out += array ? '[' : '{';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (out.size() > max_chars) {
+        out += ", ...";
+        break;
+      }
+      if (!first) out += ", ";
+      first = false;
+      if (!array) out += nlohmann::json(it.key()).dump() + ": ";
+      out += json_excerpt(*it, max_chars > out.size() ? max_chars - out.size() : 8);
+    }
+    out += array ? ']' : '}';
+    return out;
+  }
+  out = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
+  return out;
+}
+
+}  // namespace echo
