@@ -62,7 +62,7 @@ struct Row {
 std::unique_ptr<comm::AllReduce> make_impl(const Options& o, const dist::Communicator& c) {
   if (o.impl == "exact") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::bf16);
   if (o.impl == "exact_fp32") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::fp32);
-  ECHO_CHECK(o.impl == "echo", "--impl '{}' is not one of exact, exact_fp32, echo", o.impl);
+  ECHO_INPUT_CHECK(o.impl == "echo", "--impl '{}' is not one of exact, exact_fp32, echo", o.impl);
   comm::EchoOptions e;
   e.quant = {config::parse<QuantPolicy>(o.quantizer), o.bits, o.group_size};
   e.compensate = o.compensate;
@@ -171,7 +171,7 @@ void print_row(int P, const Row& r) {
 void check_memory(const std::vector<size_t>& sizes, const dist::Communicator& world) {
   size_t largest = 0;
   for (size_t bytes : sizes) {
-    ECHO_CHECK(bytes >= 2, "size {} is smaller than one 16-bit value", bytes);
+    ECHO_INPUT_CHECK(bytes >= 2, "size {} is smaller than one 16-bit value", bytes);
     largest = std::max(largest, bytes);
   }
   MPI_Comm node = MPI_COMM_NULL;
@@ -181,7 +181,7 @@ void check_memory(const std::vector<size_t>& sizes, const dist::Communicator& wo
   MPI_Comm_free(&node);
   const size_t need = largest * kHostBytesPerMessageByte * static_cast<size_t>(ranks_here);
   const size_t avail = available_memory_bytes();
-  ECHO_CHECK(avail == 0 || need <= avail,
+  ECHO_INPUT_CHECK(avail == 0 || need <= avail,
              "size {} needs about {:.1f} GiB of host memory ({} ranks on this host x {} bytes per message byte), "
              "but only {:.1f} GiB is available; use smaller --sizes",
              format_size(largest), static_cast<double>(need) / (1 << 30), ranks_here, kHostBytesPerMessageByte,
@@ -212,9 +212,9 @@ int bench_main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
-  ECHO_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size", o.iters);
-  ECHO_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
-  ECHO_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
+  ECHO_INPUT_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size", o.iters);
+  ECHO_INPUT_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
+  ECHO_INPUT_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
 
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
@@ -226,7 +226,7 @@ int bench_main(int argc, char** argv) {
   std::ofstream json;
   if (world.rank() == 0 && !o.json.empty()) {
     json.open(o.json);
-    ECHO_CHECK(json.good(), "cannot write --json file '{}'", o.json);
+    ECHO_INPUT_CHECK(json.good(), "cannot write --json file '{}'", o.json);
   }
   if (world.rank() == 0) print_header(o, world.size(), machine);
   for (size_t bytes : sizes) {

@@ -45,10 +45,10 @@ int bench_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
-  ECHO_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
-  ECHO_CHECK(seq >= 1, "--seq must be at least 1 (got {})", seq);
-  ECHO_CHECK(iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed step", iters);
-  ECHO_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
+  ECHO_INPUT_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
+  ECHO_INPUT_CHECK(seq >= 1, "--seq must be at least 1 (got {})", seq);
+  ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed step", iters);
+  ECHO_INPUT_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
   const bench::MachineInfo machine = bench::describe_machine();
 
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
@@ -87,7 +87,7 @@ int bench_main(int argc, char** argv) {
                 stats.p90_us / 1e3, tokens_per_s);
     if (!json_path.empty()) {
       std::ofstream f(json_path);
-      ECHO_CHECK(f.good(), "cannot write --json file '{}'", json_path);
+      ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", json_path);
       const nlohmann::json out = {{"layers", shape.layers},     {"hidden", shape.hidden},
                                   {"ffn", shape.ffn},           {"heads", shape.heads},
                                   {"kv_heads", shape.kv_heads}, {"head_dim", shape.head_dim},

@@ -53,11 +53,11 @@ std::variant<Options, int> parse(int argc, char** argv) {
   const std::string& t = o.mib_text;
   const bool digits_only = !t.empty() && t.size() <= 6 && t.find_first_not_of("0123456789") == std::string::npos;
   o.mib = digits_only ? std::stoull(t) : 0;
-  ECHO_CHECK(o.mib >= 1 && o.mib <= kMaxMib, "--mib must be a whole number of MiB from 1 to {} (got '{}')", kMaxMib, t);
-  ECHO_CHECK(o.runs >= 1, "--runs must be at least 1 (got {})", o.runs);
+  ECHO_INPUT_CHECK(o.mib >= 1 && o.mib <= kMaxMib, "--mib must be a whole number of MiB from 1 to {} (got '{}')", kMaxMib, t);
+  ECHO_INPUT_CHECK(o.runs >= 1, "--runs must be at least 1 (got {})", o.runs);
   const size_t avail = echo::bench::available_memory_bytes();
   const size_t need = 3 * o.mib * (size_t{1} << 20);  // x, acc and (at most) 8-bit codes with parameters
-  ECHO_CHECK(avail == 0 || need <= avail, "--mib {} needs about {:.1f} GiB but only {:.1f} GiB is available", o.mib,
+  ECHO_INPUT_CHECK(avail == 0 || need <= avail, "--mib {} needs about {:.1f} GiB but only {:.1f} GiB is available", o.mib,
              static_cast<double>(need) / (1 << 30), static_cast<double>(avail) / (1 << 30));
   return o;
 }
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     }
     if (!opt.json.empty()) {
       std::ofstream f(opt.json);
-      ECHO_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
+      ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
       f << nlohmann::json{{"machine", echo::bench::to_json(machine)}, {"results", rows}}.dump(2) << "\n";
     }
     return 0;

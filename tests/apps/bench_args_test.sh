@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark programs as a user runs them: bad arguments end the program with a non-zero exit
-# and a message in words naming the argument (no C++ library message, no hang, no allocation
-# until memory runs out); good runs print the machine in their header and JSON.
+# and a message in words naming the argument (no C++ library message, no source location, no
+# hang, no allocation until memory runs out); good runs print the machine in their header and JSON.
 #   bench_args_test.sh BUILD_DIR MPIRUN [mpirun flags...]
 set -uo pipefail
 build=$1; shift
@@ -23,6 +23,8 @@ refused() {
   elif [[ $out != *"$message"* ]]; then bad "$name: missing message '$message'" "$out"
   elif [[ $out == *"terminate called"* || $out == *"std::"* || $out == *"Could not convert"* ]]; then
     bad "$name: a library message reached the user" "$out"
+  elif [[ $out == *"[check '"* || $out == *"[at /"* ]]; then
+    bad "$name: a user error carries a source location (use ECHO_INPUT_CHECK)" "$out"
   else ok "$name (exit $rc)"; fi
 }
 

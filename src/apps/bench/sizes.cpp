@@ -13,33 +13,33 @@ size_t parse_size(const std::string& text, size_t max_bytes, const std::string& 
   // run of digits is a size here.
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  ECHO_CHECK(!text.empty() && text[0] != '-', "size '{}' must be positive", text);
-  ECHO_CHECK(digits > 0, "'{}' is not a size (expected a number with an optional K, M or G suffix, e.g. 256M)", text);
+  ECHO_INPUT_CHECK(!text.empty() && text[0] != '-', "size '{}' must be positive", text);
+  ECHO_INPUT_CHECK(digits > 0, "'{}' is not a size (expected a number with an optional K, M or G suffix, e.g. 256M)", text);
   const std::string suffix = text.substr(digits);
   size_t mult = 1;
   if (suffix == "K" || suffix == "k") mult = size_t{1} << 10;
   else if (suffix == "M" || suffix == "m") mult = size_t{1} << 20;
   else if (suffix == "G" || suffix == "g") mult = size_t{1} << 30;
-  else ECHO_CHECK(suffix.empty(), "'{}' has an unknown size suffix '{}' (use K, M or G)", text, suffix);
+  else ECHO_INPUT_CHECK(suffix.empty(), "'{}' has an unknown size suffix '{}' (use K, M or G)", text, suffix);
   const std::string number = text.substr(0, digits);
   // Beyond 20 digits the value cannot fit in 64 bits; compare digit strings before converting.
   const bool fits = number.size() < 20 || (number.size() == 20 && number <= "18446744073709551615");
   const unsigned long long value = fits ? std::stoull(number) : std::numeric_limits<unsigned long long>::max();
-  ECHO_CHECK(value > 0, "size '{}' must be positive", text);
-  ECHO_CHECK(fits && value <= max_bytes / mult, "size '{}' exceeds {}, {} bytes ({})", text, max_name, max_bytes,
+  ECHO_INPUT_CHECK(value > 0, "size '{}' must be positive", text);
+  ECHO_INPUT_CHECK(fits && value <= max_bytes / mult, "size '{}' exceeds {}, {} bytes ({})", text, max_name, max_bytes,
              format_size(max_bytes));
   return static_cast<size_t>(value) * mult;
 }
 
 std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor, size_t max_bytes,
                                 const std::string& max_name) {
-  ECHO_CHECK(step_factor >= 2, "the size step factor must be >= 2, got {}", step_factor);
+  ECHO_INPUT_CHECK(step_factor >= 2, "the size step factor must be >= 2, got {}", step_factor);
   std::vector<size_t> sizes;
   const auto range = spec.find("..");
   if (range != std::string::npos) {
     const size_t lo = parse_size(spec.substr(0, range), max_bytes, max_name);
     const size_t hi = parse_size(spec.substr(range + 2), max_bytes, max_name);
-    ECHO_CHECK(lo <= hi, "size range '{}' runs backwards", spec);
+    ECHO_INPUT_CHECK(lo <= hi, "size range '{}' runs backwards", spec);
     // Stop before s * step_factor could wrap around (hi <= max_bytes keeps the list short).
     for (size_t s = lo;; s *= step_factor) {
       sizes.push_back(s);
