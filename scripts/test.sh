@@ -6,21 +6,31 @@
 #   bash scripts/test.sh --sanitize [ctest args]   # build-asan/: ASan + UBSan, CUDA off
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SANITIZE=0
 if [[ ${1:-} == --sanitize ]]; then
   shift
+  SANITIZE=1
   # The whole suite built with -fsanitize=address,undefined (CMake option ECHO_SANITIZE; CUDA
-  # off: device code does not run under ASan). Any sanitizer report fails its test.
+  # off: device code does not run under ASan). Any sanitizer report fails its test: UBSan
+  # halts, and abort_on_error makes mpirun end the whole job at once.
   export ECHO_CUDA=OFF ECHO_BUILD_DIR=${ECHO_BUILD_DIR:-build-asan} CMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo}
   export ECHO_CMAKE_ARGS="-DECHO_SANITIZE=ON"
-  # abort_on_error: a finding kills the process with SIGABRT, so mpirun ends the whole job at
-  # once. Leak checking stays on; scripts/lsan.supp lists the leaks Open MPI itself leaves.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_suppressions=0}
 fi
 bash scripts/setup.sh
 bash scripts/get_data.sh
 # The Qwen3 tokenizer test must not skip once get_data.sh has run.
 export ECHO_REQUIRE_TOKENIZER=1
 cd "${ECHO_BUILD_DIR:-build}"
+if ((SANITIZE)); then
+  # Leak checking on, except for the tests under mpirun (label mpi): Open MPI keeps allocations
+  # for the process's lifetime in components it dlopens and unloads again in MPI_Finalize, so
+  # LeakSanitizer reports them from "<unknown module>", which no suppression can name.
+  status=0
+  ctest --output-on-failure -j"${ECHO_TEST_JOBS:-2}" -LE mpi "$@" || status=$?
+  ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest --output-on-failure -j"${ECHO_TEST_JOBS:-2}" -L mpi "$@" ||
+    status=$?
+  exit "$status"
+fi
 ctest --output-on-failure -j"${ECHO_TEST_JOBS:-2}" "$@"
