@@ -1,5 +1,5 @@
 // How a tensor of n elements is cut into P owner segments for the two-phase all-reduce
-// (ARCHITECTURE.md §5, QAR): boundaries on multiples of the group size, segment j owned by
+// (docs/design.md §7, QAR): boundaries on multiples of the group size, segment j owned by
 // rank j, the last segments short or empty when n is small. Any n >= 0 and P >= 1 work.
 #pragma once
 

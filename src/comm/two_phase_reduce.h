@@ -1,4 +1,4 @@
-// The two-phase all-reduce every implementation shares (ARCHITECTURE.md §5, QAR; Echo paper
+// The two-phase all-reduce every implementation shares (docs/design.md §7, QAR; Echo paper
 // Sec. 4.1): segment j of the tensor is owned by rank j. Each rank encodes the P-1 segments
 // it does not own and sends each to its owner (all-to-all); the owner adds the P-1 decoded
 // copies, in rank order, to its own segment in fp32; it encodes the sum once; an all-gather

@@ -2,7 +2,7 @@
 // Random123 reference constants) as ECHO_HD functions, plus the uniform-float and 7-bit S3R
 // threshold helpers. Counter-based: the same (counter, key) gives the same numbers on the
 // host and in a kernel, in any order, which is what makes S3R thresholds reproducible under
-// any TP/DP factorization (ARCHITECTURE.md §6).
+// any TP/DP factorization (docs/design.md §11).
 #pragma once
 
 #include "core/hd.h"

@@ -1,4 +1,4 @@
-// The training data loader (ARCHITECTURE.md §3, §7): packs the documents of an indexed dataset
+// The training data loader (docs/design.md §3, §12): packs the documents of an indexed dataset
 // into fixed-length samples, orders them by a seeded per-epoch permutation and hands each DP rank
 // its disjoint share of every global batch (every TP rank of a DP group gets the same batch).
 //

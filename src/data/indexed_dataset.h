@@ -1,4 +1,4 @@
-// Megatron-LM indexed datasets (ARCHITECTURE.md §7): prefix.idx (MMIDIDX index, layout in
+// Megatron-LM indexed datasets (docs/design.md §14): prefix.idx (MMIDIDX index, layout in
 // data/mmidx_format.h) + prefix.bin (the tokens). The writer makes int32 datasets, one sequence
 // per document; the reader memory-maps int32 and uint16 datasets written by echo or Megatron.
 #pragma once

@@ -1,5 +1,5 @@
 // check_token_range: the start-up scan that every token id of a dataset lies in [0, vocab_size)
-// (ARCHITECTURE.md §4: an id >= vocab_size in data is an error, never a silent embedding read).
+// (docs/design.md §5: an id >= vocab_size in data is an error, never a silent embedding read).
 #include <algorithm>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// The parallel layout (ARCHITECTURE.md §3): world = dp × tp, tp_rank = rank % tp,
+// The parallel layout (docs/design.md §3): world = dp × tp, tp_rank = rank % tp,
 // dp_rank = rank / tp, so a TP group is contiguous ranks (one node). World holds the
 // TP and DP communicators built from that mapping.
 #pragma once

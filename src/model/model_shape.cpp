@@ -1,4 +1,4 @@
-// ModelConfig + TP layout -> ModelShape, with the divisibility checks of ARCHITECTURE.md §3.
+// ModelConfig + TP layout -> ModelShape, with the divisibility checks of docs/design.md §3.
 #include "model/model_shape.h"
 
 #include "core/error.h"

@@ -1,4 +1,4 @@
-// Qwen3 decoder (ARCHITECTURE.md §4) on the CPU backend with Megatron tensor parallelism:
+// Qwen3 decoder (docs/design.md §5) on the CPU backend with Megatron tensor parallelism:
 // pre-norm blocks h += Attn(RMSNorm(h)); h += MLP(RMSNorm(h)); final RMSNorm; LM head;
 // vocab-parallel cross-entropy. Forward keeps the activations backward needs and backward
 // frees them. Every TP collective goes through TpOps; sites are numbered in visiting order
@@ -50,7 +50,7 @@ class Qwen3Model {
   // The final hidden state (after the last block, before the final norm) of the last forward.
   const std::vector<T>& final_hidden() const { return final_hidden_; }
 
-  // The block projections (q, k, v, o, gate, up, down) in INT8 with S3R-EC (ARCHITECTURE.md §6)
+  // The block projections (q, k, v, o, gate, up, down) in INT8 with S3R-EC (docs/design.md §11)
   // instead of fp32; the embedding and the LM head stay in full precision, as in the paper.
   // `projections` names the ones that run in int8 (linear.projections; empty = all seven).
   // fp32 models only.

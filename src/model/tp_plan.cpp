@@ -53,7 +53,7 @@ Qwen3Plan make_qwen3_plan(const ModelShape& s) {
   };
   const int64_t H = s.hidden, D = s.head_dim;
   plan.embed = add("model.embed_tokens.weight", {s.vocab, H}, ShardKind::vocab, InitKind::normal);
-  plan.params[plan.embed].weight_decay = false;  // embeddings do not decay (ARCHITECTURE.md §7)
+  plan.params[plan.embed].weight_decay = false;  // embeddings do not decay (docs/design.md §12)
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     LayerParamIndex li;

@@ -1,4 +1,4 @@
-// S3R-EC (S3R paper §III-D, ARCHITECTURE.md §6): the structured part of the known rounding error
+// S3R-EC (S3R paper §III-D, docs/design.md §11): the structured part of the known rounding error
 // E = ΔQ − G', per example b (seq_len consecutive tokens): E^str_b = r·1^T + 1·c_b^T − m_b·1·1^T,
 // the orthogonal projection of E_b onto row-constant plus column-constant matrices, and its
 // effect on the two backward products, subtracted after the unchanged int8 GEMMs.

@@ -1,11 +1,11 @@
-// The linear layer of `linear.mode` (ARCHITECTURE.md §6) on the CPU, in the Hugging Face
+// The linear layer of `linear.mode` (docs/design.md §11) on the CPU, in the Hugging Face
 // orientation the model uses: Y (rows, out) = X (rows, in) · W^T, W (out, in).
 //   bf16: plain fp32 GEMMs through cpu::gemm (the baseline; bf16 on the GPU).
 //   int8: forward RTNE per-token / per-output-channel; backward G' = diag(s_x)·G·diag(s_w),
 //         Δ = max|G'|/127, Q = codes of G'/Δ (rtne | sr_independent | s3r), computed once for
 //         dX = diag(s_x)^-1·(Δ·Q·Ŵ) and dW = diag(s_w)^-1·(Δ·Q^T·X̂); S3R-EC subtracts the
 //         structured error from dX (dx_only, two_way) and dW (two_way).
-// NOTE: §6 writes W as (in, out); in our orientation s_w scales the ROWS of W and dW (output
+// NOTE: the S3R paper writes W as (in, out); in our orientation s_w scales the ROWS of W and dW (output
 // channels), so dW's rescaling is on the left: diag(s_w)^-1 · (Q^T·X̂).
 #pragma once
 
@@ -32,7 +32,7 @@ struct Int8LinearConfig {
   ThresholdSharing sharing() const;
 };
 
-// How a shard's scales and error means become the whole layer's (Megatron TP, §3).
+// How a shard's scales and error means become the whole layer's (Megatron TP, docs/design.md §3).
 //   none:   the call holds the whole layer (tp = 1), or shard-local scales are wanted.
 //   column: X replicated, W's rows (output channels) sharded: Δ is max-reduced and the EC row
 //           sums are sum-reduced over TP; set channel_offset = tp_rank * out.

@@ -1,4 +1,4 @@
-// INT8 / S3R arithmetic shared by the CPU reference and the CUDA kernels (ARCHITECTURE.md §6,
+// INT8 / S3R arithmetic shared by the CPU reference and the CUDA kernels (docs/design.md §11,
 // S3R paper §III): RTNE int8 quantization with a scale, the stochastic rounding rule
 // q = floor(v + R), and where each 7-bit threshold R comes from in the Philox stream.
 //

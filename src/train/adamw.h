@@ -1,4 +1,4 @@
-// AdamW with fp32 master weights, gradients and moments (ARCHITECTURE.md §7). Weight decay
+// AdamW with fp32 master weights, gradients and moments (docs/design.md §12). Weight decay
 // applies to the parameters whose spec says so (matrices; not norms, not embeddings).
 #pragma once
 

@@ -168,11 +168,17 @@ double Trainer::train_step(int64_t step, bool telemetry) {
 
 double Trainer::evaluate() {
   if (!valid_loader_) return NAN;
+  // NOTE: the validation set is eval_batches global batches, split over DP ranks and
+  // micro-batches exactly like a training step, so val_loss is the same number at every tp/dp
+  // layout (it once read eval_batches micro-batches per DP rank: a set that grew with dp).
   const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
+  const int batches = cfg_.train.eval_batches * num_micro_;
   double loss = 0;
   for (int b = 0; b < cfg_.train.eval_batches; ++b) {
-    valid_loader_->micro_batch(static_cast<uint64_t>(b), 0, static_cast<int>(mb), 1, tokens_, targets_);
-    loss += model_->forward({tokens_.data(), targets_.data(), mb, seq}, false) / cfg_.train.eval_batches;
+    for (int micro = 0; micro < num_micro_; ++micro) {
+      valid_loader_->micro_batch(static_cast<uint64_t>(b), micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
+      loss += model_->forward({tokens_.data(), targets_.data(), mb, seq}, false) / batches;
+    }
   }
   return mean_over(world_.dp, loss);
 }

@@ -1,4 +1,4 @@
-// The training loop (ARCHITECTURE.md §7): data -> micro-batches -> forward/backward with the
+// The training loop (docs/design.md §12): data -> micro-batches -> forward/backward with the
 // configured TP all-reduce -> DP average -> global-norm clip -> AdamW -> metrics, eval and
 // checkpoints, resumable bit for bit, stoppable by SIGTERM/SIGINT.
 #pragma once

@@ -1,4 +1,4 @@
-// The group quantizer on the CPU (ARCHITECTURE.md §5): hand-worked codes per policy, the error
+// The group quantizer on the CPU (docs/design.md §6): hand-worked codes per policy, the error
 // bound on random data, the special groups (zero, constant, poisoned), packing and the wire size.
 // The CPU functions run the same ECHO_HD arithmetic as the CUDA kernels.
 #include "comm/echo/quantizer.h"
@@ -328,7 +328,7 @@ TEST(QuantizerSpecial, ConstantGroupWithinFp16Rounding) {
   for (QuantPolicy policy : {kSym, kNaive, kZeroAware}) {
     for (int bits : {4, 8}) {
       // Constants whose scale is a normal fp16 value (|c| / 255 >= 2^-14); below, the scale's own
-      // subnormal rounding dominates (the backward rescaling of §5.4 keeps gradients out of that range).
+      // subnormal rounding dominates (the backward rescaling, docs/design.md §9, keeps gradients out of that range).
       for (float c : {3.7f, -3.7f, 1234.5f, -1234.5f, 0.0234f, -0.0234f, 1.0f, -1.0f, 7e3f, -7e3f}) {
         for (size_t n : {size_t{1}, size_t{5}, size_t{32}}) {
           const QuantSpec spec = spec_of(policy, bits, 32);

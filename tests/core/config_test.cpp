@@ -1,4 +1,4 @@
-// Tests of the config module: §8 defaults, parsing, every kind of error message (file, line,
+// Tests of the config module: the defaults of docs/design.md §13, parsing, every kind of error message (file, line,
 // key, value), --set overrides, the effective-config round trip and configs/default.yaml.
 #include "core/config/config.h"
 
@@ -147,7 +147,7 @@ TEST(ConfigDefaults, AreValidForThePaperLayout) {
 }
 
 TEST(ConfigKeys, KeepEveryNameOfTheContract) {
-  // §8 says the key names are the contract with scripts and sweeps: none may be renamed.
+  // docs/design.md §13 says the key names are the contract with scripts and sweeps: none may be renamed.
   const std::vector<std::string> keys = known_keys();
   for (const char* key : {"run.seed",
                           "run.device",

@@ -172,7 +172,7 @@ TEST_F(DataLoaderTest, DpRanksAreDisjointAndCoverTheGlobalBatch) {
 }
 
 TEST_F(DataLoaderTest, TpRanksOfADpGroupGetTheSameBatch) {
-  // World 4 = dp 2 x tp 2 (ARCHITECTURE.md §3): dp_rank = rank / tp.
+  // World 4 = dp 2 x tp 2 (docs/design.md §3): dp_rank = rank / tp.
   constexpr int kTp = 2, kWorld = 4;
   std::vector<std::vector<int32_t>> batch(kWorld);
   for (int rank = 0; rank < kWorld; ++rank) {

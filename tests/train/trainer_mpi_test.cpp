@@ -161,13 +161,12 @@ TEST(Trainer, ResumesAtADifferentTp) {
     const auto a = metric_lines(dir + "/run"), b = metric_lines(dir + "/ref"), c = metric_lines(dir + "/tp1");
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(a.front(), b.front()) << "the first half ran at the same tp";
-    // tp = 1 and tp = 2 from scratch: the same training loss and gradient norm, step by step.
-    // (Not val_loss: evaluate() reads eval_batches x micro_batch samples per DP rank, so its
-    // sample set grows with dp.)
+    // tp = 1 and tp = 2 from scratch: the same training loss, gradient norm and validation loss
+    // (over the same eval_batches global batches at every dp), step by step.
     ASSERT_EQ(c.size(), b.size());
     for (size_t i = 0; i < b.size(); ++i) {
       const auto jb = nlohmann::json::parse(b[i]), jc = nlohmann::json::parse(c[i]);
-      for (const char* key : {"loss", "grad_norm"}) {
+      for (const char* key : {"loss", "grad_norm", "val_loss"}) {
         if (!jb.contains(key)) continue;
         const double vb = jb[key], vc = jc.at(key);
         EXPECT_NEAR(vc, vb, 1e-4 * std::max(1.0, std::fabs(vb))) << key << " at line " << i << ": " << c[i];

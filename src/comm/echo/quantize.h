@@ -1,4 +1,4 @@
-// Host entry points of the group quantizer (ARCHITECTURE.md §5). The arithmetic itself lives
+// Host entry points of the group quantizer (docs/design.md §6). The arithmetic itself lives
 // in quantizer.h (ECHO_HD) and is shared with kernels/quantize.cu.
 //
 // Wire layout of n values quantized with spec (g = group_size, G = ceil(n / g) groups):

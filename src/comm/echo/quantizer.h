@@ -1,4 +1,4 @@
-// The group quantizer's arithmetic (ARCHITECTURE.md §5, Echo paper Sec. 4.3) as ECHO_HD functions.
+// The group quantizer's arithmetic (docs/design.md §6, Echo paper Sec. 4.3) as ECHO_HD functions.
 // The CPU reference (quantize.cpp) and the CUDA kernels (kernels/quantize.cu) both call these, so
 // the CPU tests check the kernels' own math and both sides write the same bytes.
 //
@@ -31,7 +31,7 @@
 //                the top (bottom) code.
 //   NOTE: the naive map's fractional z is stored in fp16, so for groups far from zero (|z| > 2048)
 //   the stored z is off by up to ulp(z)/2 codes and the extreme values clip by that much. That is
-//   inherent to "z fractional, stored fp16" (§5); groups that straddle zero keep z in (0, 2^b − 1).
+//   inherent to "z fractional, stored fp16" (docs/design.md §6); groups that straddle zero keep z in (0, 2^b − 1).
 //   NOTE: bit-identical CPU/GPU results rest on IEEE fp32 ops in a fixed order: under nvcc every
 //   op goes through __f*_rn intrinsics, which are never contracted into FMAs nor relaxed by
 //   fast-math flags; the host build passes -ffp-contract=off (GCC fuses by default even in ISO
@@ -151,7 +151,7 @@ ECHO_HD RawParams asym_naive_params(float min, float max, int bits) {
   return {s, 0.0f};  // straddles zero with |x| < 2^b · 2^-25: s rounds to 0, a zero-scale group
 }
 
-// The zero-aware blend (ARCHITECTURE.md §5; the paper leaves it open, this is our definition, and
+// The zero-aware blend (docs/design.md §6; the paper leaves it open, this is our definition, and
 // this is its one place). Groups on one side of zero take the naive map. Otherwise, with
 // s_0 = (max − min)/(2^b − 1) and z_f = −min/s_0:
 //   λ  = clamp(min(max, −min) / s_0, 0, 1)     λ = 1 once zero lies a full step inside the range

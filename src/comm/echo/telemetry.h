@@ -1,4 +1,4 @@
-// Communication-error telemetry (ours; ARCHITECTURE.md §5). At each site k of a pass:
+// Communication-error telemetry (ours; docs/design.md §10). At each site k of a pass:
 //   δ_k = -Σ_i u_{k,i}        the error the quantized all-reduce injected   (Eqn. 4)
 //   ρ_k = ŷ_k - Σ_i x_{k,i}    the net error the site adds (δ_k + C_k)      (Eqn. 5)
 //   S_t = Σ_{k≤t} ρ_k          the partial sum Theorem 1 bounds             (Eqn. 6)

@@ -1,4 +1,4 @@
-// The run configuration (ARCHITECTURE.md §8): one plain struct per YAML section, loaded once
+// The run configuration (docs/design.md §13): one plain struct per YAML section, loaded once
 // from a file plus `--set a.b=c` overrides, validated with errors that name the file, the line
 // and the dotted key. Key names are the contract with scripts and sweeps: add keys, rename none.
 #pragma once

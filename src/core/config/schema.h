@@ -101,7 +101,7 @@ void visit(CompensatorConfig& c, V& v) {
 
 template <class V>
 void visit(CommConfig& c, V& v) {
-  v.field("allreduce", c.allreduce, "exact | exact_fp32 | echo | two_collective");
+  v.field("allreduce", c.allreduce, "exact (16-bit bf16 wire, fp32 sum) | exact_fp32 | echo (quantized, Echo) | two_collective");
   v.field("transport", c.transport, "mpi | cuda_ipc | auto: how quantized bytes travel");
   v.field("bits", c.bits, "4 | 8: bits per code", one_of({4, 8}));
   v.field("group_size", c.group_size, "values per quantization group, a power of two", power_of_two(2, 1 << 20));
@@ -117,7 +117,7 @@ void visit(CommConfig& c, V& v) {
 
 template <class V>
 void visit(LinearConfig& c, V& v) {
-  v.field("mode", c.mode, "bf16 | int8: arithmetic of the linear layers");
+  v.field("mode", c.mode, "bf16 | int8: arithmetic of the linear layers (bf16 runs in fp32 on the CPU backend)");
   v.field("backward_rounding", c.backward_rounding, "rtne | sr_independent | s3r: int8 gradient rounding");
   v.field("thresholds", c.thresholds, "per_token | per_example | independent: S3R threshold sharing");
   v.field("ec", c.ec, "none | dx_only | two_way: S3R structured error correction");
@@ -143,8 +143,8 @@ void visit(ScheduleConfig& c, V& v) {
 
 template <class V>
 void visit(DataConfig& c, V& v) {
-  v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on", non_empty());
-  v.field("valid", c.valid, "indexed dataset prefix to evaluate on");
+  v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on; relative to the working directory", non_empty());
+  v.field("valid", c.valid, "indexed dataset prefix to evaluate on; relative to the working directory");
   v.field("seq_len", c.seq_len, "tokens per sequence", between(1, 1 << 20, "far above any training context"));
   v.field("eos_id", c.eos_id, "end-of-document token packed between documents (Qwen3 <|endoftext|>)", at_least(0));
 }
@@ -157,7 +157,7 @@ void visit(TrainConfig& c, V& v) {
   v.field("global_batch", c.global_batch, "sequences per step; a multiple of micro_batch x dp",
           between(1, 1 << 24, "far above any published batch"));
   v.field("eval_interval", c.eval_interval, "steps between evaluations; 0 = never", at_least(0));
-  v.field("eval_batches", c.eval_batches, "micro-batches per evaluation", at_least(1));
+  v.field("eval_batches", c.eval_batches, "global batches per evaluation: the same validation sequences at every tp/dp", at_least(1));
   v.field("checkpoint_interval", c.checkpoint_interval, "steps between checkpoints; 0 = never", at_least(0));
   v.field("keep_checkpoints", c.keep_checkpoints, "most recent checkpoints kept on disk", at_least(1));
   v.field("log_interval", c.log_interval, "steps between metrics lines", at_least(1));

@@ -1,4 +1,4 @@
-// Training checkpoints (ARCHITECTURE.md §7): full, Hugging Face-named fp32 tensors gathered from
+// Training checkpoints (docs/design.md §14): full, Hugging Face-named fp32 tensors gathered from
 // the TP shards, the AdamW moments, and the trainer state, written atomically; loaded into any
 // tp × dp layout. Also the initialisation from a Hugging Face Qwen3 checkpoint.
 //
