@@ -101,7 +101,8 @@ void visit(CompensatorConfig& c, V& v) {
 
 template <class V>
 void visit(CommConfig& c, V& v) {
-  v.field("allreduce", c.allreduce, "exact (16-bit bf16 wire, fp32 sum) | exact_fp32 | echo (quantized, Echo) | two_collective");
+  v.field("allreduce", c.allreduce,
+          "exact (16-bit bf16 wire, fp32 sum) | exact_fp32 | echo (quantized, Echo) | two_collective");
   v.field("transport", c.transport, "mpi | cuda_ipc | auto: how quantized bytes travel");
   v.field("bits", c.bits, "4 | 8: bits per code", one_of({4, 8}));
   v.field("group_size", c.group_size, "values per quantization group, a power of two", power_of_two(2, 1 << 20));
@@ -143,7 +144,8 @@ void visit(ScheduleConfig& c, V& v) {
 
 template <class V>
 void visit(DataConfig& c, V& v) {
-  v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on; relative to the working directory", non_empty());
+  v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on; relative to the working directory",
+          non_empty());
   v.field("valid", c.valid, "indexed dataset prefix to evaluate on; relative to the working directory");
   v.field("seq_len", c.seq_len, "tokens per sequence", between(1, 1 << 20, "far above any training context"));
   v.field("eos_id", c.eos_id, "end-of-document token packed between documents (Qwen3 <|endoftext|>)", at_least(0));
@@ -157,7 +159,8 @@ void visit(TrainConfig& c, V& v) {
   v.field("global_batch", c.global_batch, "sequences per step; a multiple of micro_batch x dp",
           between(1, 1 << 24, "far above any published batch"));
   v.field("eval_interval", c.eval_interval, "steps between evaluations; 0 = never", at_least(0));
-  v.field("eval_batches", c.eval_batches, "global batches per evaluation: the same validation sequences at every tp/dp", at_least(1));
+  v.field("eval_batches", c.eval_batches, "global batches per evaluation: the same validation sequences at every tp/dp",
+          at_least(1));
   v.field("checkpoint_interval", c.checkpoint_interval, "steps between checkpoints; 0 = never", at_least(0));
   v.field("keep_checkpoints", c.keep_checkpoints, "most recent checkpoints kept on disk", at_least(1));
   v.field("log_interval", c.log_interval, "steps between metrics lines", at_least(1));
