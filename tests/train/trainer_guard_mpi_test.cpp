@@ -22,6 +22,7 @@
 #include "train/trainer.h"
 #include "../support/mpi_util.h"
 #include "../support/test_util.h"
+#include "trainer_test_util.h"
 
 namespace echo::train {
 namespace {
@@ -34,27 +35,9 @@ namespace fs = std::filesystem;
 // A scratch directory shared by all ranks with a random dataset over ids 0..62 that contains 62
 // (63 is the EOS).
 std::string scratch_dir(const std::string& tag) {
-  std::string dir;
-  if (world_rank() == 0) {
-    dir = fs::temp_directory_path() / ("echo_guard_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir + "/data");
-    std::mt19937_64 gen(11);
-    data::IndexedDatasetWriter w(dir + "/data/train");
-    for (int d = 0; d < 60; ++d) {
-      std::vector<int32_t> doc(5 + gen() % 40);
-      const int32_t base = static_cast<int32_t>(gen() % 50);
-      for (size_t i = 0; i < doc.size(); ++i) doc[i] = base + static_cast<int32_t>(i % 7);
-      if (d == 17) doc[2] = 62;
-      w.add_document(doc);
-    }
-    w.finalize();
-  }
-  int len = static_cast<int>(dir.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(len);
-  MPI_Bcast(dir.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return dir;
+  return echo::testing::make_scratch_datasets("echo_guard", tag, 11, {"train"}, [](int d, std::vector<int32_t>& doc) {
+    if (d == 17) doc[2] = 62;
+  });
 }
 
 int tp() { return world_size() >= 2 ? 2 : 1; }

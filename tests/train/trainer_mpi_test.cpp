@@ -16,6 +16,7 @@
 #include "train/trainer.h"
 #include "../support/mpi_util.h"
 #include "../support/test_util.h"
+#include "trainer_test_util.h"
 
 namespace echo::train {
 namespace {
@@ -25,32 +26,10 @@ using echo::testing::world_size;
 
 namespace fs = std::filesystem;
 
-// A scratch directory shared by all ranks (named by rank 0, broadcast), with a random
-// dataset of documents over ids 0..62 (63 is EOS).
+// A scratch directory shared by all ranks with random train and valid datasets over ids 0..56
+// (63 is EOS).
 std::string scratch_dir(const std::string& tag) {
-  std::string dir;
-  if (world_rank() == 0) {
-    dir = fs::temp_directory_path() / ("echo_trainer_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir + "/data");
-    std::mt19937_64 gen(42);
-    for (const char* split : {"train", "valid"}) {
-      data::IndexedDatasetWriter w(dir + "/data/" + split);
-      // Documents with structure (a repeating pattern per document) so the loss can fall.
-      for (int d = 0; d < 60; ++d) {
-        std::vector<int32_t> doc(5 + gen() % 40);
-        const int32_t base = static_cast<int32_t>(gen() % 50);
-        for (size_t i = 0; i < doc.size(); ++i) doc[i] = base + static_cast<int32_t>(i % 7);
-        w.add_document(doc);
-      }
-      w.finalize();
-    }
-  }
-  int len = static_cast<int>(dir.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(len);
-  MPI_Bcast(dir.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return dir;
+  return echo::testing::make_scratch_datasets("echo_trainer", tag, 42, {"train", "valid"});
 }
 
 std::string config_text(const std::string& dir) {
