@@ -36,7 +36,9 @@ void read_everything(const std::string& path) {
     ASSERT_EQ(f.bytes(name).size(), static_cast<size_t>(info.numel()) * st_dtype_size(info.dtype)) << name;
     const bool floating = info.dtype == StDtype::f32 || info.dtype == StDtype::bf16 || info.dtype == StDtype::f16 ||
                           info.dtype == StDtype::f64;
-    if (floating) ASSERT_EQ(f.read_f32(name).size(), static_cast<size_t>(info.numel())) << name;
+    if (floating) {
+      ASSERT_EQ(f.read_f32(name).size(), static_cast<size_t>(info.numel())) << name;
+    }
   }
 }
 

@@ -87,7 +87,9 @@ TEST_F(SafetensorsTest, F32RoundTripIsBitExact) {
     const std::vector<float> back = f.read_f32(specs[i].name);
     ASSERT_EQ(back.size(), values[i].size());
     // NOTE: memcmp must not see the null data() of the empty tensor, even for 0 bytes (UBSan).
-    if (!back.empty()) EXPECT_EQ(std::memcmp(back.data(), values[i].data(), back.size() * sizeof(float)), 0);
+    if (!back.empty()) {
+      EXPECT_EQ(std::memcmp(back.data(), values[i].data(), back.size() * sizeof(float)), 0);
+    }
   }
   // A sub-range read.
   std::vector<float> part(4);
