@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.h"
+
 namespace echo {
 
 // serde_json's default recursion limit: any file the Rust tokenizers / safetensors libraries
@@ -69,6 +71,19 @@ std::string json_excerpt(const Json& value, std::size_t max_chars = 80) {
   out = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
   return out;
+}
+
+// Parses JSON read from a file, `what` naming it in errors ("trainer state 'x'"): text nested
+// deeper than kMaxJsonDepth or not valid JSON is an InputError, never a stack overflow.
+inline nlohmann::json parse_untrusted_json(std::string_view text, const std::string& what) {
+  const std::size_t too_deep = json_depth_excess(text);
+  ECHO_INPUT_CHECK(too_deep == std::string_view::npos, "{} nests arrays/objects more than {} deep (at byte {})", what,
+                   kMaxJsonDepth, too_deep);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    ECHO_INPUT_FAIL("{} is not valid JSON: {}", what, e.what());
+  }
 }
 
 }  // namespace echo

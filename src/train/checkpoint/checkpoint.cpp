@@ -21,6 +21,7 @@
 
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/json_guard.h"
 #include "core/log.h"
 #include "dist/mpi_check.h"
 #include "train/checkpoint/safetensors.h"
@@ -278,10 +279,8 @@ std::vector<Target> param_targets(model::ParameterSet<float>& params) {
 }
 
 CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
-  const std::string text = read_text(path);
-  nlohmann::json j;
+  const nlohmann::json j = parse_untrusted_json(read_text(path), fmt::format("trainer state '{}'", path.string()));
   try {
-    j = nlohmann::json::parse(text);
     ECHO_CHECK(j.is_object() && j.value("format", "") == kStateFormat, "not an echo trainer state");
     ECHO_CHECK(j.at("version").get<int>() == kStateVersion, "version {} is not {}", j.at("version").dump(),
                kStateVersion);
@@ -295,9 +294,9 @@ CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
     optimizer_step = j.at("optimizer_step").get<int64_t>();
     return meta;
   } catch (const nlohmann::json::exception& e) {
-    ECHO_FAIL("trainer state '{}' is malformed: {}", path.string(), e.what());
+    ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), e.what());
   } catch (const Error& e) {
-    ECHO_FAIL("trainer state '{}' is malformed: {}", path.string(), e.message());
+    ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), e.message());
   }
 }
 
@@ -311,9 +310,10 @@ fs::path trainer_files(const fs::path& dir) {
               dir.string());
     return dir;
   }
-  ECHO_FAIL("checkpoint '{}' has no {}/{}: not an echo training checkpoint (a Hugging Face model folder? use "
-            "run.init_from)",
-            dir.string(), kTrainerDir, kStateFile);
+  ECHO_INPUT_FAIL(
+      "checkpoint '{}' has no {}/{}: not an echo training checkpoint (a Hugging Face model folder? use "
+      "run.init_from)",
+      dir.string(), kTrainerDir, kStateFile);
 }
 
 // Removes stale .tmp / incomplete checkpoints and all but the newest keep_last complete ones
@@ -476,8 +476,8 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
 
 CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   const fs::path dir(ckpt_dir);
-  ECHO_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
-             kCompleteFile);
+  ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
+                   kCompleteFile);
   int64_t optimizer_step = 0;
   return parse_state(trainer_files(dir) / kStateFile, optimizer_step);
 }
@@ -556,17 +556,13 @@ HfCheckpoint open_hf(const std::string& path) {
     ck.tensors = index_of(*ck.files.back());
     return ck;
   }
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_text(p));
-  } catch (const nlohmann::json::exception& e) {
-    ECHO_FAIL("safetensors index '{}' is not valid JSON: {}", p.string(), e.what());
-  }
-  ECHO_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-             "safetensors index '{}' has no 'weight_map' object", p.string());
+  nlohmann::json index = parse_untrusted_json(read_text(p), fmt::format("safetensors index '{}'", p.string()));
+  ECHO_INPUT_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+                   "safetensors index '{}' has no 'weight_map' object", p.string());
   std::map<std::string, const SafetensorsFile*> by_file;
   for (const auto& [name, file] : index["weight_map"].items()) {
-    ECHO_CHECK(file.is_string(), "safetensors index '{}': weight_map entry '{}' is not a file name", p.string(), name);
+    ECHO_INPUT_CHECK(file.is_string(), "safetensors index '{}': weight_map entry '{}' is not a file name", p.string(),
+                     name);
     const std::string rel = file.get<std::string>();
     auto it = by_file.find(rel);
     if (it == by_file.end()) {
@@ -620,12 +616,8 @@ std::optional<int64_t> hf_max_position_embeddings(const std::string& path) {
   const fs::path config = fs::is_directory(p) ? p / kHfConfigFile : p.parent_path() / kHfConfigFile;
   std::error_code ec;
   if (!fs::is_regular_file(config, ec)) return std::nullopt;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text(config));
-  } catch (const nlohmann::json::exception& e) {
-    ECHO_FAIL("Hugging Face config '{}' is not valid JSON: {}", config.string(), e.what());
-  }
+  const nlohmann::json j =
+      parse_untrusted_json(read_text(config), fmt::format("Hugging Face config '{}'", config.string()));
   if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
     return std::nullopt;
   return j["max_position_embeddings"].get<int64_t>();
