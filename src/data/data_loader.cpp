@@ -27,15 +27,15 @@ DataLoader::DataLoader(const IndexedDataset& ds, LoaderOptions opt)
   ECHO_CHECK(opt_.dp_rank >= 0 && opt_.dp_rank < opt_.dp_size, "{}: data loader: dp_rank {} out of range [0, {})",
              ds.prefix(), opt_.dp_rank, opt_.dp_size);
   ECHO_CHECK(opt_.eos_id >= 0, "{}: data loader: eos_id must be a token id >= 0, got {}", ds.prefix(), opt_.eos_id);
-  ECHO_CHECK(ds.num_documents() > 0, "{}: empty dataset (0 documents)", ds.prefix());
+  ECHO_INPUT_CHECK(ds.num_documents() > 0, "{}: empty dataset (0 documents)", ds.prefix());
   stream_length_ = static_cast<uint64_t>(ds.num_tokens()) + ds.num_documents();
   const uint64_t seq_len = static_cast<uint64_t>(opt_.seq_len);
   num_samples_ = (stream_length_ - 1) / seq_len;
-  ECHO_CHECK(num_samples_ >= 1,
+  ECHO_INPUT_CHECK(num_samples_ >= 1,
              "{}: too little data: {} tokens in {} documents pack (with EOS) into a stream of {} tokens, fewer than "
              "one sample of seq_len + 1 = {} tokens",
              ds.prefix(), ds.num_tokens(), ds.num_documents(), stream_length_, seq_len + 1);
-  ECHO_CHECK(num_samples_ <= std::numeric_limits<uint32_t>::max(),
+  ECHO_INPUT_CHECK(num_samples_ <= std::numeric_limits<uint32_t>::max(),
              "{}: {} samples of seq_len {} per epoch; the epoch order holds at most 2^32 - 1", ds.prefix(),
              num_samples_, seq_len);
 }

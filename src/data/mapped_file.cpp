@@ -19,8 +19,8 @@ MappedFile MappedFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) ECHO_FAIL("{}: no such file", path);
-    ECHO_FAIL("{}: cannot open: {}", path, std::strerror(err));
+    if (err == ENOENT) ECHO_INPUT_FAIL("{}: no such file", path);
+    ECHO_INPUT_FAIL("{}: cannot open: {}", path, std::strerror(err));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -30,7 +30,7 @@ MappedFile MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    ECHO_FAIL("{}: not a regular file", path);
+    ECHO_INPUT_FAIL("{}: not a regular file", path);
   }
   MappedFile file;
   file.path_ = path;

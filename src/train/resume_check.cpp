@@ -51,7 +51,7 @@ std::vector<std::string> check_resume_config(const std::string& saved_yaml, cons
   try {
     saved = config::parse_config(saved_yaml, ckpt_dir + " (its config_yaml)");
   } catch (const Error& e) {
-    ECHO_FAIL("cannot resume from '{}': its recorded config does not load: {}", ckpt_dir, e.message());
+    ECHO_INPUT_FAIL("cannot resume from '{}': its recorded config does not load: {}", ckpt_dir, e.message());
   }
   const auto before = flat(saved), after = flat(now);
   std::string refused;
@@ -66,7 +66,7 @@ std::vector<std::string> check_resume_config(const std::string& saved_yaml, cons
     else
       changed.push_back(line);
   }
-  ECHO_CHECK(refused.empty(),
+  ECHO_INPUT_CHECK(refused.empty(),
              "cannot resume from '{}': the run was trained with another model or data ({}); resume with the "
              "checkpoint's values, or start a new run (--overwrite, or another run.out_dir) with run.init_from "
              "pointing at the checkpoint",

@@ -56,7 +56,7 @@ bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Co
   MPI_CHECK(MPI_Bcast(&flag, 1, MPI_INT, 0, world.get()));
   error.resize(static_cast<size_t>(len));
   if (len > 0) MPI_CHECK(MPI_Bcast(error.data(), len, MPI_CHAR, 0, world.get()));
-  ECHO_CHECK(error.empty(), "{}", error);
+  ECHO_INPUT_CHECK(error.empty(), "{}", error);
   return flag != 0;
 }
 

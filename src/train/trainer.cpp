@@ -63,7 +63,7 @@ int64_t count_parameters(const model::Qwen3Plan& plan) {
 data::IndexedDataset open_dataset(const std::string& key, const std::string& prefix) {
   std::error_code ec;
   if (!std::filesystem::exists(prefix + ".idx", ec))
-    ECHO_FAIL("'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
+    ECHO_INPUT_FAIL("'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
               "(data/demo, data/demo-bytes), or make one from your corpus with echo_prep",
               key, prefix, prefix);
   return data::IndexedDataset::open(prefix);
@@ -75,7 +75,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     : cfg_(cfg), world_(world), grad_sync_(world) {
   auto logger = log::get("train");
   const auto& L = world.layout;
-  ECHO_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
+  ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
              L.tp);
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
@@ -108,7 +108,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
   data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
-  ECHO_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
+  ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
              cfg.data.eos_id, cfg.model.vocab_size);
   const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
   train_loader_.emplace(*train_data_, opts);

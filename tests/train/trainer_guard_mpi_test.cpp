@@ -84,6 +84,13 @@ TEST(TrainerGuard, TokenIdsAreCheckedAgainstTheTrueVocabulary) {
                "token id 62 is out of range [0, 62) ('model.vocab_size' = 62)");
   expect_error([&] { train(make_config(dir, {"model.vocab_size=63"}), RunDirMode::fresh); },
                "'data.eos_id' = 63 must be < 'model.vocab_size' = 63");
+  // Input errors read as plain messages: no internal "[at file:line]".
+  for (const std::string& set : {std::string("model.vocab_size=62"), "data.train=" + dir + "/none"}) {
+    const std::string got = echo::testing::kind_and_what_of(
+        [&] { train(make_config(dir, {set, "data.eos_id=61"}), RunDirMode::fresh); });
+    EXPECT_EQ(got.rfind("input: ", 0), 0u) << set << ": " << got;
+    EXPECT_EQ(got.find("[at "), std::string::npos) << set << ": " << got;
+  }
   EXPECT_EQ(train(make_config(dir), RunDirMode::fresh).steps_done, 4);
 }
 
