@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <typeinfo>
 
@@ -15,6 +17,18 @@
 #include "fuzz/mutator.h"
 
 namespace echo::fuzz {
+
+// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Writes `bytes` to `path`, replacing it.
+inline void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 struct Outcome {
   int accepted = 0, refused = 0;

@@ -18,16 +18,8 @@ namespace echo::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using fuzz::slurp;
+using fuzz::spit;
 
 void read_everything(const std::string& prefix) {
   const IndexedDataset ds = IndexedDataset::open(prefix);
