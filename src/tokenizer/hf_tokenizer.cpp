@@ -189,15 +189,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, 
   tok->origin_ = origin;
   // NOTE: bounded before the DOM is built: the normalizer and pre_tokenizer are parsed by
   // recursion and copied (Json::value), both once per nesting level.
-  const std::size_t too_deep = json_depth_excess(json_text);
-  ECHO_INPUT_CHECK(too_deep == std::string_view::npos, "{} nests arrays/objects more than {} deep (at byte {})", origin,
-                   kMaxJsonDepth, too_deep);
-  Json root;
-  try {
-    root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
-    ECHO_INPUT_FAIL("{} is not valid JSON: {}", origin, e.what());
-  }
+  const Json root = parse_untrusted_json(json_text, origin);
   try {
     ECHO_INPUT_CHECK(root.is_object() && root.contains("model"), "{} has no \"model\" object; is it a tokenizer.json?",
                      origin);
