@@ -31,13 +31,14 @@ DataLoader::DataLoader(const IndexedDataset& ds, LoaderOptions opt)
   stream_length_ = static_cast<uint64_t>(ds.num_tokens()) + ds.num_documents();
   const uint64_t seq_len = static_cast<uint64_t>(opt_.seq_len);
   num_samples_ = (stream_length_ - 1) / seq_len;
-  ECHO_INPUT_CHECK(num_samples_ >= 1,
-             "{}: too little data: {} tokens in {} documents pack (with EOS) into a stream of {} tokens, fewer than "
-             "one sample of seq_len + 1 = {} tokens",
-             ds.prefix(), ds.num_tokens(), ds.num_documents(), stream_length_, seq_len + 1);
+  ECHO_INPUT_CHECK(
+      num_samples_ >= 1,
+      "{}: too little data: {} tokens in {} documents pack (with EOS) into a stream of {} tokens, fewer than "
+      "one sample of seq_len + 1 = {} tokens",
+      ds.prefix(), ds.num_tokens(), ds.num_documents(), stream_length_, seq_len + 1);
   ECHO_INPUT_CHECK(num_samples_ <= std::numeric_limits<uint32_t>::max(),
-             "{}: {} samples of seq_len {} per epoch; the epoch order holds at most 2^32 - 1", ds.prefix(),
-             num_samples_, seq_len);
+                   "{}: {} samples of seq_len {} per epoch; the epoch order holds at most 2^32 - 1", ds.prefix(),
+                   num_samples_, seq_len);
 }
 
 void DataLoader::read_stream(uint64_t pos, size_t count, int32_t* out) const {

@@ -38,8 +38,8 @@ void check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::
       if (pos < tokens.size()) id = tokens[pos];
     }
     ECHO_INPUT_CHECK(pos == ds.document_length(doc),
-               "{} ({}): document {}, position {}: token id {} is out of range [0, {}) ('model.vocab_size' = {})",
-               name, ds.bin_path(), doc, pos, id, vocab_size, vocab_size);
+                     "{} ({}): document {}, position {}: token id {} is out of range [0, {}) ('model.vocab_size' = {})",
+                     name, ds.bin_path(), doc, pos, id, vocab_size, vocab_size);
   }
 }
 

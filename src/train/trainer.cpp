@@ -63,9 +63,10 @@ int64_t count_parameters(const model::Qwen3Plan& plan) {
 data::IndexedDataset open_dataset(const std::string& key, const std::string& prefix) {
   std::error_code ec;
   if (!std::filesystem::exists(prefix + ".idx", ec))
-    ECHO_INPUT_FAIL("'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
-              "(data/demo, data/demo-bytes), or make one from your corpus with echo_prep",
-              key, prefix, prefix);
+    ECHO_INPUT_FAIL(
+        "'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
+        "(data/demo, data/demo-bytes), or make one from your corpus with echo_prep",
+        key, prefix, prefix);
   return data::IndexedDataset::open(prefix);
 }
 
@@ -75,8 +76,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     : cfg_(cfg), world_(world), grad_sync_(world) {
   auto logger = log::get("train");
   const auto& L = world.layout;
-  ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}", cfg.parallel.tp,
-             L.tp);
+  ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}",
+                   cfg.parallel.tp, L.tp);
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
@@ -93,8 +94,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   if (!cfg.run.init_from.empty()) {
     load_hf_weights(cfg.run.init_from, model_->params(), world);
     // config.json of our checkpoints carries the context of the model we started from, not ours.
-    if (const auto n = hf_max_position_embeddings(cfg.run.init_from);
-        n && *n != cfg_.model.max_position_embeddings) {
+    if (const auto n = hf_max_position_embeddings(cfg.run.init_from); n && *n != cfg_.model.max_position_embeddings) {
       logger->info("model.max_position_embeddings = {} from {} (was {})", *n, cfg.run.init_from,
                    cfg_.model.max_position_embeddings);
       cfg_.model.max_position_embeddings = static_cast<int>(*n);
@@ -109,7 +109,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
-             cfg.data.eos_id, cfg.model.vocab_size);
+                   cfg.data.eos_id, cfg.model.vocab_size);
   const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
@@ -243,8 +243,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     }
     // Every check below gives the same verdict on every rank (the values are reduced), and all
     // come before this step can be saved: a diverged step never becomes a checkpoint.
-    ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1,
-               kept_checkpoint());
+    ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
     grad_sync_.average_over_dp(model_->params());
     const double norm = grad_sync_.global_norm(model_->params());
     ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());
