@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "train/adamw_math.h"
 
 namespace echo::train {
 
@@ -19,10 +20,14 @@ void AdamW::step(model::ParameterSet<float>& params, double lr, const config::Op
   ++step_;
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step_));
-  const float b1 = static_cast<float>(cfg.beta1), b2 = static_cast<float>(cfg.beta2);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  const float eps = static_cast<float>(cfg.eps);
+  AdamWScalars s;
+  s.beta1 = static_cast<float>(cfg.beta1);
+  s.beta2 = static_cast<float>(cfg.beta2);
+  s.one_minus_beta1 = 1.0f - s.beta1;
+  s.one_minus_beta2 = 1.0f - s.beta2;
+  s.step_size = static_cast<float>(lr / bc1);
+  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  s.eps = static_cast<float>(cfg.eps);
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];
     const float decay = p.spec->weight_decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f;
@@ -30,11 +35,7 @@ void AdamW::step(model::ParameterSet<float>& params, double lr, const config::Op
     const float* g = p.grad.data();
     float* m = m_[i].data();
     float* v = v_[i].data();
-    for (size_t e = 0; e < p.value.size(); ++e) {
-      m[e] = b1 * m[e] + (1.0f - b1) * g[e];
-      v[e] = b2 * v[e] + (1.0f - b2) * g[e] * g[e];
-      w[e] = w[e] * decay - step_size * m[e] / (std::sqrt(v[e]) * inv_sqrt_bc2 + eps);
-    }
+    for (size_t e = 0; e < p.value.size(); ++e) adamw_update(w[e], g[e], m[e], v[e], decay, s);
   }
 }
 
