@@ -1,16 +1,13 @@
-// The backend op contract: every op the Qwen3 model needs, forward and backward, on raw
-// row-major buffers with explicit dimensions. echo::cpu implements it exactly (templated on the
-// scalar, float and double instantiated, so tests can check gradients in double); the CUDA
-// backend implements the same names and argument order in echo::cuda.
+// The CPU reference ops on raw row-major buffers with explicit dimensions: every op the Qwen3
+// model needs, forward and backward, exact and templated on the scalar (float and double
+// instantiated, so tests can check gradients in double). backend/cpu/cpu_backend.cpp puts them
+// behind backend::Backend (backend.h), which is all the model sees; the CUDA kernels implement
+// the same names in echo::cuda (kernels/).
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <span>
 
-namespace echo::dist {
-class Communicator;
-}
+#include "backend/tp_reducer.h"
 
 namespace echo::cpu {
 
@@ -93,19 +90,10 @@ void embedding_backward(const int32_t* tokens, int64_t n, const T* dout, int64_t
                         int64_t hidden, T* dtable_accum);
 
 // ---- Cross-entropy (vocab-parallel) -----------------------------------------------------------
-// The reductions over the TP group, in place on doubles; every rank calls them in the same
-// order with the same lengths (they are collectives).
-struct TpReducer {
-  std::function<void(std::span<double>)> max;
-  std::function<void(std::span<double>)> sum;
-};
-
-// The identity reducer, for tp = 1.
-TpReducer make_local_reducer();
-
-// MPI_Allreduce of doubles (MPI_MAX / MPI_SUM) on tp.
-// NOTE: the reducer keeps tp's MPI_Comm handle, not the Communicator: tp must outlive it.
-TpReducer make_mpi_reducer(const dist::Communicator& tp);
+// The reductions over the TP group (backend/tp_reducer.h).
+using backend::make_local_reducer;
+using backend::make_mpi_reducer;
+using backend::TpReducer;
 
 // loss = mean over tokens t with targets[t] != ignore_index of (lse[t] - logit[t, targets[t]]),
 // lse[t] = log sum_v exp(logit[t, v]) over the full vocab.

@@ -12,7 +12,8 @@
 namespace echo {
 
 // bf16 and f16 are stored as raw uint16_t bit patterns (see core/half.h for the conversions).
-enum class DType : uint8_t { f32, bf16, f16, i8, i32, u8 };
+// f64 serves the CPU backend's float64 gradient tests.
+enum class DType : uint8_t { f32, bf16, f16, i8, i32, u8, f64 };
 
 enum class Device : uint8_t { cpu, cuda };
 
@@ -30,11 +31,14 @@ constexpr size_t dtype_size(DType dtype) {
       return 4;
     case DType::u8:
       return 1;
+    case DType::f64:
+      return 8;
   }
   return 0;
 }
 
-constexpr bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16; }
+constexpr bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f64;
+}
 
 constexpr std::string_view to_string(DType dtype) {
   switch (dtype) {
@@ -50,6 +54,8 @@ constexpr std::string_view to_string(DType dtype) {
       return "i32";
     case DType::u8:
       return "u8";
+    case DType::f64:
+      return "f64";
   }
   return "?";
 }
@@ -70,11 +76,13 @@ DType parse_dtype(std::string_view name);
 Device parse_device(std::string_view name);
 
 // The C++ type a dtype's elements are read through: float <-> f32, uint16_t <-> bf16 and f16
-// (bit patterns), int8_t <-> i8, int32_t <-> i32, uint8_t <-> u8.
+// (bit patterns), double <-> f64, int8_t <-> i8, int32_t <-> i32, uint8_t <-> u8.
 template <class T>
 constexpr bool dtype_holds(DType dtype) {
   if constexpr (std::is_same_v<T, float>)
     return dtype == DType::f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return dtype == DType::f64;
   else if constexpr (std::is_same_v<T, uint16_t>)
     return dtype == DType::bf16 || dtype == DType::f16;
   else if constexpr (std::is_same_v<T, int8_t>)
@@ -91,6 +99,8 @@ template <class T>
 constexpr std::string_view element_type_name() {
   if constexpr (std::is_same_v<T, float>)
     return "float";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
   else if constexpr (std::is_same_v<T, uint16_t>)
     return "uint16_t";
   else if constexpr (std::is_same_v<T, int8_t>)

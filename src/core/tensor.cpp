@@ -130,9 +130,20 @@ void convert_host(void* dst, DType dst_dtype, const void* src, DType src_dtype, 
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
         return;
       }
+      case DType::f64: {
+        const auto* in = static_cast<const double*>(src);
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
+        return;
+      }
       case DType::f32:
         break;
     }
+  }
+  if (dst_dtype == DType::f64 && src_dtype == DType::f32) {
+    const auto* in = static_cast<const float*>(src);
+    auto* out64 = static_cast<double*>(dst);
+    for (int64_t i = 0; i < n; ++i) out64[i] = in[i];
+    return;
   }
   auto* out16 = static_cast<uint16_t*>(dst);
   const auto* in16 = static_cast<const uint16_t*>(src);
@@ -147,7 +158,7 @@ void convert_host(void* dst, DType dst_dtype, const void* src, DType src_dtype, 
   } else if (src_dtype == DType::f16 && dst_dtype == DType::bf16) {
     for (int64_t i = 0; i < n; ++i) out16[i] = float_to_bf16_bits(half_bits_to_float(in16[i]));
   } else {
-    ECHO_FAIL("no conversion from {} to {}: supported are f32/bf16/f16 among themselves and integers to f32", src_dtype,
+    ECHO_FAIL("no conversion from {} to {}: supported are f32/bf16/f16 among themselves, f32/f64 both ways and integers to f32", src_dtype,
               dst_dtype);
   }
 }

@@ -12,7 +12,7 @@ CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm
       blocks_(blocks),
       edge_(edge),
       exact_(tp, comm::ExactPrecision::fp32),
-      reducer_(cpu::make_mpi_reducer(tp)) {}
+      reducer_(backend::make_mpi_reducer(tp)) {}
 
 void CommTpOps::edge_sum(std::span<float> x, comm::Site site) {
   if (!edge_) return exact_sum(x);
@@ -26,7 +26,7 @@ void CommTpOps::exact_sum(std::span<float> x) {
 
 template <class T>
 ExactTpOps<T>::ExactTpOps(const dist::Communicator* tp)
-    : tp_(tp), reducer_(tp && tp->size() > 1 ? cpu::make_mpi_reducer(*tp) : cpu::make_local_reducer()) {}
+    : tp_(tp), reducer_(tp && tp->size() > 1 ? backend::make_mpi_reducer(*tp) : backend::make_local_reducer()) {}
 
 template <class T>
 int ExactTpOps<T>::size() const {

@@ -30,7 +30,7 @@ class TpOps {
     (void)site;
     exact_sum(x);
   }
-  virtual const cpu::TpReducer& reducer() const = 0;
+  virtual const backend::TpReducer& reducer() const = 0;
 };
 
 // fp32 model: block sites go through the configured all-reduce (exact or Echo); the embedding
@@ -45,14 +45,14 @@ class CommTpOps final : public TpOps<float> {
   void block_site(std::span<float> x, comm::Site site) override { blocks_.all_reduce(x, site); }
   void exact_sum(std::span<float> x) override;
   void edge_sum(std::span<float> x, comm::Site site) override;
-  const cpu::TpReducer& reducer() const override { return reducer_; }
+  const backend::TpReducer& reducer() const override { return reducer_; }
 
  private:
   const dist::Communicator& tp_;
   comm::AllReduce& blocks_;
   comm::AllReduce* edge_;
   comm::ExactAllReduce exact_;
-  cpu::TpReducer reducer_;
+  backend::TpReducer reducer_;
 };
 
 // Every collective an exact MPI sum in T (double for finite-difference and TP tests); with a
@@ -66,11 +66,11 @@ class ExactTpOps final : public TpOps<T> {
   void begin_pass(comm::Direction) override {}
   void block_site(std::span<T> x, comm::Site) override { exact_sum(x); }
   void exact_sum(std::span<T> x) override;
-  const cpu::TpReducer& reducer() const override { return reducer_; }
+  const backend::TpReducer& reducer() const override { return reducer_; }
 
  private:
   const dist::Communicator* tp_;
-  cpu::TpReducer reducer_;
+  backend::TpReducer reducer_;
 };
 
 }  // namespace echo::model

@@ -40,7 +40,7 @@ class Stopwatch {
 std::unique_ptr<int32_t[]> int32_buffer(int64_t n) { return std::unique_ptr<int32_t[]>(new int32_t[n]); }
 
 // Max-reduces floats over TP through the reducer's doubles (exact: floats round-trip).
-void max_over_tp(const cpu::TpReducer& tp, float* v, int64_t n) {
+void max_over_tp(const backend::TpReducer& tp, float* v, int64_t n) {
   std::vector<double> d(v, v + n);
   tp.max(std::span<double>(d));
   for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(d[i]);

@@ -50,7 +50,7 @@ struct LinearContext {
   int64_t channel_offset = 0;  // global index of local output channel 0 (column shard)
   int64_t seq_len = 0;         // tokens per example (rows are whole examples); needed by per_example and EC
   TpStyle tp_style = TpStyle::none;
-  const cpu::TpReducer* tp = nullptr;  // required unless tp_style is none
+  const backend::TpReducer* tp = nullptr;  // required unless tp_style is none
 };
 
 // What the int8 forward keeps for backward (empty in bf16 mode).

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "train/adamw_math.h"
+#include "backend/adamw_math.h"
 
 namespace echo::train {
 

@@ -76,7 +76,7 @@ std::vector<T> cols_of(const std::vector<T>& a, int64_t rows, int64_t cols, int6
 class Int8LinearTpTest : public ::testing::Test {
  protected:
   const dist::Communicator world = dist::Communicator::borrow(MPI_COMM_WORLD);
-  const cpu::TpReducer reducer = cpu::make_mpi_reducer(world);
+  const backend::TpReducer reducer = backend::make_mpi_reducer(world);
   const std::vector<float> x = random_vec(kRows * kIn, 1, 1.0f), w = random_vec(kOut * kIn, 2, 0.05f),
                            g = random_vec(kRows * kOut, 3, 1e-3f);
   const std::vector<Int8LinearConfig> configs = {

@@ -2,33 +2,14 @@
 // slice of the vocab columns; the row max, the sum of exp and the target logit are combined
 // exactly across the group through a TpReducer, so the op itself has no MPI in it.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/ops.h"
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "dist/mpi_check.h"
 
 namespace echo::cpu {
-
-TpReducer make_local_reducer() {
-  return {[](std::span<double>) {}, [](std::span<double>) {}};
-}
-
-TpReducer make_mpi_reducer(const dist::Communicator& tp) {
-  const MPI_Comm comm = tp.get();
-  ECHO_CHECK(comm != MPI_COMM_NULL, "make_mpi_reducer: null communicator");
-  auto all_reduce = [comm](std::span<double> values, MPI_Op op) {
-    ECHO_CHECK(values.size() <= static_cast<size_t>(INT_MAX), "TpReducer: {} values exceed one MPI call",
-               values.size());
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op, comm));
-  };
-  return {[all_reduce](std::span<double> values) { all_reduce(values, MPI_MAX); },
-          [all_reduce](std::span<double> values) { all_reduce(values, MPI_SUM); }};
-}
 
 int64_t count_targets(const int32_t* targets, int64_t tokens, int32_t ignore_index) {
   ECHO_CHECK(tokens >= 0, "count_targets: tokens {} < 0", tokens);

@@ -6,7 +6,7 @@
 
 #include "core/hd.h"
 
-namespace echo::train {
+namespace echo::backend {
 
 // The per-step scalars, computed once on the host in double and rounded to float.
 struct AdamWScalars {
@@ -29,4 +29,4 @@ ECHO_HD void adamw_update(float& w, float g, float& m, float& v, float decay, co
   w = sub_rn(mul_rn(w, decay), div_rn(mul_rn(s.step_size, m), add_rn(mul_rn(root, s.inv_sqrt_bc2), s.eps)));
 }
 
-}  // namespace echo::train
+}  // namespace echo::backend
