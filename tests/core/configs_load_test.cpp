@@ -1,4 +1,5 @@
-// Every config shipped in configs/ loads and validates (for its own tp as the world size).
+// Every config shipped in configs/ and configs/paper/ loads and validates (for its own tp as the
+// world size).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,17 +8,43 @@
 
 namespace echo::config {
 
-TEST(ShippedConfigs, AllLoad) {
-  const auto dir = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs";
+namespace {
+
+const std::filesystem::path kConfigs =
+    std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs";
+
+// Loads every *.yaml directly in `dir` (not in subfolders: configs/paper/grids/ holds sweep
+// grids, not configs) and returns how many there were.
+int load_all(const std::filesystem::path& dir) {
   int loaded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".yaml") continue;
+    if (!entry.is_regular_file() || entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
-    const Config c = load_config(entry.path().string());
+    Config c;
+    EXPECT_NO_THROW(c = load_config(entry.path().string()));
     EXPECT_NO_THROW(load_config(entry.path().string(), {}, c.parallel.tp));
     ++loaded;
   }
-  EXPECT_GE(loaded, 5);
+  return loaded;
+}
+
+}  // namespace
+
+TEST(ShippedConfigs, AllLoad) { EXPECT_GE(load_all(kConfigs), 5); }
+
+// The paper reproductions (configs/paper/): each at tp = 4, Qwen3-0.6B, as the Echo paper's
+// Appendix B.
+TEST(ShippedConfigs, PaperConfigsLoad) {
+  EXPECT_GE(load_all(kConfigs / "paper"), 24);
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigs / "paper")) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const Config c = load_config(entry.path().string(), {}, 4);
+    EXPECT_EQ(c.parallel.tp, 4);
+    EXPECT_EQ(c.model.layers, 28);
+    EXPECT_EQ(c.model.hidden, 1024);
+    EXPECT_EQ(c.data.seq_len, 2048);
+  }
 }
 
 }  // namespace echo::config
