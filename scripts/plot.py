@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""Plots echo_train runs from their metrics.jsonl files, as PNG.
+
+    scripts/plot.py RUN [RUN ...] [--out DIR] [--labels A,B,...] [--smooth 50] [--tail 1500]
+                    [--tail-smooth 100] [--ymax Y] [--no-telemetry]
+
+RUN is a run directory (run.out_dir, holding metrics.jsonl) or a metrics.jsonl file. Writes to
+--out (default: plots/):
+
+  loss.png             training loss of every run, laid out like Figure 3 of the Echo paper
+                       (arXiv:2610.14277): left, the whole run as a moving average over --smooth
+                       steps (y axis clipped to the part after the first 5 % of the steps; --ymax
+                       sets the top), with a gray band over the tail; right, the last --tail
+                       steps as a --tail-smooth-step average with a +-1 s.d. band. Validation
+                       losses, where logged, are the dots on the left panel. When a run is
+                       shorter than twice --tail, the right panel shows its last quarter.
+  telemetry-LABEL.png  for each run with echo_site telemetry (comm.telemetry_interval > 0): the
+                       norms of the error injected at each all-reduce site, ||delta_k||, and of
+                       the accumulated error ||S_t|| (Echo paper Eqns. 4-6), over the steps, one
+                       line per site colored by site index, forward and backward passes apart.
+
+It also prints, per run, the last step, the tail-100 mean training loss and the last
+validation loss. The depth figure (accumulated error against depth, from echo_depth) is not
+here yet: see plot_depth below, the hook it goes into.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+
+class PlotError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- reading ---------------------
+
+def metrics_path(run):
+    path = os.path.join(run, "metrics.jsonl") if os.path.isdir(run) else run
+    if not os.path.isfile(path):
+        raise PlotError(f"{run}: no metrics.jsonl there")
+    return path
+
+
+def read_run(run):
+    """{'train': [(step, loss)], 'val': [(step, val_loss)], 'sites': {(direction, site): [...]}}"""
+    path = metrics_path(run)
+    train, val, sites = {}, {}, {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                raise PlotError(f"{path}:{n}: not a JSON line")
+            if d.get("kind") == "echo_site":
+                key = (d["direction"], int(d["site"]))
+                sites.setdefault(key, []).append(
+                    (d["step"], d["delta_norm"], d["partial_sum_norm"], d.get("x_norm", math.nan)))
+            elif d.get("kind"):
+                continue  # a kind this script does not know yet
+            elif "val_loss" in d:
+                val[d["step"]] = d["val_loss"]  # a resumed run logs a step once; keep the last
+            elif "loss" in d:
+                train[d["step"]] = d["loss"]
+    return {"path": path, "train": sorted(train.items()), "val": sorted(val.items()),
+            "sites": {k: sorted(v) for k, v in sites.items()}}
+
+
+def labels_for(runs, given):
+    if given:
+        labels = given.split(",")
+        if len(labels) != len(runs):
+            raise PlotError(f"--labels names {len(labels)} runs, but {len(runs)} were given")
+        return labels
+    names = [os.path.basename(os.path.normpath(r if os.path.isdir(r) else os.path.dirname(r) or "."))
+             for r in runs]
+    if len(set(names)) < len(names):
+        names = [os.path.normpath(r) for r in runs]
+    return names
+
+
+# ---------------------------------------------------------------- smoothing -------------------
+
+def points_per(window_steps, steps):
+    """How many logged points cover window_steps steps (log_interval may be > 1)."""
+    if len(steps) < 2:
+        return 1
+    spacing = float(np.median(np.diff(steps)))
+    return max(1, int(round(window_steps / max(spacing, 1.0))))
+
+
+def trailing_mean_std(values, window):
+    """Mean and s.d. over the last `window` values at each index (fewer at the start)."""
+    v = np.asarray(values, dtype=float)
+    c1 = np.concatenate([[0.0], np.cumsum(v)])
+    c2 = np.concatenate([[0.0], np.cumsum(v * v)])
+    idx = np.arange(1, len(v) + 1)
+    lo = np.maximum(0, idx - window)
+    n = idx - lo
+    mean = (c1[idx] - c1[lo]) / n
+    var = np.maximum((c2[idx] - c2[lo]) / n - mean * mean, 0.0)
+    return mean, np.sqrt(var)
+
+
+def tail_mean(train, tail=100):
+    if not train:
+        return None
+    last = train[-1][0]
+    xs = [loss for step, loss in train if step > last - tail]
+    return sum(xs) / len(xs)
+
+
+# ---------------------------------------------------------------- figures ---------------------
+
+def plot_loss(runs, labels, out_path, smooth, tail, tail_smooth, ymax):
+    fig, (ax_full, ax_tail) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    last = max(r["train"][-1][0] for r in runs if r["train"])
+    tail_steps = tail if last >= 2 * tail else min(last, max(2, math.ceil(last / 4)))
+    tail_start = last - tail_steps
+    lo, hi = math.inf, -math.inf
+    for i, (run, label) in enumerate(zip(runs, labels)):
+        if not run["train"]:
+            continue
+        color = colors[i % len(colors)]
+        steps = np.array([s for s, _ in run["train"]], dtype=float)
+        loss = np.array([v for _, v in run["train"]], dtype=float)
+        mean, _ = trailing_mean_std(loss, points_per(smooth, steps))
+        ax_full.plot(steps, mean, color=color, lw=1.2, label=label)
+        if run["val"]:
+            ax_full.plot([s for s, _ in run["val"]], [v for _, v in run["val"]], "o", ms=3.5, color=color,
+                         alpha=0.8, label=f"{label} (val)")
+        skip = steps >= steps[0] + 0.05 * (steps[-1] - steps[0])
+        lo, hi = min(lo, mean[skip].min()), max(hi, mean[skip].max())
+        # Tail: the average over tail_smooth steps, with +-1 s.d. of the raw losses in the window.
+        tmean, tstd = trailing_mean_std(loss, points_per(tail_smooth, steps))
+        sel = steps > tail_start
+        ax_tail.plot(steps[sel], tmean[sel], color=color, lw=1.2, label=label,
+                     marker="." if sel.sum() < 30 else None)
+        ax_tail.fill_between(steps[sel], (tmean - tstd)[sel], (tmean + tstd)[sel], color=color, alpha=0.2, lw=0)
+    if math.isfinite(lo):
+        pad = 0.05 * max(hi - lo, 1e-3)
+        ax_full.set_ylim(lo - pad, ymax if ymax is not None else hi + pad)
+    ax_full.axvspan(tail_start, last, color="0.85", zorder=0)
+    ax_full.set_title(f"training loss ({smooth}-step moving average)")
+    ax_tail.set_title(f"last {tail_steps} steps ({tail_smooth}-step average, ±1 s.d.)")
+    for ax in (ax_full, ax_tail):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.grid(alpha=0.3)
+    ax_full.legend(fontsize=8)
+    ax_tail.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    plt.close(fig)
+
+
+def plot_telemetry(run, label, out_path):
+    directions = [d for d in ("forward", "backward") if any(k[0] == d for k in run["sites"])]
+    fig, axes = plt.subplots(2, len(directions), figsize=(6 * len(directions), 7), squeeze=False)
+    for col, direction in enumerate(directions):
+        keys = sorted(k for k in run["sites"] if k[0] == direction)
+        n_sites = keys[-1][1] + 1
+        cmap = plt.get_cmap("viridis")
+        for row, (what, idx) in enumerate((("‖δ_k‖ (error injected at site k)", 1),
+                                           ("‖S_t‖ (accumulated error up to site t)", 2))):
+            ax = axes[row][col]
+            for key in keys:
+                pts = run["sites"][key]
+                ax.plot([p[0] for p in pts], [p[idx] for p in pts], color=cmap(key[1] / max(n_sites - 1, 1)),
+                        lw=1.0, marker="." if len(pts) < 30 else None)
+            ax.set_yscale("log")
+            ax.set_title(f"{direction}: {what}", fontsize=10)
+            ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3, which="both")
+            sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(n_sites - 1, 1)))
+            bar = fig.colorbar(sm, ax=ax, label="site" + (" (visiting order)" if direction == "backward" else ""))
+            bar.locator = MaxNLocator(integer=True)
+            bar.update_ticks()
+    fig.suptitle(f"{label}: Echo all-reduce error per site")
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+
+
+def plot_depth(records, out_path):
+    """Hook for the depth figure (accumulated error against depth, from echo_depth).
+
+    echo_depth does not exist yet; when it lands, read its output here (one record per
+    depth and setting), draw ||S|| / ||x|| against the number of sites, and add a
+    command-line option in main() that calls this function."""
+    raise NotImplementedError("the depth figure comes with echo_depth")
+
+
+def safe(text):
+    return "".join(c if c.isalnum() or c in "._-=+" else "-" for c in text)
+
+
+# ---------------------------------------------------------------- main ------------------------
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="plot.py", description="Plot echo_train runs (loss curves and Echo telemetry) as PNG.")
+    ap.add_argument("runs", nargs="+", help="run directories (holding metrics.jsonl) or metrics.jsonl files")
+    ap.add_argument("--out", default="plots", help="output directory (default: plots/)")
+    ap.add_argument("--labels", default=None, help="comma-separated legend labels, one per run")
+    ap.add_argument("--smooth", type=int, default=50, help="moving average of the full-run panel, in steps (50)")
+    ap.add_argument("--tail", type=int, default=1500, help="steps in the zoomed tail panel (1500)")
+    ap.add_argument("--tail-smooth", type=int, default=100, help="average of the tail panel, in steps (100)")
+    ap.add_argument("--ymax", type=float, default=None, help="top of the full-run panel's y axis")
+    ap.add_argument("--no-telemetry", action="store_true", help="skip the telemetry figures")
+    args = ap.parse_args(argv)
+    for name in ("smooth", "tail", "tail_smooth"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    try:
+        runs = [read_run(r) for r in args.runs]
+        labels = labels_for(args.runs, args.labels)
+        empty = [lab for lab, r in zip(labels, runs) if not r["train"]]
+        if len(empty) == len(runs):
+            raise PlotError("no training-loss lines in any of the runs")
+        for lab in empty:
+            print(f"plot: {lab}: no training-loss lines; left out of loss.png", file=sys.stderr)
+        os.makedirs(args.out, exist_ok=True)
+        written = [os.path.join(args.out, "loss.png")]
+        plot_loss(runs, labels, written[0], args.smooth, args.tail, args.tail_smooth, args.ymax)
+        if not args.no_telemetry:
+            for run, label in zip(runs, labels):
+                if run["sites"]:
+                    written.append(os.path.join(args.out, f"telemetry-{safe(label)}.png"))
+                    plot_telemetry(run, label, written[-1])
+    except (PlotError, OSError) as e:
+        print(f"plot: {e}", file=sys.stderr)
+        return 1
+    for run, label in zip(runs, labels):
+        if run["train"]:
+            t = tail_mean(run["train"])
+            v = f"{run['val'][-1][1]:.4f} (step {run['val'][-1][0]})" if run["val"] else "-"
+            print(f"{label}: step {run['train'][-1][0]}, tail-100 loss {t:.4f}, last val loss {v}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

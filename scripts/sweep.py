@@ -1,0 +1,426 @@
+#!/usr/bin/python3
+"""Runs a grid of echo_train jobs over one base config and tabulates the results.
+
+    scripts/sweep.py BASE.yaml GRID.yaml [--print] [--np N] [--out-root DIR]
+                     [--echo-train PATH] [--mpirun CMD]
+
+GRID.yaml maps dotted config keys to lists of values, e.g.
+
+    comm.compensator.eta: [0.7, 0.75, 0.9]
+    run.seed: [1, 2, 3]
+
+The points are the cartesian product of the lists, in file order (the last key varies
+fastest). Each point runs
+
+    MPIRUN -np N ECHO_TRAIN BASE.yaml --set key=value ... --set run.out_dir=OUT_ROOT/NAME --resume
+
+where NAME joins `key=value` for every grid key (the key's last component, or the whole dotted
+key where two grid keys share a last component), e.g. `eta=0.7_seed=1`. Values are passed as
+written in GRID.yaml. N defaults to the base config's parallel.tp (one data-parallel replica).
+
+A point whose metrics.jsonl already reaches train.steps is skipped; any other point is started
+with --resume, which continues from its newest checkpoint (or starts it, when there is none).
+The output of each point goes to OUT_ROOT/logs/NAME.log. --print prints the command lines
+instead of running them (one per unfinished point, for a cluster scheduler).
+
+After the runs, it reads each point's metrics.jsonl and writes OUT_ROOT/results.csv (one row per
+point: tail-100 mean training loss, i.e. the mean loss over the last 100 steps; the last
+validation loss; mean tokens/s over the logged steps after the first) and OUT_ROOT/results.md
+(mean +- sample std over run.seed, grouped by the other grid keys).
+
+A grid is refused before anything runs when a key is not a leaf key of configs/default.yaml,
+when a value list is empty or not a list, when a value does not have the key's type (number,
+true/false, text), or when it names run.out_dir (the sweep sets it). Ranges and cross-key
+checks are echo_train's: a point it refuses fails with echo_train's message in its log.
+
+Exit status: 0 when every point finished, 1 when a point failed, 2 for a bad command line,
+config or grid.
+"""
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
+TAIL = 100  # steps in the "tail-100" mean, as in the Echo paper's Table 7
+
+
+class SweepError(Exception):
+    """A problem with the command line, the base config or the grid (exit 2)."""
+
+
+# ---------------------------------------------------------------- configs ---------------------
+
+def flatten(tree, prefix=""):
+    """{'comm': {'bits': 4}} -> {'comm.bits': 4} (leaves only)."""
+    out = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def load_yaml(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise SweepError(f"cannot read {what} {path}: {e.strerror}")
+    except yaml.YAMLError as e:
+        raise SweepError(f"{what} {path} is not valid YAML: {e}")
+    return data
+
+
+def effective_config(base_path):
+    """The base config's keys over configs/default.yaml's, flattened."""
+    defaults = load_yaml(DEFAULTS, "defaults")
+    base = load_yaml(base_path, "base config")
+    if base is None:
+        base = {}
+    if not isinstance(base, dict):
+        raise SweepError(f"base config {base_path}: expected a mapping of sections")
+    config = flatten(defaults)
+    for key, value in flatten(base).items():
+        if key not in config:
+            raise SweepError(f"base config {base_path}: unknown key '{key}' (see configs/default.yaml)")
+        config[key] = value
+    return config
+
+
+# ---------------------------------------------------------------- the grid --------------------
+
+def scalar_kind(value):
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "text"
+
+
+def check_value(where, key, text, node_tag, default):
+    """Checks one grid value (as written) against the type of the key's default."""
+    want = scalar_kind(default)
+    key = f"{where}: '{key}'"
+    if want == "bool":
+        if text.lower() not in ("true", "false"):
+            raise SweepError(f"{key}: value '{text}' must be true or false")
+    elif want == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            raise SweepError(f"{key}: value '{text}' is not a number")
+        if not math.isfinite(number):
+            raise SweepError(f"{key}: value '{text}' is not a finite number")
+        if isinstance(default, int) and not number.is_integer():
+            raise SweepError(f"{key}: value '{text}' must be an integer")
+    elif node_tag.endswith(":null") or text == "":
+        raise SweepError(f"{key}: empty value")
+
+
+def load_grid(path, known):
+    """[(key, [value text, ...]), ...] in file order; values as written in the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            root = yaml.compose(f)
+    except OSError as e:
+        raise SweepError(f"cannot read grid {path}: {e.strerror}")
+    except yaml.YAMLError as e:
+        raise SweepError(f"grid {path} is not valid YAML: {e}")
+    if root is None or not isinstance(root, yaml.MappingNode) or not root.value:
+        raise SweepError(f"grid {path}: expected a mapping 'dotted.key: [values...]' with at least one key")
+    grid, seen = [], set()
+    for key_node, value_node in root.value:
+        key = key_node.value
+        where = f"grid {path}:{key_node.start_mark.line + 1}"
+        if key in seen:
+            raise SweepError(f"{where}: key '{key}' appears twice")
+        seen.add(key)
+        if key == "run.out_dir":
+            raise SweepError(f"{where}: 'run.out_dir' cannot be swept (the sweep sets it to OUT_ROOT/NAME)")
+        if key not in known:
+            sections = sorted({k.split(".")[0] for k in known})
+            prefix = key + "."
+            if any(k.startswith(prefix) for k in known):
+                raise SweepError(f"{where}: '{key}' is a section, not a key; name a key inside it "
+                                 f"(e.g. {next(k for k in known if k.startswith(prefix))})")
+            near = [k for k in known if k.split(".")[-1] == key.split(".")[-1]]
+            parent = key.rsplit(".", 1)[0] + "." if "." in key else None
+            siblings = [k[len(parent):] for k in known if parent and k.startswith(parent)]
+            if near:
+                hint = f"; did you mean {', '.join(near)}?"
+            elif siblings:
+                hint = f" (known keys in '{parent[:-1]}': {', '.join(siblings)})"
+            else:
+                hint = f" (sections: {', '.join(sections)})"
+            raise SweepError(f"{where}: unknown key '{key}' (not in configs/default.yaml){hint}")
+        if not isinstance(value_node, yaml.SequenceNode):
+            raise SweepError(f"{where}: the value of '{key}' must be a list, e.g. {key}: "
+                             f"[{value_node.value if isinstance(value_node, yaml.ScalarNode) else '...'}]")
+        if not value_node.value:
+            raise SweepError(f"{where}: the list of '{key}' is empty")
+        values = []
+        for item in value_node.value:
+            if not isinstance(item, yaml.ScalarNode):
+                raise SweepError(f"{where}: '{key}': every value must be a single value, not a list or mapping")
+            check_value(where, key, item.value, item.tag, known[key])
+            values.append(item.value)
+        if len(set(values)) != len(values):
+            raise SweepError(f"{where}: '{key}' lists a value twice")
+        grid.append((key, values))
+    return grid
+
+
+def point_names(grid):
+    """Short names of the grid keys: the last component, or the whole key if ambiguous."""
+    last = [key.split(".")[-1] for key, _ in grid]
+    return [last[i] if last.count(last[i]) == 1 else key for i, (key, _) in enumerate(grid)]
+
+
+def safe(text):
+    return re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
+
+
+def make_points(grid):
+    short = point_names(grid)
+    points = []
+    for combo in itertools.product(*[values for _, values in grid]):
+        assignment = list(zip([key for key, _ in grid], combo))
+        name = "_".join(safe(f"{s}={v}") for s, v in zip(short, combo))
+        points.append({"name": name, "set": assignment})
+    return points
+
+
+# ---------------------------------------------------------------- metrics ---------------------
+
+def read_metrics(path):
+    """(train lines, val lines, error) of a metrics.jsonl; missing file -> empty lists."""
+    train, val = [], []
+    if not os.path.exists(path):
+        return train, val, None
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    return train, val, f"{path}:{n}: not JSON"
+                if d.get("kind"):
+                    continue  # telemetry (echo_site) lines
+                if "val_loss" in d:
+                    val.append(d)
+                elif "loss" in d:
+                    train.append(d)
+    except OSError as e:
+        return train, val, f"{path}: {e.strerror}"
+    return train, val, None
+
+
+def summarize(train, val):
+    last = train[-1]["step"] if train else 0
+    tail = [d["loss"] for d in train if d["step"] > last - TAIL]
+    tps = [d["tokens_per_s"] for d in train[1:]] or [d["tokens_per_s"] for d in train]
+    return {
+        "steps_done": last,
+        "tail100_loss": sum(tail) / len(tail) if tail else None,
+        "final_val_loss": val[-1]["val_loss"] if val else None,
+        "val_step": val[-1]["step"] if val else None,
+        "tokens_per_s": sum(tps) / len(tps) if tps else None,
+    }
+
+
+def mean_std(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None, 0
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None, len(xs)
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)), len(xs)
+
+
+def fmt(x, digits=4):
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def write_results(out_root, grid, points, steps_of):
+    keys = [key for key, _ in grid]
+    rows = []
+    for p in points:
+        out_dir = os.path.join(out_root, p["name"])
+        train, val, err = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
+        s = summarize(train, val)
+        steps = steps_of(p)
+        status = p.get("status") or ("done" if s["steps_done"] >= steps else
+                                     "not started" if not train else "incomplete")
+        if err:
+            status = f"bad metrics ({err})"
+        rows.append({"point": p["name"], **dict(p["set"]), "status": status,
+                     "steps_done": s["steps_done"], "steps": steps,
+                     "tail100_loss": fmt(s["tail100_loss"], 6), "final_val_loss": fmt(s["final_val_loss"], 6),
+                     "val_step": "" if s["val_step"] is None else s["val_step"],
+                     "tokens_per_s": fmt(s["tokens_per_s"], 1), "out_dir": out_dir, "_s": s})
+    fields = ["point", *keys, "status", "steps_done", "steps", "tail100_loss", "final_val_loss", "val_step",
+              "tokens_per_s", "out_dir"]
+    with open(os.path.join(out_root, "results.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+    # Markdown: mean +- std over run.seed, grouped by the other grid keys (in grid order).
+    group_keys = [k for k in keys if k != "run.seed"]
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in group_keys), []).append(r)
+    seeds = "run.seed" in keys
+    lines = [f"# Sweep results ({len(rows)} points)", "",
+             "tail-100: mean training loss over the last 100 steps; val: the last validation loss; "
+             "tokens/s: mean over the logged steps after the first. "
+             + ("Mean ± sample std over run.seed; n = finished seeds." if seeds else
+                "One run per row (no run.seed in the grid)."), ""]
+    head = [*group_keys, "n", "tail-100 loss", "val loss", "tokens/s"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+
+    def cell(vals, digits):
+        m, sd, n = mean_std(vals)
+        if m is None:
+            return "–"
+        return f"{m:.{digits}f}" if sd is None else f"{m:.{digits}f} ± {sd:.{digits}f}"
+
+    for gkey, members in groups.items():
+        done = [r["_s"] for r in members if r["status"] == "done"]
+        lines.append("| " + " | ".join([*gkey, f"{len(done)}/{len(members)}",
+                                         cell([s["tail100_loss"] for s in done], 4),
+                                         cell([s["final_val_loss"] for s in done], 4),
+                                         cell([s["tokens_per_s"] for s in done], 0)]) + " |")
+    not_done = [r for r in rows if r["status"] != "done"]
+    if not_done:
+        lines += ["", "Not finished (left out of the means): "
+                  + ", ".join(f"{r['point']} ({r['status']})" for r in not_done)]
+    with open(os.path.join(out_root, "results.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return rows
+
+
+# ---------------------------------------------------------------- main ------------------------
+
+def default_tool(relpath):
+    return os.path.relpath(os.path.join(REPO, relpath))
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(
+        prog="sweep.py", description="Run echo_train over the cartesian product of a grid of config values.",
+        epilog="Example: scripts/sweep.py configs/quickstart.yaml grid.yaml --out-root runs/sweep "
+               "(grid.yaml: 'comm.compensator.eta: [0.7, 0.9]' and 'run.seed: [1, 2, 3]').")
+    ap.add_argument("base", help="the base config (YAML)")
+    ap.add_argument("grid", help="YAML mapping dotted keys to lists of values")
+    ap.add_argument("--print", dest="print_only", action="store_true",
+                    help="print one command line per unfinished point instead of running it")
+    ap.add_argument("--np", type=int, default=None, help="ranks per point (default: the config's parallel.tp)")
+    ap.add_argument("--out-root", default=None,
+                    help="each point runs in OUT_ROOT/NAME (default: runs/sweep-<base name>)")
+    ap.add_argument("--echo-train", default=default_tool("build/echo_train"), help="the echo_train binary")
+    ap.add_argument("--mpirun", default=default_tool("scripts/mpirun.sh"),
+                    help="the MPI launcher, a command split like a shell would "
+                         "(default: scripts/mpirun.sh, mpirun with the flags echo's scripts use)")
+    args = ap.parse_args(argv)
+
+    try:
+        config = effective_config(args.base)
+        grid = load_grid(args.grid, config)
+        np_ = args.np if args.np is not None else int(config["parallel.tp"])
+        if np_ < 1:
+            raise SweepError(f"--np {np_}: must be at least 1")
+        points = make_points(grid)
+    except SweepError as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        return 2
+
+    out_root = args.out_root or os.path.join(
+        "runs", "sweep-" + os.path.splitext(os.path.basename(args.base))[0])
+    launcher = shlex.split(args.mpirun)
+    if args.mpirun.endswith(".sh") and len(launcher) == 1:
+        launcher = ["bash", args.mpirun]
+
+    def steps_of(point):
+        for key, value in point["set"]:
+            if key == "train.steps":
+                return int(float(value))
+        return int(config["train.steps"])
+
+    def command(point, out_dir):
+        cmd = [*launcher, "-np", str(np_), args.echo_train, args.base]
+        for key, value in point["set"]:
+            cmd += ["--set", f"{key}={value}"]
+        return cmd + ["--set", f"run.out_dir={out_dir}", "--resume"]
+
+    todo = []
+    for p in points:
+        out_dir = os.path.join(out_root, p["name"])
+        train, _, _ = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
+        if train and train[-1]["step"] >= steps_of(p):
+            p["status"] = "done"
+        else:
+            todo.append((p, out_dir, bool(train)))
+
+    if args.print_only:
+        if len(todo) < len(points):
+            print(f"# sweep: {len(points) - len(todo)} of {len(points)} points already finished, not printed",
+                  file=sys.stderr)
+        for p, out_dir, _ in todo:
+            print(shlex.join(command(p, out_dir)))
+        return 0
+
+    os.makedirs(os.path.join(out_root, "logs"), exist_ok=True)
+    print(f"sweep: {len(points)} points, {len(points) - len(todo)} finished, {len(todo)} to run "
+          f"(np {np_}, out-root {out_root})", flush=True)
+    failed = 0
+    for i, (p, out_dir, started) in enumerate(todo, 1):
+        cmd = command(p, out_dir)
+        log = os.path.join(out_root, "logs", p["name"] + ".log")
+        print(f"sweep: [{i}/{len(todo)}] {'resume' if started else 'run'} {p['name']}: {shlex.join(cmd)}",
+              flush=True)
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"$ {shlex.join(cmd)}\n")
+                f.flush()
+                rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+        except OSError as e:
+            print(f"sweep: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
+            return 2
+        if rc != 0:
+            failed += 1
+            p["status"] = f"failed (exit {rc}; see {log})"
+            print(f"sweep: {p['name']} failed with exit {rc}; last lines of {log}:", file=sys.stderr)
+            with open(log, encoding="utf-8", errors="replace") as f:
+                for line in f.readlines()[-5:]:
+                    print("    " + line.rstrip(), file=sys.stderr)
+
+    os.makedirs(out_root, exist_ok=True)
+    write_results(out_root, grid, points, steps_of)
+    print(f"sweep: results in {os.path.join(out_root, 'results.csv')} and {os.path.join(out_root, 'results.md')}")
+    if failed:
+        print(f"sweep: {failed} of {len(todo)} points failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
