@@ -144,20 +144,26 @@ def plot_loss(runs, labels, out_path, smooth, tail, tail_smooth, ymax):
                          alpha=0.8, label=f"{label} (val)")
         skip = steps >= steps[0] + 0.05 * (steps[-1] - steps[0])
         lo, hi = min(lo, mean[skip].min()), max(hi, mean[skip].max())
+        late_val = [v for s, v in run["val"] if s >= steps[0] + 0.05 * (steps[-1] - steps[0])]
+        if late_val:
+            lo, hi = min(lo, min(late_val)), max(hi, max(late_val))
         # Tail: the average over tail_smooth steps, with +-1 s.d. of the raw losses in the window.
         tmean, tstd = trailing_mean_std(loss, points_per(tail_smooth, steps))
         sel = steps > tail_start
+        if not sel.any():
+            print(f"plot: {label} ends at step {int(steps[-1])}, before the tail panel's steps "
+                  f"{tail_start + 1}-{last}", file=sys.stderr)
         ax_tail.plot(steps[sel], tmean[sel], color=color, lw=1.2, label=label,
                      marker="." if sel.sum() < 30 else None)
         ax_tail.fill_between(steps[sel], (tmean - tstd)[sel], (tmean + tstd)[sel], color=color, alpha=0.2, lw=0)
     if math.isfinite(lo):
         pad = 0.05 * max(hi - lo, 1e-3)
         ax_full.set_ylim(lo - pad, ymax if ymax is not None else hi + pad)
-    ax_full.axvspan(tail_start, last, color="0.85", zorder=0)
+    ax_full.axvspan(tail_start + 1, last, color="0.85", zorder=0)
     ax_full.set_title(f"training loss ({smooth}-step moving average)")
     ax_tail.set_title(f"last {tail_steps} steps ({tail_smooth}-step average, ±1 s.d.)")
     for ax in (ax_full, ax_tail):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
         ax.grid(alpha=0.3)
@@ -185,11 +191,11 @@ def plot_telemetry(run, label, out_path):
             ax.set_yscale("log")
             ax.set_title(f"{direction}: {what}", fontsize=10)
             ax.set_xlabel("step")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
             ax.grid(alpha=0.3, which="both")
             sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(n_sites - 1, 1)))
             bar = fig.colorbar(sm, ax=ax, label="site" + (" (visiting order)" if direction == "backward" else ""))
-            bar.locator = MaxNLocator(integer=True)
+            bar.locator = MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10])
             bar.update_ticks()
     fig.suptitle(f"{label}: Echo all-reduce error per site")
     fig.tight_layout()

@@ -408,10 +408,13 @@ def main(argv):
         if rc != 0:
             failed += 1
             p["status"] = f"failed (exit {rc}; see {log})"
-            print(f"sweep: {p['name']} failed with exit {rc}; last lines of {log}:", file=sys.stderr)
             with open(log, encoding="utf-8", errors="replace") as f:
-                for line in f.readlines()[-5:]:
-                    print("    " + line.rstrip(), file=sys.stderr)
+                lines = f.readlines()
+            # echo_train's own message ("[rank N] error: ..."), else the end of the log.
+            errors = [line for line in lines if re.search(r"\berror\b", line)][:3] or lines[-5:]
+            print(f"sweep: {p['name']} failed with exit {rc} (log: {log}):", file=sys.stderr)
+            for line in errors:
+                print("    " + line.rstrip(), file=sys.stderr)
 
     os.makedirs(out_root, exist_ok=True)
     write_results(out_root, grid, points, steps_of)
