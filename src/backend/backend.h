@@ -16,6 +16,7 @@
 
 #include "backend/tp_reducer.h"
 #include "core/tensor.h"
+#include "quant/int8_linear.h"
 #include "backend/adamw_math.h"
 
 namespace echo::backend {
@@ -112,6 +113,16 @@ class Backend {
   virtual void accumulate_sum_squares(const Tensor& x, Tensor& acc) = 0;
   // acc (f64 scalar) = max(acc, max |x|), or +inf once any element of x is not finite.
   virtual void accumulate_max_abs(const Tensor& x, Tensor& acc) = 0;
+
+  // ---- INT8 linear with S3R-EC (docs/design.md §11) ------------------------------------------------
+  // y (rows, out) = x (rows, in) · w^T (w: (out, in)) in INT8, keeping in `saved` what backward
+  // needs; the rounding, thresholds and EC as in quant/int8_linear.h (f32 operands).
+  virtual void int8_linear_forward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
+                                   const Tensor& x, const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved) = 0;
+  // dx (rows, in) (+)= dL/dX and dw_accum (out, in) += dL/dW for dy (rows, out); either may be null.
+  virtual void int8_linear_backward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
+                                    const Tensor& dy, const quant::Int8LinearSaved& saved, Tensor* dx,
+                                    bool accumulate_dx, Tensor* dw_accum) = 0;
 };
 
 // The backend of run.device ("cpu" | "cuda"); the CUDA one on device `device_index`.

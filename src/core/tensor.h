@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,12 @@ class Tensor {
   Device device_ = Device::cpu;
 };
 
+// The elements of a contiguous host tensor of T (checked), for loops and std algorithms.
+template <class T>
+std::span<T> host_span(Tensor& t);
+template <class T>
+std::span<const T> host_span(const Tensor& t);
+
 // ---- template definitions -------------------------------------------------------------------
 
 template <class T>
@@ -172,10 +179,24 @@ Tensor Tensor::from_vector(const std::vector<T>& values, std::vector<int64_t> sh
 }
 
 template <class T>
+std::span<T> host_span(Tensor& t) {
+  ECHO_CHECK(t.is_cpu() && t.is_contiguous(), "host_span needs a contiguous host tensor, got {}", t.describe());
+  return {t.data<T>(), static_cast<size_t>(t.numel())};
+}
+
+template <class T>
+std::span<const T> host_span(const Tensor& t) {
+  ECHO_CHECK(t.is_cpu() && t.is_contiguous(), "host_span needs a contiguous host tensor, got {}", t.describe());
+  return {t.data<T>(), static_cast<size_t>(t.numel())};
+}
+
+template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, std::vector<int64_t> shape) {
   static_assert(!std::is_same_v<T, uint16_t>, "uint16_t is ambiguous: pass DType::bf16 or DType::f16");
   if constexpr (std::is_same_v<T, float>)
     return from_vector(values, std::move(shape), DType::f32);
+  else if constexpr (std::is_same_v<T, double>)
+    return from_vector(values, std::move(shape), DType::f64);
   else if constexpr (std::is_same_v<T, int8_t>)
     return from_vector(values, std::move(shape), DType::i8);
   else if constexpr (std::is_same_v<T, int32_t>)

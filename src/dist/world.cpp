@@ -32,4 +32,13 @@ World World::create(int tp, MPI_Comm base) {
   return w;
 }
 
+int node_local_rank(const Communicator& comm) {
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &local));
+  int rank = 0;
+  MPI_Comm_rank(local, &rank);
+  MPI_Comm_free(&local);
+  return rank;
+}
+
 }  // namespace echo::dist

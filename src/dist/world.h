@@ -28,4 +28,8 @@ struct World {
   static World create(int tp, MPI_Comm base = MPI_COMM_WORLD);
 };
 
+// This rank's index among the ranks of `comm` on its node (sharing memory): which GPU it takes.
+// Collective over comm.
+int node_local_rank(const Communicator& comm);
+
 }  // namespace echo::dist

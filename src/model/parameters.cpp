@@ -20,14 +20,26 @@ double init_normal(uint64_t seed, uint64_t param_index, uint64_t global_index) {
 }
 
 template <class T>
-ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape) : shape_(&shape) {
+ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, backend::Backend& backend)
+    : shape_(&shape), backend_(&backend) {
+  constexpr DType dtype = master_dtype<T>();
+  const DType compute_dtype = backend.activation_dtype(dtype);
+  int64_t total = 0;
+  for (const auto& spec : plan.params) total += spec.local_numel(shape.tp);
+  values_ = backend.zeros({total}, dtype);
+  grads_ = backend.zeros({total}, dtype);
+  if (compute_dtype != dtype) compute_values_ = backend.zeros({total}, compute_dtype);
   params_.resize(plan.params.size());
+  int64_t at = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     p.spec = &plan.params[i];
     p.shape = p.spec->local_shape(shape.tp);
-    p.value.assign(static_cast<size_t>(p.spec->local_numel(shape.tp)), T(0));
-    p.grad.assign(p.value.size(), T(0));
+    const int64_t n = p.spec->local_numel(shape.tp);
+    p.value = values_.slice(0, at, at + n).view(p.shape);
+    p.grad = grads_.slice(0, at, at + n).view(p.shape);
+    p.compute = compute_values_.defined() ? compute_values_.slice(0, at, at + n).view(p.shape) : p.value;
+    at += n;
   }
 }
 
@@ -36,23 +48,34 @@ void ParameterSet<T>::init(uint64_t seed) {
   const double output_std = shape_->scale_output_init
                                 ? shape_->init_std / std::sqrt(2.0 * static_cast<double>(shape_->layers))
                                 : shape_->init_std;
+  Tensor host = values_.is_cpu() ? values_ : Tensor::empty(values_.shape(), values_.dtype());
+  T* out = host.template data<T>();
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
+    T* v = out + (p.value.storage_offset() - values_.storage_offset());
+    const int64_t n = p.numel();
     if (p.spec->init == InitKind::ones) {
-      std::fill(p.value.begin(), p.value.end(), T(1));
+      std::fill(v, v + n, T(1));
       continue;
     }
     const double std = p.spec->init == InitKind::normal_output ? output_std : shape_->init_std;
-    for (size_t e = 0; e < p.value.size(); ++e) {
-      const int64_t g = p.spec->global_index(static_cast<int64_t>(e), shape_->tp, shape_->tp_rank);
-      p.value[e] = static_cast<T>(std * init_normal(seed, i, static_cast<uint64_t>(g)));
+    for (int64_t e = 0; e < n; ++e) {
+      const int64_t g = p.spec->global_index(e, shape_->tp, shape_->tp_rank);
+      v[e] = static_cast<T>(std * init_normal(seed, i, static_cast<uint64_t>(g)));
     }
   }
+  if (!values_.is_cpu()) backend_->copy_from(values_, host);
+  refresh_compute_weights();
 }
 
 template <class T>
 void ParameterSet<T>::zero_grads() {
-  for (auto& p : params_) std::fill(p.grad.begin(), p.grad.end(), T(0));
+  backend_->fill(grads_, 0.0);
+}
+
+template <class T>
+void ParameterSet<T>::refresh_compute_weights() {
+  if (compute_values_.defined()) backend_->cast(compute_values_, values_);
 }
 
 template class ParameterSet<float>;

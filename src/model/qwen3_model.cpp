@@ -1,10 +1,10 @@
-// Qwen3 forward and backward over the CPU ops.
+// Qwen3 forward and backward over backend::Backend.
 #include "model/qwen3_model.h"
 
 #include <cmath>
 #include <type_traits>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 
 namespace echo::model {
@@ -13,27 +13,38 @@ using comm::Direction;
 
 namespace {
 
-// y (rows, out) = x (rows, in) · W^T, W: (out, in)
-template <class T>
-void linear(const T* x, const T* w, int64_t rows, int64_t in, int64_t out, T* y) {
-  cpu::gemm<T>(false, true, rows, out, in, T(1), x, w, T(0), y);
+std::unique_ptr<backend::Backend> cpu_backend_unless(backend::Backend* given) {
+  return given ? nullptr : std::make_unique<backend::CpuBackend>();
 }
+
+// y (rows, out) = x (rows, in) · W^T, W: (out, in)
+void linear(backend::Backend& be, const Tensor& x, const Tensor& w, Tensor& y) { be.gemm(false, true, 1.0, x, w, 0.0, y); }
 // dx (rows, in) (+)= dy (rows, out) · W
-template <class T>
-void linear_dx(const T* dy, const T* w, int64_t rows, int64_t in, int64_t out, T* dx, bool accumulate) {
-  cpu::gemm<T>(false, false, rows, in, out, T(1), dy, w, accumulate ? T(1) : T(0), dx);
+void linear_dx(backend::Backend& be, const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate) {
+  be.gemm(false, false, 1.0, dy, w, accumulate ? 1.0 : 0.0, dx);
 }
 // dW (out, in) += dy^T (out, rows) · x (rows, in)
-template <class T>
-void linear_dw(const T* dy, const T* x, int64_t rows, int64_t in, int64_t out, T* dw) {
-  cpu::gemm<T>(true, false, out, in, rows, T(1), dy, x, T(1), dw);
+void linear_dw(backend::Backend& be, const Tensor& dy, const Tensor& x, Tensor& dw) {
+  be.gemm(true, false, 1.0, dy, x, 1.0, dw);
+}
+
+// A host int32 array as a tensor view (no copy).
+Tensor host_ints(const int32_t* p, int64_t n) {
+  return Tensor::from_blob(const_cast<int32_t*>(p), {n}, DType::i32);
 }
 
 }  // namespace
 
 template <class T>
-Qwen3Model<T>::Qwen3Model(const ModelShape& shape, TpOps<T>& tp)
-    : shape_(shape), plan_(make_qwen3_plan(shape_)), params_(plan_, shape_), tp_(tp) {
+Qwen3Model<T>::Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backend* backend)
+    : owned_backend_(cpu_backend_unless(backend)),
+      be_(backend ? *backend : *owned_backend_),
+      act_dtype_(be_.activation_dtype(master_dtype<T>())),
+      stat_dtype_(be_.statistic_dtype(master_dtype<T>())),
+      shape_(shape),
+      plan_(make_qwen3_plan(shape_)),
+      params_(plan_, shape_, be_),
+      tp_(tp) {
   ECHO_CHECK(tp.size() == shape.tp && tp.rank() == shape.tp_rank,
              "the model shape is for tp rank {} of {}, but its TP group has rank {} of {}", shape.tp_rank, shape.tp,
              tp.rank(), tp.size());
@@ -57,13 +68,19 @@ double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
   check_batch(b);
   const int64_t n = b.num_tokens(), H = shape_.hidden;
   batch_ = b;
-  positions_.resize(n);
-  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(i % b.seq);
+  // The batch goes to the device once: tokens, targets and the positions within each sequence.
+  std::vector<int32_t> positions(n);
+  for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i % b.seq);
+  tokens_ = be_.empty({n}, DType::i32);
+  targets_ = be_.empty({n}, DType::i32);
+  positions_ = be_.empty({n}, DType::i32);
+  be_.copy_from(tokens_, host_ints(b.tokens, n));
+  be_.copy_from(targets_, host_ints(b.targets, n));
+  be_.copy_from(positions_, host_ints(positions.data(), n));
 
   // Vocab-parallel embedding: each rank fills the rows it owns, the exact sum completes them.
-  std::vector<T> x(n * H);
-  cpu::embedding_forward<T>(b.tokens, n, params_.value(plan_.embed), shape_.vocab_begin(), shape_.vocab_local(), H,
-                            x.data());
+  Tensor x = act({n, H});
+  be_.embedding_forward(tokens_, params_.compute(plan_.embed), shape_.vocab_begin(), x);
   tp_.edge_sum(x, {0, Direction::forward});
 
   tp_.begin_pass(Direction::forward);
@@ -71,73 +88,73 @@ double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
   for (int64_t l = 0; l < shape_.layers; ++l) layer_forward(l, x, acts_[l]);
 
   final_hidden_ = x;
-  final_norm_out_.resize(n * H);
-  final_rstd_.resize(n);
-  cpu::rmsnorm_forward<T>(x.data(), params_.value(plan_.final_norm), n, H, static_cast<T>(shape_.norm_eps),
-                          final_norm_out_.data(), final_rstd_.data());
+  final_norm_out_ = act({n, H});
+  final_rstd_ = stat({n});
+  be_.rmsnorm_forward(x, params_.compute(plan_.final_norm), shape_.norm_eps, final_norm_out_, final_rstd_);
   const int64_t V = shape_.vocab_local();
-  logits_.resize(n * V);
-  linear<T>(final_norm_out_.data(), params_.value(plan_.lm_head), n, H, V, logits_.data());
-  ce_lse_.resize(n);
-  const double loss = cpu::cross_entropy_forward<T>(logits_.data(), b.targets, n, shape_.vocab_begin(), V,
-                                                    kIgnoreIndex, tp_.reducer(), ce_lse_.data());
-  count_ = cpu::count_targets(b.targets, n, kIgnoreIndex);
+  logits_ = act({n, V});
+  linear(be_, final_norm_out_, params_.compute(plan_.lm_head), logits_);
+  ce_lse_ = stat({n});
+  const double loss =
+      be_.cross_entropy_forward(logits_, targets_, shape_.vocab_begin(), kIgnoreIndex, tp_.reducer(), ce_lse_);
+  count_ = 0;
+  for (int64_t i = 0; i < n; ++i) count_ += b.targets[i] != kIgnoreIndex;
   have_acts_ = keep_activations;
   if (!keep_activations) acts_.clear();
   return loss;
 }
 
 template <class T>
-void Qwen3Model<T>::layer_forward(int64_t l, std::vector<T>& x, LayerActs& a) {
+void Qwen3Model<T>::layer_forward(int64_t l, Tensor& x, LayerActs& a) {
   const auto& p = plan_.layers[l];
   const int64_t n = batch_.num_tokens(), H = shape_.hidden, D = shape_.head_dim;
+  const int64_t B = batch_.batch, S = batch_.seq;
   const int64_t hq = shape_.heads_local(), hkv = shape_.kv_heads_local(), F = shape_.ffn_local();
-  const T eps = static_cast<T>(shape_.norm_eps);
+  const double eps = shape_.norm_eps;
 
   // Attention: h1 = RMSNorm(x); q, k, v column-parallel; per-head q_norm, k_norm; RoPE.
-  a.x_in = x;
-  a.h1.resize(n * H);
-  a.rstd1.resize(n);
-  cpu::rmsnorm_forward<T>(x.data(), params_.value(p.input_norm), n, H, eps, a.h1.data(), a.rstd1.data());
-  a.q_raw.resize(n * hq * D);
-  a.k_raw.resize(n * hkv * D);
-  a.v.resize(n * hkv * D);
-  project(l, kQ, a.h1.data(), p.q, H, hq * D, a.q_raw.data(), a);
-  project(l, kK, a.h1.data(), p.k, H, hkv * D, a.k_raw.data(), a);
-  project(l, kV, a.h1.data(), p.v, H, hkv * D, a.v.data(), a);
-  a.q.resize(a.q_raw.size());
-  a.k.resize(a.k_raw.size());
-  a.q_rstd.resize(n * hq);
-  a.k_rstd.resize(n * hkv);
-  cpu::rmsnorm_forward<T>(a.q_raw.data(), params_.value(p.q_norm), n * hq, D, eps, a.q.data(), a.q_rstd.data());
-  cpu::rmsnorm_forward<T>(a.k_raw.data(), params_.value(p.k_norm), n * hkv, D, eps, a.k.data(), a.k_rstd.data());
-  cpu::rope_forward<T>(a.q.data(), positions_.data(), n, hq, D, shape_.rope_base);
-  cpu::rope_forward<T>(a.k.data(), positions_.data(), n, hkv, D, shape_.rope_base);
-  a.attn.resize(n * hq * D);
-  a.lse.resize(batch_.batch * hq * batch_.seq);
-  cpu::attention_forward<T>(a.q.data(), a.k.data(), a.v.data(), batch_.batch, batch_.seq, hq, hkv, D, a.attn.data(),
-                            a.lse.data());
+  a.x_in = copy_of(x);
+  a.h1 = act({n, H});
+  a.rstd1 = stat({n});
+  be_.rmsnorm_forward(x, params_.compute(p.input_norm), eps, a.h1, a.rstd1);
+  a.q_raw = act({n, hq * D});
+  a.k_raw = act({n, hkv * D});
+  a.v = act({n, hkv * D});
+  project(l, kQ, a.h1, p.q, a.q_raw, a);
+  project(l, kK, a.h1, p.k, a.k_raw, a);
+  project(l, kV, a.h1, p.v, a.v, a);
+  a.q = act({n, hq, D});
+  a.k = act({n, hkv, D});
+  a.q_rstd = stat({n * hq});
+  a.k_rstd = stat({n * hkv});
+  be_.rmsnorm_forward(a.q_raw.view({n * hq, D}), params_.compute(p.q_norm), eps, a.q, a.q_rstd);
+  be_.rmsnorm_forward(a.k_raw.view({n * hkv, D}), params_.compute(p.k_norm), eps, a.k, a.k_rstd);
+  be_.rope_forward(a.q, positions_, shape_.rope_base);
+  be_.rope_forward(a.k, positions_, shape_.rope_base);
+  a.attn = act({B, S, hq, D});
+  a.lse = stat({B, hq, S});
+  be_.attention_forward(a.q.view({B, S, hq, D}), a.k.view({B, S, hkv, D}), a.v.view({B, S, hkv, D}), a.attn, a.lse);
   // o row-parallel, then the forward site.
-  std::vector<T> o(n * H);
-  project(l, kO, a.attn.data(), p.o, hq * D, H, o.data(), a);
+  Tensor o = act({n, H});
+  project(l, kO, a.attn.view({n, hq * D}), p.o, o, a);
   tp_.block_site(o, {static_cast<int>(2 * l), Direction::forward});
-  cpu::add_inplace<T>(x.data(), o.data(), n * H);
+  be_.add_inplace(x, o);
 
   // MLP: h2 = RMSNorm(x); down(silu(gate(h2)) * up(h2)).
-  a.x_mid = x;
-  a.h2.resize(n * H);
-  a.rstd2.resize(n);
-  cpu::rmsnorm_forward<T>(x.data(), params_.value(p.post_norm), n, H, eps, a.h2.data(), a.rstd2.data());
-  a.gate.resize(n * F);
-  a.up.resize(n * F);
-  a.act.resize(n * F);
-  project(l, kGate, a.h2.data(), p.gate, H, F, a.gate.data(), a);
-  project(l, kUp, a.h2.data(), p.up, H, F, a.up.data(), a);
-  cpu::swiglu_forward<T>(a.gate.data(), a.up.data(), n * F, a.act.data());
-  std::vector<T> d(n * H);
-  project(l, kDown, a.act.data(), p.down, F, H, d.data(), a);
+  a.x_mid = copy_of(x);
+  a.h2 = act({n, H});
+  a.rstd2 = stat({n});
+  be_.rmsnorm_forward(x, params_.compute(p.post_norm), eps, a.h2, a.rstd2);
+  a.gate = act({n, F});
+  a.up = act({n, F});
+  a.act = act({n, F});
+  project(l, kGate, a.h2, p.gate, a.gate, a);
+  project(l, kUp, a.h2, p.up, a.up, a);
+  be_.swiglu_forward(a.gate, a.up, a.act);
+  Tensor d = act({n, H});
+  project(l, kDown, a.act, p.down, d, a);
   tp_.block_site(d, {static_cast<int>(2 * l + 1), Direction::forward});
-  cpu::add_inplace<T>(x.data(), d.data(), n * H);
+  be_.add_inplace(x, d);
 }
 
 template <class T>
@@ -145,25 +162,24 @@ void Qwen3Model<T>::backward(T loss_scale) {
   ECHO_CHECK(have_acts_, "backward() needs a forward(keep_activations = true) before it");
   const int64_t n = batch_.num_tokens(), H = shape_.hidden, V = shape_.vocab_local();
 
-  std::vector<T> dlogits(n * V);
-  cpu::cross_entropy_backward<T>(logits_.data(), batch_.targets, ce_lse_.data(), n, shape_.vocab_begin(), V,
-                                 kIgnoreIndex, count_, loss_scale, dlogits.data());
-  linear_dw<T>(dlogits.data(), final_norm_out_.data(), n, H, V, params_.grad(plan_.lm_head));
+  Tensor dlogits = act({n, V});
+  be_.cross_entropy_backward(logits_, targets_, ce_lse_, shape_.vocab_begin(), kIgnoreIndex, count_,
+                             static_cast<double>(loss_scale), dlogits);
+  linear_dw(be_, dlogits, final_norm_out_, params_.grad(plan_.lm_head));
   // LM-head input gradient: a partial sum over the vocab shards, completed exactly.
-  std::vector<T> dh(n * H), dx(n * H);
-  linear_dx<T>(dlogits.data(), params_.value(plan_.lm_head), n, H, V, dh.data(), false);
+  Tensor dh = act({n, H}), dx = act({n, H});
+  linear_dx(be_, dlogits, params_.compute(plan_.lm_head), dh, false);
   tp_.edge_sum(dh, {0, Direction::backward});
-  cpu::rmsnorm_backward<T>(dh.data(), final_hidden_.data(), params_.value(plan_.final_norm), final_rstd_.data(), n, H,
-                           dx.data(), params_.grad(plan_.final_norm));
+  be_.rmsnorm_backward(dh, final_hidden_, params_.compute(plan_.final_norm), final_rstd_, dx,
+                       params_.grad(plan_.final_norm));
 
   tp_.begin_pass(Direction::backward);
-  norm_grads_.assign(2 * shape_.layers * shape_.head_dim, T(0));
+  norm_grads_ = be_.zeros({2 * shape_.layers, shape_.head_dim}, master_dtype<T>());
   int site = 0;
   for (int64_t l = shape_.layers - 1; l >= 0; --l) layer_backward(l, dx, acts_[l], site);
 
   // Every rank holds the full dx; each scatters into the vocab rows it owns.
-  cpu::embedding_backward<T>(batch_.tokens, n, dx.data(), shape_.vocab_begin(), shape_.vocab_local(), H,
-                             params_.grad(plan_.embed));
+  be_.embedding_backward(tokens_, dx, shape_.vocab_begin(), params_.grad(plan_.embed));
   // q_norm / k_norm act on this rank's heads only: this micro-batch's share of their gradients
   // is a partial sum. It is summed over TP on its own (one collective for all layers) and then
   // added: summing the accumulated gradient instead would count every earlier micro-batch of
@@ -171,8 +187,8 @@ void Qwen3Model<T>::backward(T loss_scale) {
   tp_.exact_sum(norm_grads_);
   for (int64_t l = 0; l < shape_.layers; ++l) {
     const auto& p = plan_.layers[l];
-    cpu::add_inplace<T>(params_.grad(p.q_norm), norm_grad(l, false), shape_.head_dim);
-    cpu::add_inplace<T>(params_.grad(p.k_norm), norm_grad(l, true), shape_.head_dim);
+    be_.add_inplace(params_.grad(p.q_norm), norm_grad(l, false));
+    be_.add_inplace(params_.grad(p.k_norm), norm_grad(l, true));
   }
 
   acts_.clear();
@@ -180,42 +196,44 @@ void Qwen3Model<T>::backward(T loss_scale) {
 }
 
 template <class T>
-void Qwen3Model<T>::layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, int& site) {
+void Qwen3Model<T>::layer_backward(int64_t l, Tensor& dx, LayerActs& a, int& site) {
   const auto& p = plan_.layers[l];
   const int64_t n = batch_.num_tokens(), H = shape_.hidden, D = shape_.head_dim;
+  const int64_t B = batch_.batch, S = batch_.seq;
   const int64_t hq = shape_.heads_local(), hkv = shape_.kv_heads_local(), F = shape_.ffn_local();
 
   // MLP. dx is the gradient of the block output; the residual passes it through unchanged.
-  std::vector<T> dact(n * F), dgate(n * F), dup(n * F), dh(n * H), dnorm(n * H);
-  project_backward(l, kDown, dx.data(), a.act.data(), p.down, F, H, dact.data(), false, a);
-  cpu::swiglu_backward<T>(dact.data(), a.gate.data(), a.up.data(), n * F, dgate.data(), dup.data());
-  project_backward(l, kGate, dgate.data(), a.h2.data(), p.gate, H, F, dh.data(), false, a);
-  project_backward(l, kUp, dup.data(), a.h2.data(), p.up, H, F, dh.data(), true, a);
+  Tensor dact = act({n, F}), dgate = act({n, F}), dup = act({n, F}), dh = act({n, H}), dnorm = act({n, H});
+  project_backward(l, kDown, dx, a.act, p.down, dact, false, a);
+  be_.swiglu_backward(dact, a.gate, a.up, dgate, dup);
+  project_backward(l, kGate, dgate, a.h2, p.gate, dh, false, a);
+  project_backward(l, kUp, dup, a.h2, p.up, dh, true, a);
   tp_.block_site(dh, {site++, Direction::backward});
-  cpu::rmsnorm_backward<T>(dh.data(), a.x_mid.data(), params_.value(p.post_norm), a.rstd2.data(), n, H, dnorm.data(),
-                           params_.grad(p.post_norm));
-  cpu::add_inplace<T>(dx.data(), dnorm.data(), n * H);
+  be_.rmsnorm_backward(dh, a.x_mid, params_.compute(p.post_norm), a.rstd2, dnorm, params_.grad(p.post_norm));
+  be_.add_inplace(dx, dnorm);
   a.gate = {}, a.up = {}, a.act = {}, a.h2 = {}, a.x_mid = {};
 
   // Attention.
-  std::vector<T> dattn(n * hq * D), dq(n * hq * D), dk(n * hkv * D), dv(n * hkv * D);
-  project_backward(l, kO, dx.data(), a.attn.data(), p.o, hq * D, H, dattn.data(), false, a);
-  cpu::attention_backward<T>(dattn.data(), a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(),
-                             batch_.batch, batch_.seq, hq, hkv, D, dq.data(), dk.data(), dv.data());
-  cpu::rope_backward<T>(dq.data(), positions_.data(), n, hq, D, shape_.rope_base);
-  cpu::rope_backward<T>(dk.data(), positions_.data(), n, hkv, D, shape_.rope_base);
-  std::vector<T> dq_raw(dq.size()), dk_raw(dk.size());
-  cpu::rmsnorm_backward<T>(dq.data(), a.q_raw.data(), params_.value(p.q_norm), a.q_rstd.data(), n * hq, D,
-                           dq_raw.data(), norm_grad(l, false));
-  cpu::rmsnorm_backward<T>(dk.data(), a.k_raw.data(), params_.value(p.k_norm), a.k_rstd.data(), n * hkv, D,
-                           dk_raw.data(), norm_grad(l, true));
-  project_backward(l, kQ, dq_raw.data(), a.h1.data(), p.q, H, hq * D, dh.data(), false, a);
-  project_backward(l, kK, dk_raw.data(), a.h1.data(), p.k, H, hkv * D, dh.data(), true, a);
-  project_backward(l, kV, dv.data(), a.h1.data(), p.v, H, hkv * D, dh.data(), true, a);
+  Tensor dattn = act({B, S, hq, D}), dq = act({B, S, hq, D}), dk = act({B, S, hkv, D}), dv = act({B, S, hkv, D});
+  Tensor dattn2 = dattn.view({n, hq * D});
+  project_backward(l, kO, dx, a.attn.view({n, hq * D}), p.o, dattn2, false, a);
+  be_.attention_backward(dattn, a.q.view({B, S, hq, D}), a.k.view({B, S, hkv, D}), a.v.view({B, S, hkv, D}), a.attn,
+                         a.lse, dq, dk, dv);
+  Tensor dq3 = dq.view({n, hq, D}), dk3 = dk.view({n, hkv, D});
+  be_.rope_backward(dq3, positions_, shape_.rope_base);
+  be_.rope_backward(dk3, positions_, shape_.rope_base);
+  Tensor dq_raw = act({n * hq, D}), dk_raw = act({n * hkv, D});
+  Tensor q_norm_grad = norm_grad(l, false), k_norm_grad = norm_grad(l, true);
+  be_.rmsnorm_backward(dq.view({n * hq, D}), a.q_raw.view({n * hq, D}), params_.compute(p.q_norm), a.q_rstd, dq_raw,
+                       q_norm_grad);
+  be_.rmsnorm_backward(dk.view({n * hkv, D}), a.k_raw.view({n * hkv, D}), params_.compute(p.k_norm), a.k_rstd, dk_raw,
+                       k_norm_grad);
+  project_backward(l, kQ, dq_raw.view({n, hq * D}), a.h1, p.q, dh, false, a);
+  project_backward(l, kK, dk_raw.view({n, hkv * D}), a.h1, p.k, dh, true, a);
+  project_backward(l, kV, dv.view({n, hkv * D}), a.h1, p.v, dh, true, a);
   tp_.block_site(dh, {site++, Direction::backward});
-  cpu::rmsnorm_backward<T>(dh.data(), a.x_in.data(), params_.value(p.input_norm), a.rstd1.data(), n, H, dnorm.data(),
-                           params_.grad(p.input_norm));
-  cpu::add_inplace<T>(dx.data(), dnorm.data(), n * H);
+  be_.rmsnorm_backward(dh, a.x_in, params_.compute(p.input_norm), a.rstd1, dnorm, params_.grad(p.input_norm));
+  be_.add_inplace(dx, dnorm);
   a = {};
 }
 
@@ -255,30 +273,24 @@ quant::LinearContext Qwen3Model<T>::linear_context(int64_t l, Proj proj, int64_t
 }
 
 template <class T>
-void Qwen3Model<T>::project(int64_t l, Proj proj, const T* x, size_t w, int64_t in, int64_t out, T* y, LayerActs& a) {
-  const int64_t n = batch_.num_tokens();
-  if constexpr (std::is_same_v<T, float>) {
-    if (int8_ && int8_proj_[proj]) {
-      quant::linear_forward(*int8_, linear_context(l, proj, out), x, params_.value(w), n, in, out, y, a.int8[proj]);
-      return;
-    }
+void Qwen3Model<T>::project(int64_t l, Proj proj, const Tensor& x, size_t w, Tensor& y, LayerActs& a) {
+  if (int8_ && int8_proj_[proj]) {
+    be_.int8_linear_forward(*int8_, linear_context(l, proj, y.dim(-1)), x, params_.value(w), y, a.int8[proj]);
+    return;
   }
-  linear<T>(x, params_.value(w), n, in, out, y);
+  linear(be_, x, params_.compute(w), y);
 }
 
 template <class T>
-void Qwen3Model<T>::project_backward(int64_t l, Proj proj, const T* dy, const T* x, size_t w, int64_t in, int64_t out,
-                                     T* dx, bool accumulate_dx, LayerActs& a) {
-  const int64_t n = batch_.num_tokens();
-  if constexpr (std::is_same_v<T, float>) {
-    if (int8_ && int8_proj_[proj]) {
-      quant::linear_backward(*int8_, linear_context(l, proj, out), dy, x, params_.value(w), a.int8[proj], n, in, out,
-                             dx, accumulate_dx, params_.grad(w));
-      return;
-    }
+void Qwen3Model<T>::project_backward(int64_t l, Proj proj, const Tensor& dy, const Tensor& x, size_t w, Tensor& dx,
+                                     bool accumulate_dx, LayerActs& a) {
+  if (int8_ && int8_proj_[proj]) {
+    be_.int8_linear_backward(*int8_, linear_context(l, proj, dy.dim(-1)), dy, a.int8[proj], &dx, accumulate_dx,
+                             &params_.grad(w));
+    return;
   }
-  linear_dw<T>(dy, x, n, in, out, params_.grad(w));
-  linear_dx<T>(dy, params_.value(w), n, in, out, dx, accumulate_dx);
+  linear_dw(be_, dy, x, params_.grad(w));
+  linear_dx(be_, dy, params_.compute(w), dx, accumulate_dx);
 }
 
 template <class T>

@@ -1,4 +1,6 @@
-// Qwen3 decoder (docs/design.md §5) on the CPU backend with Megatron tensor parallelism:
+// Qwen3 decoder (docs/design.md §5) with Megatron tensor parallelism, written once over
+// backend::Backend (activations, weights and gradients are the backend's tensors; no device
+// is named here):
 // pre-norm blocks h += Attn(RMSNorm(h)); h += MLP(RMSNorm(h)); final RMSNorm; LM head;
 // vocab-parallel cross-entropy. Forward keeps the activations backward needs and backward
 // frees them. Every TP collective goes through TpOps; sites are numbered in visiting order
@@ -7,9 +9,11 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/parameters.h"
 #include "model/tp_ops.h"
 #include "quant/int8_linear.h"
@@ -18,7 +22,8 @@ namespace echo::model {
 
 constexpr int32_t kIgnoreIndex = -100;
 
-// tokens, targets: (batch, seq) row-major; targets may hold kIgnoreIndex.
+// tokens, targets: (batch, seq) row-major host arrays; targets may hold kIgnoreIndex. They go to
+// the backend's device once per forward.
 struct Batch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
@@ -30,7 +35,8 @@ struct Batch {
 template <class T>
 class Qwen3Model {
  public:
-  Qwen3Model(const ModelShape& shape, TpOps<T>& tp);
+  // backend == nullptr: the model owns a CPU backend (tests, tools). `backend` must outlive it.
+  Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backend* backend = nullptr);
 
   void init_weights(uint64_t seed) { params_.init(seed); }
   ParameterSet<T>& params() { return params_; }
@@ -47,8 +53,10 @@ class Qwen3Model {
   void backward(T loss_scale = T(1));
   double forward_backward(const Batch& batch, T loss_scale = T(1));
 
-  // The final hidden state (after the last block, before the final norm) of the last forward.
-  const std::vector<T>& final_hidden() const { return final_hidden_; }
+  // A host copy of the final hidden state (after the last block, before the final norm) of the
+  // last forward.
+  std::vector<T> final_hidden() const { return final_hidden_.to(Device::cpu).template to_vector<T>(); }
+  backend::Backend& backend() { return be_; }
 
   // The block projections (q, k, v, o, gate, up, down) in INT8 with S3R-EC (docs/design.md §11)
   // instead of fp32; the embedding and the LM head stay in full precision, as in the paper.
@@ -67,22 +75,34 @@ class Qwen3Model {
   // The block projections, in the order of their S3R site ids.
   enum Proj : int { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
   struct LayerActs {
-    std::vector<T> x_in, h1, rstd1, q_raw, k_raw, q_rstd, k_rstd, q, k, v, attn, lse;
-    std::vector<T> x_mid, h2, rstd2, gate, up, act;
+    Tensor x_in, h1, rstd1, q_raw, k_raw, q_rstd, k_rstd, q, k, v, attn, lse;
+    Tensor x_mid, h2, rstd2, gate, up, act;
     std::array<quant::Int8LinearSaved, kNumProj> int8;  // empty unless INT8 linears are on
   };
-  // y (rows, out) = x (rows, in) · W^T for projection `proj` of layer l, fp32 or INT8.
-  void project(int64_t l, Proj proj, const T* x, size_t w, int64_t in, int64_t out, T* y, LayerActs& a);
+  // y (rows, out) = x (rows, in) · W^T for projection `proj` (parameter w) of layer l, in the
+  // backend's precision or INT8.
+  void project(int64_t l, Proj proj, const Tensor& x, size_t w, Tensor& y, LayerActs& a);
   // dW += dy^T · x and dx (+)= dy · W for the same projection.
-  void project_backward(int64_t l, Proj proj, const T* dy, const T* x, size_t w, int64_t in, int64_t out, T* dx,
+  void project_backward(int64_t l, Proj proj, const Tensor& dy, const Tensor& x, size_t w, Tensor& dx,
                         bool accumulate_dx, LayerActs& a);
+  // A contiguous activation of the backend's dtype (statistics: the dtype of rstd and lse).
+  Tensor act(std::vector<int64_t> shape) { return be_.empty(std::move(shape), act_dtype_); }
+  Tensor stat(std::vector<int64_t> shape) { return be_.empty(std::move(shape), stat_dtype_); }
+  Tensor copy_of(const Tensor& x) {
+    Tensor c = act(x.shape());
+    be_.copy(c, x);
+    return c;
+  }
   quant::LinearContext linear_context(int64_t l, Proj proj, int64_t out) const;
-  void layer_forward(int64_t l, std::vector<T>& x, LayerActs& a);
-  void layer_backward(int64_t l, std::vector<T>& dx, LayerActs& a, int& site);
+  void layer_forward(int64_t l, Tensor& x, LayerActs& a);
+  void layer_backward(int64_t l, Tensor& dx, LayerActs& a, int& site);
   void check_batch(const Batch& batch) const;
   // This backward's q_norm (k = false) or k_norm gradient of layer l, before the TP sum.
-  T* norm_grad(int64_t l, bool k) { return norm_grads_.data() + (2 * l + (k ? 1 : 0)) * shape_.head_dim; }
+  Tensor norm_grad(int64_t l, bool k) { return norm_grads_.slice(0, 2 * l + (k ? 1 : 0), 2 * l + (k ? 2 : 1)).view({shape_.head_dim}); }
 
+  std::unique_ptr<backend::Backend> owned_backend_;  // when none was given
+  backend::Backend& be_;
+  DType act_dtype_, stat_dtype_;
   ModelShape shape_;
   Qwen3Plan plan_;
   ParameterSet<T> params_;
@@ -90,10 +110,10 @@ class Qwen3Model {
 
   // Saved by forward for backward.
   Batch batch_;
-  std::vector<int32_t> positions_;
+  Tensor tokens_, targets_, positions_;  // on the backend's device
   std::vector<LayerActs> acts_;
-  std::vector<T> final_hidden_, final_norm_out_, final_rstd_, logits_, ce_lse_;
-  std::vector<T> norm_grads_;  // per layer [q_norm | k_norm] gradients of the current backward
+  Tensor final_hidden_, final_norm_out_, final_rstd_, logits_, ce_lse_;
+  Tensor norm_grads_;  // (2 * layers, head_dim): per layer [q_norm | k_norm] of the current backward
   int64_t count_ = 0;
   bool have_acts_ = false;
   std::optional<quant::Int8LinearConfig> int8_;

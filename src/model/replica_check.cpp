@@ -16,7 +16,8 @@ std::vector<std::string> diverged_replicas(const ParameterSet<T>& params, const 
     const auto shard = params[i].spec->shard;
     if (shard != ShardKind::replicated && shard != ShardKind::replicated_grad_sum) continue;
     index.push_back(i);
-    lo.push_back(fnv1a(params[i].value.data(), params[i].value.size() * sizeof(T)));
+    const std::vector<T> value = params[i].value_vector();
+    lo.push_back(fnv1a(value.data(), value.size() * sizeof(T)));
   }
   hi = lo;
   const int n = static_cast<int>(lo.size());

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include "core/error.h"
 #include "dist/mpi_check.h"
 
 namespace echo::model {
@@ -14,13 +15,13 @@ CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm
       exact_(tp, comm::ExactPrecision::fp32),
       reducer_(backend::make_mpi_reducer(tp)) {}
 
-void CommTpOps::edge_sum(std::span<float> x, comm::Site site) {
+void CommTpOps::edge_sum(Tensor& x, comm::Site site) {
   if (!edge_) return exact_sum(x);
   edge_->begin_pass(site.direction);  // a single site: no compensator history to carry
   edge_->all_reduce(x, site);
 }
 
-void CommTpOps::exact_sum(std::span<float> x) {
+void CommTpOps::exact_sum(Tensor& x) {
   if (tp_.size() > 1) exact_.all_reduce(x, {0, comm::Direction::forward});
 }
 
@@ -39,10 +40,12 @@ int ExactTpOps<T>::rank() const {
 }
 
 template <class T>
-void ExactTpOps<T>::exact_sum(std::span<T> x) {
+void ExactTpOps<T>::exact_sum(Tensor& x) {
   if (size() == 1) return;
+  ECHO_CHECK(x.is_cpu() && x.is_contiguous(), "ExactTpOps: the MPI sum needs a contiguous host tensor, got {}",
+             x.describe());
   const MPI_Datatype type = sizeof(T) == 8 ? MPI_DOUBLE : MPI_FLOAT;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), type, MPI_SUM, tp_->get()));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data<T>(), static_cast<int>(x.numel()), type, MPI_SUM, tp_->get()));
 }
 
 template class ExactTpOps<float>;

@@ -7,9 +7,8 @@
 #pragma once
 
 #include <memory>
-#include <span>
 
-#include "backend/ops.h"
+#include "backend/tp_reducer.h"
 #include "comm/all_reduce.h"
 #include "comm/exact_all_reduce.h"
 #include "dist/communicator.h"
@@ -23,10 +22,12 @@ class TpOps {
   virtual int size() const = 0;
   virtual int rank() const = 0;
   virtual void begin_pass(comm::Direction direction) = 0;
-  virtual void block_site(std::span<T> x, comm::Site site) = 0;
-  virtual void exact_sum(std::span<T> x) = 0;
+  // In place on a contiguous tensor of the backend's activation (block_site, edge_sum) or master
+  // (exact_sum) dtype.
+  virtual void block_site(Tensor& x, comm::Site site) = 0;
+  virtual void exact_sum(Tensor& x) = 0;
   // The vocab-parallel embedding output and the LM-head input gradient (exact by default).
-  virtual void edge_sum(std::span<T> x, comm::Site site) {
+  virtual void edge_sum(Tensor& x, comm::Site site) {
     (void)site;
     exact_sum(x);
   }
@@ -42,9 +43,9 @@ class CommTpOps final : public TpOps<float> {
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }
-  void block_site(std::span<float> x, comm::Site site) override { blocks_.all_reduce(x, site); }
-  void exact_sum(std::span<float> x) override;
-  void edge_sum(std::span<float> x, comm::Site site) override;
+  void block_site(Tensor& x, comm::Site site) override { blocks_.all_reduce(x, site); }
+  void exact_sum(Tensor& x) override;
+  void edge_sum(Tensor& x, comm::Site site) override;
   const backend::TpReducer& reducer() const override { return reducer_; }
 
  private:
@@ -64,8 +65,8 @@ class ExactTpOps final : public TpOps<T> {
   int size() const override;
   int rank() const override;
   void begin_pass(comm::Direction) override {}
-  void block_site(std::span<T> x, comm::Site) override { exact_sum(x); }
-  void exact_sum(std::span<T> x) override;
+  void block_site(Tensor& x, comm::Site) override { exact_sum(x); }
+  void exact_sum(Tensor& x) override;
   const backend::TpReducer& reducer() const override { return reducer_; }
 
  private:

@@ -12,7 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/tp_reducer.h"
+#include "core/tensor.h"
 #include "core/config/config.h"
 #include "quant/s3r_math.h"
 
@@ -53,13 +54,14 @@ struct LinearContext {
   const backend::TpReducer* tp = nullptr;  // required unless tp_style is none
 };
 
-// What the int8 forward keeps for backward (empty in bf16 mode).
+// What the int8 forward keeps for backward (undefined tensors in bf16 mode), on the device of
+// the call's operands.
 struct Int8LinearSaved {
   int64_t rows = 0, in = 0, out = 0;
-  std::vector<int8_t> x_q;  // (rows, in)  X̂
-  std::vector<float> s_x;   // (rows)
-  std::vector<int8_t> w_q;  // (out, in)  Ŵ
-  std::vector<float> s_w;   // (out)
+  Tensor x_q;  // i8 (rows, in)  X̂
+  Tensor s_x;  // f32 (rows)
+  Tensor w_q;  // i8 (out, in)  Ŵ
+  Tensor s_w;  // f32 (out)
 };
 
 // Seconds spent, accumulated over calls (for the benchmark).

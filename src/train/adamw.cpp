@@ -3,15 +3,15 @@
 
 #include <cmath>
 
-#include "core/error.h"
 #include "backend/adamw_math.h"
+#include "core/error.h"
 
 namespace echo::train {
 
 AdamW::AdamW(const model::ParameterSet<float>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
-    m_.emplace_back(params[i].value.size(), 0.0f);
-    v_.emplace_back(params[i].value.size(), 0.0f);
+    m_.push_back(params.backend().zeros(params[i].shape, DType::f32));
+    v_.push_back(params.backend().zeros(params[i].shape, DType::f32));
   }
 }
 
@@ -20,7 +20,7 @@ void AdamW::step(model::ParameterSet<float>& params, double lr, const config::Op
   ++step_;
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step_));
-  AdamWScalars s;
+  backend::AdamWScalars s;
   s.beta1 = static_cast<float>(cfg.beta1);
   s.beta2 = static_cast<float>(cfg.beta2);
   s.one_minus_beta1 = 1.0f - s.beta1;
@@ -31,12 +31,9 @@ void AdamW::step(model::ParameterSet<float>& params, double lr, const config::Op
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];
     const float decay = p.spec->weight_decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f;
-    float* w = p.value.data();
-    const float* g = p.grad.data();
-    float* m = m_[i].data();
-    float* v = v_[i].data();
-    for (size_t e = 0; e < p.value.size(); ++e) adamw_update(w[e], g[e], m[e], v[e], decay, s);
+    params.backend().adamw_step(p.value, p.grad, m_[i], v_[i], decay, s);
   }
+  params.refresh_compute_weights();
 }
 
 }  // namespace echo::train

@@ -1,9 +1,12 @@
-// AdamW with fp32 master weights, gradients and moments (docs/design.md §12). Weight decay
-// applies to the parameters whose spec says so (matrices; not norms, not embeddings).
+// AdamW with fp32 master weights, gradients and moments (docs/design.md §12), on the parameters'
+// backend (the moments are its tensors; the update is Backend::adamw_step). Weight decay applies
+// to the parameters whose spec says so (matrices; not norms, not embeddings).
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "core/tensor.h"
 
 #include "core/config/config.h"
 #include "model/parameters.h"
@@ -12,6 +15,7 @@ namespace echo::train {
 
 class AdamW {
  public:
+  // Zero moments shaped like each parameter, from the parameters' backend.
   explicit AdamW(const model::ParameterSet<float>& params);
 
   // One update of every parameter with learning rate lr; the gradients must already be
@@ -20,15 +24,16 @@ class AdamW {
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
-  // First and second moments, one vector per parameter, shaped like its local shard.
-  std::vector<std::vector<float>>& exp_avg() { return m_; }
-  std::vector<std::vector<float>>& exp_avg_sq() { return v_; }
-  const std::vector<std::vector<float>>& exp_avg() const { return m_; }
-  const std::vector<std::vector<float>>& exp_avg_sq() const { return v_; }
+  // First and second moments of parameter i, shaped like its local shard.
+  size_t size() const { return m_.size(); }
+  Tensor& exp_avg(size_t i) { return m_[i]; }
+  Tensor& exp_avg_sq(size_t i) { return v_[i]; }
+  const Tensor& exp_avg(size_t i) const { return m_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
 
  private:
   int64_t step_ = 0;
-  std::vector<std::vector<float>> m_, v_;
+  std::vector<Tensor> m_, v_;
 };
 
 }  // namespace echo::train

@@ -12,16 +12,11 @@
 namespace echo::train {
 
 double max_abs_weight(const model::ParameterSet<float>& params, const dist::Communicator& world) {
-  float local = 0;
-  bool finite = true;
-  for (size_t i = 0; i < params.size(); ++i)
-    for (const float w : params[i].value) {
-      // NOTE: fmax drops NaN, so finiteness is tracked separately; both loops vectorize.
-      local = std::fmax(local, std::fabs(w));
-      finite &= std::isfinite(w);
-    }
-  // NaN cannot travel through MPI_MAX reliably: a non-finite weight is sent as +inf.
-  double mine = finite ? static_cast<double>(local) : std::numeric_limits<double>::infinity(), all = 0;
+  auto& be = params.backend();
+  Tensor acc = be.zeros({1}, DType::f64);
+  for (size_t i = 0; i < params.size(); ++i) be.accumulate_max_abs(params[i].value, acc);
+  // NaN cannot travel through MPI_MAX reliably: a non-finite weight is already +inf here.
+  double mine = *be.to_host(acc).data<double>(), all = 0;
   MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_MAX, world.get()));
   return all;
 }

@@ -13,8 +13,8 @@ class GradientSync {
  public:
   explicit GradientSync(const dist::World& world);
 
-  // grad <- mean over the DP group of grad. One exact fp32 all-reduce of all gradients, so
-  // every replica ends with the same bits and the replicas never drift.
+  // grad <- mean over the DP group of grad. One exact fp32 all-reduce of the flat gradient
+  // buffer, so every replica ends with the same bits and the replicas never drift.
   void average_over_dp(model::ParameterSet<float>& params);
 
   // sqrt(sum of squares of the full model's gradient): sharded parameters summed over TP,
@@ -25,7 +25,6 @@ class GradientSync {
  private:
   const dist::World& world_;
   comm::ExactAllReduce dp_sum_;
-  std::vector<float> flat_;
 };
 
 // Scales the gradients by max_norm / norm when norm > max_norm (max_norm 0 = off); returns the factor.

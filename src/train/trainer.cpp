@@ -84,10 +84,15 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
+  ECHO_INPUT_CHECK(cfg.run.device != config::Device::cuda || cfg.linear.mode != config::LinearMode::int8,
+                   "linear.mode = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
+                   "run.device: cpu or linear.mode: bf16");
+  backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
+                                   dist::node_local_rank(world.world));
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
-  model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_);
+  model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_, backend_.get());
   model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
   model_->init_weights(cfg.run.seed);

@@ -43,6 +43,7 @@ class Trainer {
   config::Config cfg_;
   const dist::World& world_;
   model::ModelShape shape_;
+  std::unique_ptr<backend::Backend> backend_;  // of run.device; everything below computes on it
   std::unique_ptr<comm::AllReduce> blocks_, edge_;
   std::unique_ptr<model::CommTpOps> tp_ops_;
   std::unique_ptr<model::Qwen3Model<float>> model_;

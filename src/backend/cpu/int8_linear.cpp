@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 
+#include "backend/ops.h"
 #include "core/error.h"
 #include "quant/error_correction.h"
 #include "quant/int8_gemm.h"
@@ -91,10 +92,14 @@ void linear_forward(const Int8LinearConfig& cfg, const LinearContext& ctx, const
   }
   const bool reduce = ctx.tp_style == TpStyle::row;
   saved.rows = rows, saved.in = in, saved.out = out;
-  saved.x_q.resize(rows * in);
-  saved.s_x.resize(rows);
-  saved.w_q.resize(out * in);
-  saved.s_w.resize(out);
+  saved.x_q = Tensor::empty({rows, in}, DType::i8);
+  saved.s_x = Tensor::empty({rows}, DType::f32);
+  saved.w_q = Tensor::empty({out, in}, DType::i8);
+  saved.s_w = Tensor::empty({out}, DType::f32);
+  int8_t* x_q = saved.x_q.data<int8_t>();
+  int8_t* w_q = saved.w_q.data<int8_t>();
+  float* s_x = saved.s_x.data<float>();
+  float* s_w = saved.s_w.data<float>();
   std::vector<float> amax_x(rows), amax_w(out);
   row_absmax(x, rows, in, amax_x.data());
   row_absmax(w, out, in, amax_w.data());
@@ -102,15 +107,15 @@ void linear_forward(const Int8LinearConfig& cfg, const LinearContext& ctx, const
     max_over_tp(*ctx.tp, amax_x.data(), rows);
     max_over_tp(*ctx.tp, amax_w.data(), out);
   }
-  quantize_rows_rtne(x, rows, in, amax_x.data(), saved.x_q.data(), saved.s_x.data());
-  quantize_rows_rtne(w, out, in, amax_w.data(), saved.w_q.data(), saved.s_w.data());
+  quantize_rows_rtne(x, rows, in, amax_x.data(), x_q, s_x);
+  quantize_rows_rtne(w, out, in, amax_w.data(), w_q, s_w);
   sw.lap(times ? &times->quantize : nullptr);
 
   const auto acc = int32_buffer(rows * out);
-  gemm_s8s32(false, true, rows, out, in, saved.x_q.data(), saved.w_q.data(), acc.get());
+  gemm_s8s32(false, true, rows, out, in, x_q, w_q, acc.get());
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t h = 0; h < out; ++h)
-      y[t * out + h] = mul_rn(mul_rn(static_cast<float>(acc[t * out + h]), saved.s_x[t]), saved.s_w[h]);
+      y[t * out + h] = mul_rn(mul_rn(static_cast<float>(acc[t * out + h]), s_x[t]), s_w[h]);
   sw.lap(times ? &times->gemm : nullptr);
 }
 
@@ -133,9 +138,13 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
              "linear_backward: saved forward is ({}, {}, {}), the call is ({}, {}, {})", saved.rows, saved.in,
              saved.out, rows, in, out);
 
+  const int8_t* x_q = saved.x_q.data<int8_t>();
+  const int8_t* w_q = saved.w_q.data<int8_t>();
+  const float* s_x = saved.s_x.data<float>();
+  const float* s_w = saved.s_w.data<float>();
   // G', Δ (max over the whole layer: column shards hold part of the channels), Q and E, once.
   std::vector<float> g_scaled(rows * out);
-  float g_amax = scale_gradient(dy, saved.s_x.data(), saved.s_w.data(), rows, out, g_scaled.data());
+  float g_amax = scale_gradient(dy, s_x, s_w, rows, out, g_scaled.data());
   if (ctx.tp_style == TpStyle::column) max_over_tp(*ctx.tp, &g_amax, 1);
   GradientRounding rule;
   rule.stochastic = cfg.stochastic();
@@ -152,9 +161,9 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
 
   if (dx) {  // dX = diag(s_x)^-1 · (Δ · Q·Ŵ)
     const auto acc = int32_buffer(rows * in);
-    gemm_s8s32(false, false, rows, in, out, q.data(), saved.w_q.data(), acc.get());
+    gemm_s8s32(false, false, rows, in, out, q.data(), w_q, acc.get());
     for (int64_t t = 0; t < rows; ++t) {
-      const float sx = saved.s_x[t];
+      const float sx = s_x[t];
       for (int64_t i = 0; i < in; ++i) {
         const float v = mul_rn(delta, static_cast<float>(acc[t * in + i])) / sx;
         dx[t * in + i] = accumulate_dx ? dx[t * in + i] + v : v;
@@ -163,9 +172,9 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
   }
   if (dw_accum) {  // dW = diag(s_w)^-1 · (Δ · Q^T·X̂)
     const auto acc = int32_buffer(out * in);
-    gemm_s8s32(true, false, out, in, rows, q.data(), saved.x_q.data(), acc.get());
+    gemm_s8s32(true, false, out, in, rows, q.data(), x_q, acc.get());
     for (int64_t h = 0; h < out; ++h) {
-      const float swh = saved.s_w[h];
+      const float swh = s_w[h];
       for (int64_t i = 0; i < in; ++i) dw_accum[h * in + i] += mul_rn(delta, static_cast<float>(acc[h * in + i])) / swh;
     }
   }
@@ -174,8 +183,8 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
   if (cfg.ec != EcMode::none && rows > 0) {
     const auto* sum_over_tp = ctx.tp_style == TpStyle::column ? &ctx.tp->sum : nullptr;
     const StructuredError es = structured_error(e.data(), rows, out, ctx.seq_len, sum_over_tp);
-    if (dx) correct_dx(es, saved.w_q.data(), saved.s_x.data(), in, dx);
-    if (dw_accum && cfg.ec == EcMode::two_way) correct_dw(es, saved.x_q.data(), saved.s_w.data(), in, dw_accum);
+    if (dx) correct_dx(es, w_q, s_x, in, dx);
+    if (dw_accum && cfg.ec == EcMode::two_way) correct_dw(es, x_q, s_w, in, dw_accum);
     sw.lap(times ? &times->ec : nullptr);
   }
 

@@ -199,18 +199,17 @@ void check_shards(const model::ParameterSet<float>& params, const AdamW* opt, in
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     ECHO_CHECK(
-        static_cast<int64_t>(p.value.size()) == p.spec->local_numel(tp),
+        p.numel() == p.spec->local_numel(tp),
         "parameter '{}' holds {} elements, but its shard {} at tp = {} has {} (parameters built for another tp?)",
-        p.spec->name, p.value.size(), format_shape(p.spec->local_shape(tp)), tp, p.spec->local_numel(tp));
+        p.spec->name, p.numel(), format_shape(p.spec->local_shape(tp)), tp, p.spec->local_numel(tp));
   }
   if (opt == nullptr) return;
-  ECHO_CHECK(opt->exp_avg().size() == params.size() && opt->exp_avg_sq().size() == params.size(),
-             "the optimizer holds moments for {} parameters, the model has {}", opt->exp_avg().size(), params.size());
+  ECHO_CHECK(opt->size() == params.size(), "the optimizer holds moments for {} parameters, the model has {}",
+             opt->size(), params.size());
   for (size_t i = 0; i < params.size(); ++i)
-    ECHO_CHECK(
-        opt->exp_avg()[i].size() == params[i].value.size() && opt->exp_avg_sq()[i].size() == params[i].value.size(),
-        "the optimizer moments of '{}' hold {} / {} elements, the parameter {}", params[i].spec->name,
-        opt->exp_avg()[i].size(), opt->exp_avg_sq()[i].size(), params[i].value.size());
+    ECHO_CHECK(opt->exp_avg(i).numel() == params[i].numel() && opt->exp_avg_sq(i).numel() == params[i].numel(),
+               "the optimizer moments of '{}' hold {} / {} elements, the parameter {}", params[i].spec->name,
+               opt->exp_avg(i).numel(), opt->exp_avg_sq(i).numel(), params[i].numel());
 }
 
 // ---- reading tensors into shards ------------------------------------------------------------------
@@ -220,7 +219,22 @@ struct Target {
   std::string name;
   const model::ParamSpec* spec;
   std::span<float> out;
+  // A device tensor is read through a host copy (`staged`) and then copied to `stage_to`.
+  Tensor* stage_to = nullptr;
+  Tensor staged;
 };
+
+Target make_target(std::string name, const model::ParamSpec* spec, Tensor& dest) {
+  Target t{std::move(name), spec, {}};
+  if (dest.is_cpu()) {
+    t.out = host_span<float>(dest);
+  } else {
+    t.staged = Tensor::empty(dest.shape(), DType::f32);
+    t.stage_to = &dest;
+    t.out = host_span<float>(t.staged);
+  }
+  return t;
+}
 
 using TensorFiles = std::map<std::string, const SafetensorsFile*>;  // tensor name -> file holding it
 
@@ -263,7 +277,10 @@ void check_targets(const TensorFiles& files, const std::vector<Target>& targets,
 }
 
 void read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
-  for (const auto& t : targets) read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+  for (const auto& t : targets) {
+    read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+    if (t.stage_to) t.stage_to->copy_from(t.staged);
+  }
 }
 
 TensorFiles index_of(const SafetensorsFile& file) {
@@ -274,7 +291,7 @@ TensorFiles index_of(const SafetensorsFile& file) {
 
 std::vector<Target> param_targets(model::ParameterSet<float>& params) {
   std::vector<Target> out;
-  for (size_t i = 0; i < params.size(); ++i) out.push_back({params[i].spec->name, params[i].spec, params[i].value});
+  for (size_t i = 0; i < params.size(); ++i) out.push_back(make_target(params[i].spec->name, params[i].spec, params[i].value));
   return out;
 }
 
@@ -402,9 +419,12 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
     };
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& spec = *params[i].spec;
-      gather_full_tensor(spec, params[i].value, world.tp, sink_into(model_out, i));
-      gather_full_tensor(spec, opt.exp_avg()[i], world.tp, sink_into(opt_out, 2 * i));
-      gather_full_tensor(spec, opt.exp_avg_sq()[i], world.tp, sink_into(opt_out, 2 * i + 1));
+      // Host copies (the tensors themselves on the CPU backend).
+      auto& be = params.backend();
+      gather_full_tensor(spec, host_span<float>(be.to_host(params[i].value)), world.tp, sink_into(model_out, i));
+      gather_full_tensor(spec, host_span<float>(be.to_host(opt.exp_avg(i))), world.tp, sink_into(opt_out, 2 * i));
+      gather_full_tensor(spec, host_span<float>(be.to_host(opt.exp_avg_sq(i))), world.tp,
+                         sink_into(opt_out, 2 * i + 1));
     }
   }
 
@@ -508,8 +528,8 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
       opt_index = index_of(*opt_file);
       for (size_t i = 0; i < params.size(); ++i) {
         const auto& spec = *params[i].spec;
-        opt_targets.push_back({spec.name + kMomentSuffix[0], &spec, opt->exp_avg()[i]});
-        opt_targets.push_back({spec.name + kMomentSuffix[1], &spec, opt->exp_avg_sq()[i]});
+        opt_targets.push_back(make_target(spec.name + kMomentSuffix[0], &spec, opt->exp_avg(i)));
+        opt_targets.push_back(make_target(spec.name + kMomentSuffix[1], &spec, opt->exp_avg_sq(i)));
       }
       check_targets(opt_index, opt_targets, {}, opt_file->path());
     }
@@ -519,6 +539,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   throw_if(agree(world.world, error));
 
   read_targets(model_index, model_targets, tp, tp_rank);
+  params.refresh_compute_weights();
   if (opt != nullptr) {
     read_targets(opt_index, opt_targets, tp, tp_rank);
     opt->set_step_count(optimizer_step);
@@ -602,6 +623,7 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
   }
   throw_if(comm ? agree(*comm, error) : error);
   read_targets(ck.tensors, targets, tp, tp_rank);
+  params.refresh_compute_weights();
   ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
 }
 

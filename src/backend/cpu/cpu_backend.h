@@ -1,0 +1,56 @@
+// The CPU backend: the exact reference ops of backend/cpu (ops.h, quant/*.h) behind
+// backend::Backend, on host tensors of f32 (training) or f64 (the gradient tests). Ops run
+// synchronously; there is no stream.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace echo::backend {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype(DType master) const override { return master; }
+  DType statistic_dtype(DType master) const override { return master; }
+
+  Tensor empty(std::vector<int64_t> shape, DType dtype) override;
+  void copy_from(Tensor& dst, const Tensor& src) override;
+  Tensor to_host(const Tensor& src) override;
+  void synchronize() override {}
+
+  void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+            Tensor& c) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& out, Tensor& rstd) override;
+  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                        Tensor& dw_accum) override;
+  void rope_forward(Tensor& x, const Tensor& positions, double base) override;
+  void rope_backward(Tensor& dx, const Tensor& positions, double base) override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) override;
+  void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) override;
+  void embedding_forward(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
+                          Tensor& dtable_accum) override;
+  double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
+                               const TpReducer& reducer, Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t vocab_begin,
+                              int32_t ignore_index, int64_t count, double dloss, Tensor& dlogits) override;
+  void add_inplace(Tensor& y, const Tensor& x) override;
+  void copy(Tensor& y, const Tensor& x) override;
+  void cast(Tensor& y, const Tensor& x) override;
+  void fill(Tensor& y, double value) override;
+  void scale(Tensor& y, double factor) override;
+  void adamw_step(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, float decay, const AdamWScalars& s) override;
+  void accumulate_sum_squares(const Tensor& x, Tensor& acc) override;
+  void accumulate_max_abs(const Tensor& x, Tensor& acc) override;
+  void int8_linear_forward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& x,
+                           const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved) override;
+  void int8_linear_backward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& dy,
+                            const quant::Int8LinearSaved& saved, Tensor* dx, bool accumulate_dx,
+                            Tensor* dw_accum) override;
+};
+
+}  // namespace echo::backend

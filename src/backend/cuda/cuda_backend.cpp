@@ -1,0 +1,159 @@
+// CudaBackend: the kernels of kernels/ (ops.cuh, gemm.cuh, attention.cuh) behind backend::Backend.
+//
+// One blocking stream per backend: work is ordered on it, and the synchronous copies of
+// core/tensor.h (legacy default stream) order with it too, which the host-staged collectives rely
+// on (comm/all_reduce.cpp). Memory comes from cudaMalloc per tensor for now (see docs/design.md
+// §16: the start-up arena is planned). The INT8 S3R-EC linear has no kernels yet: asking for it is
+// an error at start-up (train/trainer.cpp) and here.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "attention.cuh"
+#include "core/error.h"
+#include "core/log.h"
+#include "cuda_check.h"
+#include "gemm.cuh"
+#include "ops.cuh"
+
+namespace echo::backend {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    CUDA_CHECK(cudaSetDevice(device));
+    // NOTE: a blocking stream (not cudaStreamNonBlocking): the legacy-stream copies of Tensor order with it.
+    CUDA_CHECK(cudaStreamCreate(&stream_));
+    gemm_ = std::make_unique<cuda::GemmContext>();
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::cuda; }
+  std::string name() const override { return fmt::format("cuda:{}", device_); }
+  DType activation_dtype(DType master) const override {
+    ECHO_CHECK(master == DType::f32, "the CUDA backend trains fp32 master weights, got {}", master);
+    return DType::bf16;
+  }
+  DType statistic_dtype(DType master) const override {
+    (void)master;
+    return DType::f32;
+  }
+
+  Tensor empty(std::vector<int64_t> shape, DType dtype) override {
+    return Tensor::empty(std::move(shape), dtype, Device::cuda);
+  }
+  void copy_from(Tensor& dst, const Tensor& src) override { dst.copy_from(src); }
+  Tensor to_host(const Tensor& src) override { return src.to(Device::cpu); }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+            Tensor& c) override {
+    if (c.dtype() == DType::f32 && a.dtype() == DType::bf16) {
+      // bf16 operands into an fp32 result (the weight gradients): the batched form serves the mix.
+      cuda::gemm_batched(*gemm_, trans_a, trans_b, 1, alpha, a, 0, b, 0, beta, c, 0, stream_);
+      return;
+    }
+    cuda::gemm(*gemm_, trans_a, trans_b, alpha, a, b, beta, c, stream_);
+  }
+  void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& out, Tensor& rstd) override {
+    cuda::rmsnorm_forward(x, w, eps, out, rstd, stream_);
+  }
+  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                        Tensor& dw_accum) override {
+    cuda::rmsnorm_backward(dout, x, w, rstd, dx, dw_accum, stream_);
+  }
+  void rope_forward(Tensor& x, const Tensor& positions, double base) override {
+    cuda::rope_forward(x, positions, base, stream_);
+  }
+  void rope_backward(Tensor& dx, const Tensor& positions, double base) override {
+    cuda::rope_backward(dx, positions, base, stream_);
+  }
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) override {
+    cuda::attention_forward(*gemm_, q, k, v, out, lse, attention_workspace(q, k), stream_);
+  }
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    cuda::attention_backward(*gemm_, dout, q, k, v, out, lse, dq, dk, dv, attention_workspace(q, k), stream_);
+  }
+  void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    cuda::swiglu_forward(gate, up, out, stream_);
+  }
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) override {
+    cuda::swiglu_backward(dout, gate, up, dgate, dup, stream_);
+  }
+  void embedding_forward(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, Tensor& out) override {
+    cuda::embedding_forward(tokens, table, vocab_begin, out, stream_);
+  }
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
+                          Tensor& dtable_accum) override {
+    cuda::embedding_backward(tokens, dout, vocab_begin, dtable_accum, stream_);
+  }
+  double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
+                               const TpReducer& reducer, Tensor& lse) override {
+    return cuda::cross_entropy_forward(logits, targets, vocab_begin, ignore_index, reducer, lse, stream_);
+  }
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t vocab_begin,
+                              int32_t ignore_index, int64_t count, double dloss, Tensor& dlogits) override {
+    cuda::cross_entropy_backward(logits, targets, lse, vocab_begin, ignore_index, count, dloss, dlogits, stream_);
+  }
+  void add_inplace(Tensor& y, const Tensor& x) override { cuda::add_inplace(y, x, stream_); }
+  void copy(Tensor& y, const Tensor& x) override { cuda::copy(y, x, stream_); }
+  void cast(Tensor& y, const Tensor& x) override { cuda::cast(y, x, stream_); }
+  void fill(Tensor& y, double value) override { cuda::fill(y, value, stream_); }
+  void scale(Tensor& y, double factor) override { cuda::scale(y, factor, stream_); }
+  void adamw_step(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, float decay, const AdamWScalars& s) override {
+    cuda::adamw_step(w, g, m, v, decay, s, stream_);
+  }
+  void accumulate_sum_squares(const Tensor& x, Tensor& acc) override { cuda::accumulate_sum_squares(x, acc, stream_); }
+  void accumulate_max_abs(const Tensor& x, Tensor& acc) override { cuda::accumulate_max_abs(x, acc, stream_); }
+  void int8_linear_forward(const quant::Int8LinearConfig&, const quant::LinearContext&, const Tensor&, const Tensor&,
+                           Tensor&, quant::Int8LinearSaved&) override {
+    no_int8();
+  }
+  void int8_linear_backward(const quant::Int8LinearConfig&, const quant::LinearContext&, const Tensor&,
+                            const quant::Int8LinearSaved&, Tensor*, bool, Tensor*) override {
+    no_int8();
+  }
+
+ private:
+  [[noreturn]] static void no_int8() {
+    ECHO_INPUT_FAIL(
+        "linear.mode = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
+        "run.device: cpu or linear.mode: bf16");
+  }
+  // Grown to the largest attention call seen; reused (one stream, calls in order).
+  Tensor& attention_workspace(const Tensor& q, const Tensor& k) {
+    const size_t need = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype());
+    if (!attention_ws_.defined() || attention_ws_.nbytes() < need) {
+      synchronize();  // the old workspace may still be in use by queued kernels
+      attention_ws_ = Tensor::empty({static_cast<int64_t>(need)}, DType::u8, Device::cuda);
+    }
+    return attention_ws_;
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::GemmContext> gemm_;
+  Tensor attention_ws_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int local_rank) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  ECHO_INPUT_CHECK(status == cudaSuccess && count > 0, "run.device = cuda, but no CUDA device is usable here ({})",
+                   status == cudaSuccess ? "none found" : cudaGetErrorString(status));
+  // Ranks of a node take the node's GPUs in turn; several ranks may share one (then the
+  // collectives stay host-staged, see comm/all_reduce.cpp).
+  const int device = local_rank % count;
+  log::get("backend")->info("CUDA backend on device {} of {} (node-local rank {})", device, count, local_rank);
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace echo::backend
