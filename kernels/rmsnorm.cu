@@ -4,7 +4,8 @@
 // many short rows) and by one block otherwise (the hidden-size norms); the mean of squares and the
 // backward's dot product are accumulated in fp32 and reduced in a fixed shuffle order. The weight
 // gradient is a deterministic two-pass reduction over rows: pass 1 sums each chunk of rows per
-// column (chunking from the row count only), pass 2 adds the chunk sums in chunk order to dw_accum.
+// column (chunking from the row count only), pass 2 adds the chunk sums in chunk order, in double,
+// to dw_accum.
 #include <algorithm>
 #include <utility>
 
@@ -99,14 +100,15 @@ __global__ void rmsnorm_dw_partial_kernel(const T* __restrict__ dout, const T* _
   }
 }
 
-// Pass 2: dw_accum[i] += the chunk sums of column i, in chunk order.
+// Pass 2: dw_accum[i] += the chunk sums of column i, added in chunk order in double (thousands of
+// chunks would lose fp32 bits), rounded once.
 __global__ void rmsnorm_dw_final_kernel(const float* __restrict__ partial, int64_t chunks, int64_t dim,
                                         float* __restrict__ dw_accum) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < dim; i += stride) {
-    float acc = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) acc += partial[c * dim + i];
-    dw_accum[i] += acc;
+    double acc = static_cast<double>(dw_accum[i]);
+    for (int64_t c = 0; c < chunks; ++c) acc += static_cast<double>(partial[c * dim + i]);
+    dw_accum[i] = static_cast<float>(acc);
   }
 }
 
