@@ -390,8 +390,7 @@ bool float_dtypes_ok(DType a, DType b, DType c, bool allow_f32_out) {
   return false;
 }
 
-// A 2-D cuda view with unit column stride; ld is its row stride (any value >= 1 serves a
-// single-row view, whose row stride addresses nothing).
+// A 2-D cuda view with unit column stride; ld is its row stride.
 struct View2D {
   const void* data;
   int64_t rows, cols, ld;
@@ -404,7 +403,9 @@ View2D view_2d(const char* op, const char* name, const Tensor& t) {
   const int64_t rows = t.dim(0), cols = t.dim(1);
   ECHO_CHECK(cols <= 1 || t.stride(1) == 1, "{}: {} needs column stride 1, got {} with strides ({}, {})", op, name,
              t.describe(), t.stride(0), t.stride(1));
-  const int64_t ld = rows <= 1 ? std::max<int64_t>(1, cols) : t.stride(0);
+  // NOTE: the row stride of a single row or of an empty matrix addresses nothing (a contiguous
+  // (r, 0) tensor has row stride 0); cuBLASLt still wants one >= the width.
+  const int64_t ld = rows <= 1 || cols == 0 ? std::max<int64_t>(1, cols) : t.stride(0);
   ECHO_CHECK(ld >= std::max<int64_t>(1, cols), "{}: {} has row stride {} below its {} columns ({})", op, name, ld, cols,
              t.describe());
   return {t.raw(), rows, cols, ld};
