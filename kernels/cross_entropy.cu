@@ -3,9 +3,9 @@
 //
 // Forward: one block per token row computes, in double, the shard's row max m_loc, the sum of
 // exp(logit - m_loc) and the target logit when the shard owns the target; one copy brings the rows'
-// statistics to the host (the one wait of the op). The host then does what the CPU does through
-// the TpReducer: the max over the group, then one sum of (shard sum * exp(m_loc - max), target
-// logit, owners); lse = max + log(sum) goes back to the device as f32 in a second copy. Rescaling
+// statistics to the host (the wait of the op). The host then does what the CPU does through the
+// TpReducer: the max over the group, then one sum of (shard sum * exp(m_loc - max), target logit,
+// owners); lse = max + log(sum) goes back to the device as f32 in a second copy. Rescaling
 // the shard sums by exp(m_loc - max) lets one pass over the logits serve both reductions; it
 // changes the sum only in the last bits of a double (with tp = 1 the factor is exactly 1).
 // Backward: one block per row, (exp(logit - lse) - onehot) * dloss / count in double, rounded once.
@@ -142,9 +142,11 @@ double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
     lse_host[t] = static_cast<float>(row_lse[t]);
   }
   if (tokens > 0) {
-    // NOTE: from pageable memory the call returns once lse_host is staged, so it may then go.
+    // NOTE: the wait keeps lse_host alive until the copy has read it (the stream is idle already,
+    // so it costs only the copy).
     CUDA_CHECK(
         cudaMemcpyAsync(lse.raw(), lse_host.data(), lse_host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
   double loss = 0.0;

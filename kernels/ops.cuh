@@ -41,7 +41,7 @@ void rope_forward(Tensor& x, const Tensor& positions, double base, cudaStream_t 
 void rope_backward(Tensor& dx, const Tensor& positions, double base, cudaStream_t stream);
 
 // ---- SwiGLU (swiglu.cu) ------------------------------------------------------------------------------
-// All operands of one shape and dtype.
+// All operands of one size and dtype.
 void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out, cudaStream_t stream);
 void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup,
                      cudaStream_t stream);
@@ -60,8 +60,8 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_
 // ---- Vocab-parallel cross-entropy (cross_entropy.cu) --------------------------------------------------
 // logits: (tokens, vocab_local)  targets: i32 (tokens)  lse: f32 (tokens). Returns the mean over
 // counted targets of lse - logit[target], in double, the same value on every rank; waits for the
-// stream once. A counted target no shard owns (negative or beyond the vocabulary) is an error on
-// every rank of the TP group, raised after both reducer calls.
+// stream (once for the statistics, once more for the lse copy). A counted target no shard owns (negative or beyond the
+// vocabulary) is an error on every rank of the TP group, raised after both reducer calls.
 double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
                              const backend::TpReducer& reducer, Tensor& lse, cudaStream_t stream);
 // dlogits (the logits' shape and dtype) = (softmax - onehot(target)) * dloss / count for counted
@@ -72,9 +72,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             int32_t ignore_index, int64_t count, double dloss, Tensor& dlogits, cudaStream_t stream);
 
 // ---- Elementwise (elementwise.cu) ---------------------------------------------------------------------
-// y += x; y and x of one shape, each f32 or bf16 (e.g. a bf16 gradient into an f32 one), fp32 add.
+// y += x; y and x of one size, each f32 or bf16 (e.g. a bf16 gradient into an f32 one), fp32 add.
 void add_inplace(Tensor& y, const Tensor& x, cudaStream_t stream);
-// y = x, same shape and dtype (any dtype), the same bytes.
+// y = x, same size and dtype (any dtype), the same bytes.
 void copy(Tensor& y, const Tensor& x, cudaStream_t stream);
 // y = x converted to y's dtype, rounded once: any pair of f32, bf16, f16, plus f32 <-> f64.
 void cast(Tensor& y, const Tensor& x, cudaStream_t stream);
@@ -86,7 +86,7 @@ void scale(Tensor& y, double factor, cudaStream_t stream);
 
 // ---- Optimizer (adamw.cu) ---------------------------------------------------------------------------------
 // One AdamW update per element through backend::adamw_update, so the bits equal the CPU's.
-// w, g, m, v: f32, one shape.
+// w, g, m, v: f32, one size.
 void adamw_step(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, float decay, const backend::AdamWScalars& s,
                 cudaStream_t stream);
 

@@ -21,6 +21,7 @@ using namespace detail;
 constexpr int64_t kWarpRowMaxDim = 1024;
 constexpr int64_t kMaxDwChunks = 4096;  // pass-1 chunks of rows (grid y <= 65535)
 constexpr int64_t kMinRowsPerChunk = 16;
+constexpr int64_t kMaxPartialFloats = int64_t{1} << 22;  // 16 MiB of pass-1 sums at most
 
 // A row per warp (kBlockRow false) or per block (true): the row loop, the lanes and the reduction.
 template <bool kBlockRow>
@@ -172,7 +173,9 @@ void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, cons
   check_numel(op, "dw_accum", dw_accum, dim);
   if (rows == 0) return;
 
-  const int64_t chunks_wanted = std::min(kMaxDwChunks, (rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk);
+  // The chunking depends only on rows and dim (never on the device), so the sum order is fixed.
+  const int64_t chunks_wanted = std::max<int64_t>(
+      1, std::min({kMaxDwChunks, (rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk, kMaxPartialFloats / dim}));
   const int64_t rows_per_chunk = (rows + chunks_wanted - 1) / chunks_wanted;
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   Scratch partial(static_cast<size_t>(chunks * dim) * sizeof(float), stream);

@@ -1,5 +1,5 @@
 // cuda::accumulate_sum_squares and accumulate_max_abs against the CPU backend's loops: the sum
-// within 1e-12 relative of the element-order double sum (the squares are exact; only the order of
+// within 1e-10 relative of the element-order double sum (the squares are exact; only the order of
 // the additions differs) and the same bits on a second run; the max exact, +inf once any element is
 // NaN or infinite; f32 and bf16, sizes up to the cap on pass-1 blocks and beyond.
 #include <gtest/gtest.h>
@@ -42,7 +42,7 @@ TEST(ReductionsCuda, SumSquaresMatchesCpu) {
       Tensor acc = device_scalar(1.5);
       cuda::accumulate_sum_squares(d_x, acc, nullptr);
       const double got = read_scalar(acc);
-      EXPECT_LE(std::fabs(got - want), 1e-12 * want) << got << " vs " << want;
+      EXPECT_LE(std::fabs(got - want), 1e-10 * want) << got << " vs " << want;
       Tensor acc2 = device_scalar(1.5);
       cuda::accumulate_sum_squares(d_x, acc2, nullptr);
       EXPECT_EQ(read_scalar(acc2), got);  // the same bits
