@@ -206,6 +206,21 @@ __global__ void copy_i32_kernel(const int32_t* __restrict__ src, int64_t ld_src,
   }
 }
 
+// dst (rows, cols) with row stride ld_dst += the packed src with row stride ld_src, in int32 with
+// two's-complement wrap-around (unsigned arithmetic: no signed-overflow UB; exact whenever the
+// true sum fits).
+__global__ void add_i32_kernel(const int32_t* __restrict__ src, int64_t ld_src, int32_t* __restrict__ dst,
+                               int64_t ld_dst, int64_t rows, int64_t cols) {
+  const int64_t total = rows * cols;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += step) {
+    const int64_t r = idx / cols;
+    const int64_t c = idx % cols;
+    int32_t* p = dst + r * ld_dst + c;
+    *p = static_cast<int32_t>(static_cast<uint32_t>(*p) + static_cast<uint32_t>(src[r * ld_src + c]));
+  }
+}
+
 // ---- cuBLASLt plumbing -------------------------------------------------------------------------------
 
 cudaDataType_t cuda_type(DType d) {
@@ -432,12 +447,16 @@ Dims product_dims(const char* op, bool trans_a, bool trans_b, const View2D& a, c
 bool aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
 // Row-major C (m, n) = A (m, k) · B (n, k)^T in int8 -> int32, cuBLASLt's TN layout. Needs n, k,
-// lda, ldb, ldc multiples of 4 and 4-byte aligned pointers. k runs in chunks of kInt8ChunkK, the
-// later ones added into C (beta = 1): exact int32 arithmetic.
+// lda, ldb, ldc multiples of 4 and 4-byte aligned pointers. k runs in chunks of kInt8ChunkK: the
+// first writes C, each later one writes `partial` ((m, n) packed, beta = 0) and a kernel adds it
+// into C, so the int32 results need no beta = 1 from the IMMA epilogue. partial may be null when
+// k <= kInt8ChunkK.
 void run_s8_tn(GemmContext::Impl& ctx, int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
-               int64_t ldb, int32_t* c, int64_t ldc, cudaStream_t stream) {
+               int64_t ldb, int32_t* c, int64_t ldc, int32_t* partial, cudaStream_t stream) {
   for (int64_t k0 = 0; k0 < k; k0 += kInt8ChunkK) {
     const int64_t kc = std::min(kInt8ChunkK, k - k0);
+    const bool first = k0 == 0;
+    ECHO_CHECK(first || partial != nullptr, "gemm_s8s32: k {} needs a partial-sum buffer", k);
     const Problem p{false,
                     true,
                     m,
@@ -446,8 +465,12 @@ void run_s8_tn(GemmContext::Impl& ctx, int64_t m, int64_t n, int64_t k, const in
                     1,
                     MatrixRef{a + k0, DType::i8, lda, 0},
                     MatrixRef{b + k0, DType::i8, ldb, 0},
-                    MatrixRef{c, DType::i32, ldc, 0}};
-    run_matmul(ctx, "gemm_s8s32", p, 1.0, k0 == 0 ? 0.0 : 1.0, stream);
+                    MatrixRef{first ? c : partial, DType::i32, first ? ldc : n, 0}};
+    run_matmul(ctx, "gemm_s8s32", p, 1.0, 0.0, stream);
+    if (!first) {
+      add_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(partial, n, c, ldc, m, n);
+      CUDA_CHECK(cudaGetLastError());
+    }
   }
 }
 
@@ -532,18 +555,23 @@ void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, c
   const bool c_direct = n % 4 == 0 && vc.ld % 4 == 0 && aligned4(vc.data);
   const bool ab_direct =
       !trans_a && trans_b && k % 4 == 0 && va.ld % 4 == 0 && vb.ld % 4 == 0 && aligned4(va.data) && aligned4(vb.data);
-  if (ab_direct && c_direct) {
+  const bool direct = ab_direct && c_direct;
+  // Otherwise pack op(A) as (m, k4) and op(B)^T as (n4, k4), k-contiguous and zero padded, and
+  // route C through an (m, n4) buffer unless it can take n4 == n columns in place. Every scratch
+  // buffer is taken in one request: growing the scratch would free the earlier ones.
+  const int64_t k4 = round_up(k, 4), n4 = round_up(n, 4);
+  const size_t a_bytes = direct ? 0 : static_cast<size_t>(round_up(m * k4, 256));
+  const size_t b_bytes = direct ? 0 : static_cast<size_t>(round_up(n4 * k4, 256));
+  const size_t c_bytes = c_direct ? 0 : static_cast<size_t>(round_up(m * n4 * 4, 256));
+  const size_t partial_bytes = k4 > kInt8ChunkK ? static_cast<size_t>(round_up(m * n4 * 4, 256)) : 0;
+  const size_t total = a_bytes + b_bytes + c_bytes + partial_bytes;
+  char* scratch = total > 0 ? static_cast<char*>(impl.get_scratch(total, stream)) : nullptr;
+  int32_t* partial = partial_bytes > 0 ? reinterpret_cast<int32_t*>(scratch + a_bytes + b_bytes + c_bytes) : nullptr;
+  if (direct) {
     run_s8_tn(impl, m, n, k, static_cast<const int8_t*>(va.data), va.ld, static_cast<const int8_t*>(vb.data), vb.ld,
-              c_ptr, vc.ld, stream);
+              c_ptr, vc.ld, partial, stream);
     return;
   }
-  // Pack op(A) as (m, k4) and op(B)^T as (n4, k4), k-contiguous and zero padded; C through an
-  // (m, n4) buffer unless it can take n4 == n columns in place.
-  const int64_t k4 = round_up(k, 4), n4 = round_up(n, 4);
-  const size_t a_bytes = static_cast<size_t>(round_up(m * k4, 256));
-  const size_t b_bytes = static_cast<size_t>(round_up(n4 * k4, 256));
-  const size_t c_bytes = c_direct ? 0 : static_cast<size_t>(round_up(m * n4 * 4, 256));
-  char* scratch = static_cast<char*>(impl.get_scratch(a_bytes + b_bytes + c_bytes, stream));
   int8_t* a_packed = reinterpret_cast<int8_t*>(scratch);
   int8_t* b_packed = reinterpret_cast<int8_t*>(scratch + a_bytes);
   int32_t* c_out = c_direct ? c_ptr : reinterpret_cast<int32_t*>(scratch + a_bytes + b_bytes);
@@ -551,7 +579,7 @@ void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, c
   // unless trans_b.
   launch_pack_s8(va.data, va.ld, trans_a, m, k, a_packed, m, k4, stream);
   launch_pack_s8(vb.data, vb.ld, !trans_b, n, k, b_packed, n4, k4, stream);
-  run_s8_tn(impl, m, n4, k4, a_packed, k4, b_packed, k4, c_out, c_direct ? vc.ld : n4, stream);
+  run_s8_tn(impl, m, n4, k4, a_packed, k4, b_packed, k4, c_out, c_direct ? vc.ld : n4, partial, stream);
   if (!c_direct) {
     copy_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(c_out, n4, c_ptr, vc.ld, m, n);
     CUDA_CHECK(cudaGetLastError());

@@ -87,8 +87,9 @@ void gemm_batched(GemmContext& ctx, bool trans_a, bool trans_b, int64_t batch, d
 // Exact C (m, n) = op(A) · op(B): a, b i8, c i32 (2-D cuda views, column stride 1), C
 // overwritten; the semantics of quant::gemm_s8s32, but any k: k is split into chunks of
 // kInt8ChunkK (a multiple of 4 <= quant::kInt8GemmMaxK, so no chunk's int32 accumulation can
-// overflow) whose partial products are added into C in int32 (exact whenever the result, and each
-// running partial sum, fits in int32 - always for k <= kInt8GemmMaxK).
+// overflow); each later chunk's product goes to an int32 scratch and a kernel adds it into C with
+// two's-complement wrap-around, so C is exact whenever the true result fits in int32 (always for
+// k <= kInt8GemmMaxK).
 //
 // Layout contract. cuBLASLt's int8 (IMMA) kernels take only the column-major "TN" layout with m,
 // k and every leading dimension a multiple of 4 and 4-byte aligned pointers. In row-major terms TN
@@ -98,8 +99,8 @@ void gemm_batched(GemmContext& ctx, bool trans_a, bool trans_b, int64_t batch, d
 // into an (m, k4) and op(B)^T into an (n4, k4) k-contiguous int8 copy (k4, n4 rounded up to 4,
 // zero padded: zeros add nothing) in the context's scratch, and C through an (m, n4) int32
 // scratch when n, ldc or c's alignment is not a multiple of 4. The scratch grows to the largest
-// call (m*k4 + n4*k4 + 4*m*n4 bytes); callers that want no copies write transposed int8 copies in
-// the TN layout.
+// call (m*k4 + n4*k4 + 4*m*n4 bytes, plus 4*m*n4 when k > kInt8ChunkK); callers that want no
+// copies write transposed int8 copies in the TN layout.
 constexpr int64_t kInt8ChunkK = 131068;
 void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c,
                 cudaStream_t stream);

@@ -273,6 +273,15 @@ TEST(GemmCuda, RejectsBadArguments) {
   Tensor a_bf16 = Tensor::zeros({4, 5}, DType::bf16, Device::cuda);
   EXPECT_THROW(cuda::gemm(ctx, false, false, 1.0, a_bf16, b_bf16, 0.0, c, kStream), Error);
   EXPECT_NO_THROW(cuda::gemm_batched(ctx, false, false, 1, 1.0, a_bf16, 0, b_bf16, 0, 0.0, c, 0, kStream));
+  // A batch cuBLASLt cannot count (its batch count is an int32).
+  try {
+    cuda::gemm_strided_batched(ctx, false, false, 4, 6, 5, int64_t{1} << 31, 1.0,
+                               cuda::MatrixRef{a.raw(), DType::f32, 5, 0}, cuda::MatrixRef{b.raw(), DType::f32, 6, 0},
+                               0.0, cuda::MatrixRef{c.raw(), DType::f32, 6, 0}, kStream);
+    ADD_FAILURE() << "a batch of 2^31 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("2147483648"), std::string::npos) << e.message();
+  }
   // A leading dimension below the row width.
   EXPECT_THROW(
       cuda::gemm_strided_batched(ctx, false, false, 4, 6, 5, 1, 1.0, cuda::MatrixRef{a.raw(), DType::f32, 4, 0},
