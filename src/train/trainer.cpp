@@ -85,8 +85,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   ECHO_INPUT_CHECK(cfg.run.device != config::Device::cuda || cfg.linear.mode != config::LinearMode::int8,
-                   "linear.mode = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
-                   "run.device: cpu or linear.mode: bf16");
+                   "'linear.mode' = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
+                   "'run.device' = cpu or 'linear.mode' = bf16");
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                    dist::node_local_rank(world.world));
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));

@@ -25,14 +25,16 @@ TEST(DTypeTest, SizesNamesAndParsing) {
   EXPECT_EQ(dtype_size(DType::i8), 1u);
   EXPECT_EQ(dtype_size(DType::i32), 4u);
   EXPECT_EQ(dtype_size(DType::u8), 1u);
-  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i8, DType::i32, DType::u8}) {
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i8, DType::i32, DType::u8}) {
     EXPECT_EQ(parse_dtype(to_string(d)), d);
   }
   EXPECT_EQ(parse_dtype("bfloat16"), DType::bf16);
   EXPECT_EQ(to_string(Device::cuda), "cuda");
   EXPECT_EQ(parse_device("cpu"), Device::cpu);
   EXPECT_EQ(fmt::format("{} on {}", DType::f16, Device::cpu), "f16 on cpu");
-  EXPECT_THROW(parse_dtype("float64"), Error);
+  EXPECT_EQ(parse_dtype("float64"), DType::f64);
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  EXPECT_THROW(parse_dtype("float128"), Error);
   EXPECT_THROW(parse_device("tpu"), Error);
 }
 

@@ -64,7 +64,7 @@ TEST(Int8Model, TpLayoutsDrawTheSameThresholdsAndAgree) {
       const double loss = m.forward_backward(batch.view());
       EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss)) << "tp=" << tp;
       for (size_t i = 0; i < m.params().size(); ++i)
-        EXPECT_LT(rel_diff(gather_grad(m.params()[i], w.tp), ref.params()[i].grad), 1e-4)
+        EXPECT_LT(rel_diff(gather_grad(m.params()[i], w.tp), ref.params()[i].grad_vector()), 1e-4)
             << m.params()[i].spec->name << " tp=" << tp << " ec=" << static_cast<int>(ec);
     }
   }
@@ -86,12 +86,12 @@ TEST(Int8Model, ForwardStaysCloseToFp32AndThresholdsFollowTheStep) {
   EXPECT_NE(lq, lf);
   // The backward draws new thresholds at another step: different gradients, same loss.
   q.backward();
-  const auto g1 = q.params()[q.plan().layers[0].q].grad;
+  const auto g1 = q.params()[q.plan().layers[0].q].grad_vector();
   q.params().zero_grads();
   q.set_position(1, 0);
   q.forward(batch.view(), true);
   q.backward();
-  EXPECT_NE(q.params()[q.plan().layers[0].q].grad, g1);
+  EXPECT_NE(q.params()[q.plan().layers[0].q].grad_vector(), g1);
 }
 
 TEST(Int8Model, OnlyTheNamedProjectionsRunInInt8) {

@@ -27,17 +27,17 @@ void check_model_gradients(const config::ModelConfig& cfg, int64_t batch, int64_
   for (size_t i = 0; i < model.params().size(); ++i) {
     auto& p = model.params()[i];
     // Every entry of small tensors, a random sample of the large ones.
-    const size_t n = p.value.size(), samples = std::min<size_t>(n, 12);
+    const size_t n = p.host_value().size(), samples = std::min<size_t>(n, 12);
     for (size_t s = 0; s < samples; ++s) {
       const size_t e = samples == n ? s : pick() % n;
-      const double saved = p.value[e];
-      p.value[e] = saved + h;
+      const double saved = p.host_value()[e];
+      p.host_value()[e] = saved + h;
       const double up = model.forward(b.view(), false);
-      p.value[e] = saved - h;
+      p.host_value()[e] = saved - h;
       const double down = model.forward(b.view(), false);
-      p.value[e] = saved;
+      p.host_value()[e] = saved;
       const double fd = (up - down) / (2 * h);
-      const double an = p.grad[e];
+      const double an = p.host_grad()[e];
       EXPECT_NEAR(an, fd, 1e-6 + 1e-5 * std::fabs(fd)) << p.spec->name << "[" << e << "]";
       ++checked;
     }

@@ -68,12 +68,12 @@ TEST(TensorParallel, Tp1Tp2Tp4GiveTheSameLossAndGradients) {
       for (size_t i = 0; i < model.params().size(); ++i) {
         const auto& p = model.params()[i];
         const auto full = gather_grad(p, world.tp);
-        EXPECT_LT(rel_diff(full, ref.params()[i].grad), 1e-5) << p.spec->name << " tp=" << tp << " seed=" << seed;
+        EXPECT_LT(rel_diff(full, ref.params()[i].grad_vector()), 1e-5) << p.spec->name << " tp=" << tp << " seed=" << seed;
         if (p.spec->shard == ShardKind::replicated || p.spec->shard == ShardKind::replicated_grad_sum) {
           // Replicated weights must stay identical: their gradients agree bit for bit on every rank.
-          std::vector<float> rank0 = p.grad;
+          std::vector<float> rank0 = p.grad_vector();
           MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, world.tp.get());
-          EXPECT_EQ(std::memcmp(rank0.data(), p.grad.data(), rank0.size() * sizeof(float)), 0) << p.spec->name;
+          EXPECT_EQ(std::memcmp(rank0.data(), p.host_grad().data(), rank0.size() * sizeof(float)), 0) << p.spec->name;
         }
       }
     }
@@ -106,7 +106,7 @@ TEST(TensorParallel, MicroBatchesAccumulateTheSameGradientsAtEveryTp) {
       }
       for (size_t i = 0; i < model.params().size(); ++i) {
         const auto& p = model.params()[i];
-        EXPECT_LT(rel_diff(gather_grad(p, world.tp), ref.params()[i].grad), 1e-5)
+        EXPECT_LT(rel_diff(gather_grad(p, world.tp), ref.params()[i].grad_vector()), 1e-5)
             << p.spec->name << " tp=" << tp << " micro-batches=" << micro;
       }
     }
@@ -121,7 +121,7 @@ TEST(TensorParallel, ReplicaCheckFindsADivergedNormWeight) {
   model.init_weights(4);
   EXPECT_TRUE(diverged_replicas(model.params(), tp).empty());
   const size_t norm = model.plan().layers[1].post_norm;
-  if (tp.rank() == tp.size() - 1) model.params()[norm].value[3] += 1e-6f;
+  if (tp.rank() == tp.size() - 1) model.params()[norm].host_value()[3] += 1e-6f;
   const auto diverged = diverged_replicas(model.params(), tp);
   ASSERT_EQ(diverged.size(), 1u);
   EXPECT_EQ(diverged[0], "model.layers.1.post_attention_layernorm.weight");

@@ -16,12 +16,12 @@ namespace echo::model::testing {
 // The full gradient of `p`, gathered from the TP group: column/vocab shards are row blocks in
 // rank order, row shards column blocks; replicated parameters are this rank's copy.
 inline std::vector<float> gather_grad(const Parameter<float>& p, const dist::Communicator& tp) {
-  const size_t local = p.grad.size();
+  const size_t local = static_cast<size_t>(p.numel());
   std::vector<float> all(local * tp.size());
-  MPI_Allgather(p.grad.data(), static_cast<int>(local), MPI_FLOAT, all.data(), static_cast<int>(local), MPI_FLOAT,
+  MPI_Allgather(p.host_grad().data(), static_cast<int>(local), MPI_FLOAT, all.data(), static_cast<int>(local), MPI_FLOAT,
                 tp.get());
   if (p.spec->shard == ShardKind::column || p.spec->shard == ShardKind::vocab) return all;
-  if (p.spec->shard != ShardKind::row) return p.grad;
+  if (p.spec->shard != ShardKind::row) return p.grad_vector();
   const int64_t rows = p.shape[0], cols = p.shape[1];
   std::vector<float> full(all.size());
   for (int r = 0; r < tp.size(); ++r)

@@ -122,8 +122,8 @@ TEST_F(Int8LinearTpTest, RowShardQuantizesLikeTheWholeLayer) {
     ctx.tp_style = TpStyle::row;
     ctx.tp = &reducer;
     Result r = run(configs[c], ctx, cols_of(x, kRows, kIn, i0, in), cols_of(w, kOut, kIn, i0, in), g, in, kOut);
-    EXPECT_EQ(r.saved.s_x, ref.saved.s_x) << where(c);
-    EXPECT_EQ(r.saved.s_w, ref.saved.s_w) << where(c);
+    EXPECT_EQ(r.saved.s_x.to_vector<float>(), ref.saved.s_x.to_vector<float>()) << where(c);
+    EXPECT_EQ(r.saved.s_w.to_vector<float>(), ref.saved.s_w.to_vector<float>()) << where(c);
     EXPECT_EQ(r.trace.q, ref.trace.q) << where(c);
     // The int8 products are the full layer's columns exactly; the EC terms go through sgemm, whose
     // blocking may round a column slice differently in the last bit.

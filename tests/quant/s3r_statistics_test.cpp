@@ -61,10 +61,10 @@ Trial make_setup(int64_t rows, int64_t in, int64_t out, int64_t seq, float w_com
   const auto& sv = s.saved;
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t h = 0; h < out; ++h) {
-      const double gp = double(s.g[t * out + h]) * sv.s_x[t] * sv.s_w[h];
+      const double gp = double(s.g[t * out + h]) * host_span<float>(sv.s_x)[t] * host_span<float>(sv.s_w)[h];
       for (int64_t i = 0; i < in; ++i) {
-        s.dx_exact[t * in + i] += gp * sv.w_q[h * in + i] / sv.s_x[t];
-        s.dw_exact[h * in + i] += gp * sv.x_q[t * in + i] / sv.s_w[h];
+        s.dx_exact[t * in + i] += gp * host_span<int8_t>(sv.w_q)[h * in + i] / host_span<float>(sv.s_x)[t];
+        s.dw_exact[h * in + i] += gp * host_span<int8_t>(sv.x_q)[t * in + i] / host_span<float>(sv.s_w)[h];
       }
     }
   return s;

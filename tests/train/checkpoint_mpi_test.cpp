@@ -11,12 +11,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "../model/model_test_util.h"
 #include "../support/test_data.h"
 #include "core/half.h"
+#include "backend/cpu/cpu_backend.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/safetensors.h"
@@ -80,6 +82,7 @@ class CheckpointTest : public ::testing::Test {
 
 // One rank's model state, built in place (ParameterSet keeps pointers to the shape and plan).
 struct Shard {
+  backend::CpuBackend backend;
   model::ModelShape shape;
   model::Qwen3Plan plan;
   model::ParameterSet<float> params;
@@ -87,7 +90,7 @@ struct Shard {
   Shard(const config::ModelConfig& cfg, int tp, int tp_rank)
       : shape(model::make_model_shape(cfg, tp, tp_rank)),
         plan(model::make_qwen3_plan(shape)),
-        params(plan, shape),
+        params(plan, shape, backend),
         opt(params) {}
 };
 
@@ -122,9 +125,12 @@ void fill(Shard& s, const Reference& ref, int64_t opt_step) {
   ASSERT_EQ(s.params.size(), ref.specs.size());
   for (size_t i = 0; i < ref.specs.size(); ++i) {
     ASSERT_EQ(s.params[i].spec->name, ref.specs[i].name);
-    s.params[i].value = shard_of(ref.value[i], ref.specs[i], s.shape.tp, s.shape.tp_rank);
-    s.opt.exp_avg()[i] = shard_of(ref.exp_avg[i], ref.specs[i], s.shape.tp, s.shape.tp_rank);
-    s.opt.exp_avg_sq()[i] = shard_of(ref.exp_avg_sq[i], ref.specs[i], s.shape.tp, s.shape.tp_rank);
+    std::ranges::copy(shard_of(ref.value[i], ref.specs[i], s.shape.tp, s.shape.tp_rank),
+                      s.params[i].host_value().begin());
+    std::ranges::copy(shard_of(ref.exp_avg[i], ref.specs[i], s.shape.tp, s.shape.tp_rank),
+                      host_span<float>(s.opt.exp_avg(i)).begin());
+    std::ranges::copy(shard_of(ref.exp_avg_sq[i], ref.specs[i], s.shape.tp, s.shape.tp_rank),
+                      host_span<float>(s.opt.exp_avg_sq(i)).begin());
   }
   s.opt.set_step_count(opt_step);
 }
@@ -137,6 +143,12 @@ void fill(Shard& s, const Reference& ref, int64_t opt_step) {
       return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
   return ::testing::AssertionSuccess();
 }
+::testing::AssertionResult same_bits(const Tensor& got, const std::vector<float>& want) {
+  return same_bits(got.to_vector<float>(), want);
+}
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  return same_bits(got.to_vector<float>(), want.to_vector<float>());
+}
 
 void expect_matches(const Shard& s, const Reference& ref, bool with_opt, int64_t opt_step) {
   for (size_t i = 0; i < ref.specs.size(); ++i) {
@@ -144,8 +156,8 @@ void expect_matches(const Shard& s, const Reference& ref, bool with_opt, int64_t
     const int tp = s.shape.tp, r = s.shape.tp_rank;
     EXPECT_TRUE(same_bits(s.params[i].value, shard_of(ref.value[i], ref.specs[i], tp, r)));
     if (!with_opt) continue;
-    EXPECT_TRUE(same_bits(s.opt.exp_avg()[i], shard_of(ref.exp_avg[i], ref.specs[i], tp, r)));
-    EXPECT_TRUE(same_bits(s.opt.exp_avg_sq()[i], shard_of(ref.exp_avg_sq[i], ref.specs[i], tp, r)));
+    EXPECT_TRUE(same_bits(s.opt.exp_avg(i), shard_of(ref.exp_avg[i], ref.specs[i], tp, r)));
+    EXPECT_TRUE(same_bits(s.opt.exp_avg_sq(i), shard_of(ref.exp_avg_sq[i], ref.specs[i], tp, r)));
   }
   if (with_opt) {
     EXPECT_EQ(s.opt.step_count(), opt_step);
@@ -315,8 +327,8 @@ TEST_F(CheckpointTest, ResumedTrainingStepIsBitwiseIdentical) {
   for (size_t i = 0; i < a.params().size(); ++i) {
     SCOPED_TRACE(a.params()[i].spec->name);
     EXPECT_TRUE(same_bits(b.params()[i].value, a.params()[i].value));
-    EXPECT_TRUE(same_bits(opt_b.exp_avg()[i], opt_a.exp_avg()[i]));
-    EXPECT_TRUE(same_bits(opt_b.exp_avg_sq()[i], opt_a.exp_avg_sq()[i]));
+    EXPECT_TRUE(same_bits(opt_b.exp_avg(i), opt_a.exp_avg(i)));
+    EXPECT_TRUE(same_bits(opt_b.exp_avg_sq(i), opt_a.exp_avg_sq(i)));
   }
 }
 
@@ -410,7 +422,7 @@ TEST_F(CheckpointTest, MismatchedModelsAreRefusedOnEveryRank) {
 
   Shard narrow(ckpt_config(false, /*hidden=*/16), W, world.layout.tp_rank);
   narrow.params.init(1);
-  const std::vector<float> before = narrow.params[0].value;
+  const std::vector<float> before = narrow.params[0].value_vector();
   std::string msg = error_of([&] { load_checkpoint(ckpt, narrow.params, &narrow.opt, world); });
   EXPECT_NE(msg.find("tensor 'model.embed_tokens.weight' has shape [64, 32] but the model expects [64, 16]"),
             std::string::npos)

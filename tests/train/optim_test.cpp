@@ -1,10 +1,12 @@
 // AdamW against a double-precision reference, the LR schedule's shape, and clipping.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
 
+#include "backend/cpu/cpu_backend.h"
 #include "train/adamw.h"
 #include "train/gradients.h"
 #include "train/lr_schedule.h"
@@ -28,7 +30,8 @@ model::ModelShape tiny_shape() {
 TEST(AdamW, MatchesADoublePrecisionReferenceWithDecoupledDecayOnMatricesOnly) {
   const auto shape = tiny_shape();
   const auto plan = model::make_qwen3_plan(shape);
-  model::ParameterSet<float> params(plan, shape);
+  backend::CpuBackend backend;
+  model::ParameterSet<float> params(plan, shape, backend);
   params.init(3);
   config::OptimConfig cfg;
   cfg.beta1 = 0.9;
@@ -41,18 +44,18 @@ TEST(AdamW, MatchesADoublePrecisionReferenceWithDecoupledDecayOnMatricesOnly) {
   // Reference state in double.
   std::vector<std::vector<double>> w, m, v;
   for (size_t i = 0; i < params.size(); ++i) {
-    w.emplace_back(params[i].value.begin(), params[i].value.end());
-    m.emplace_back(params[i].value.size(), 0.0);
-    v.emplace_back(params[i].value.size(), 0.0);
+    w.emplace_back(params[i].host_value().begin(), params[i].host_value().end());
+    m.emplace_back(params[i].host_value().size(), 0.0);
+    v.emplace_back(params[i].host_value().size(), 0.0);
   }
   for (int step = 1; step <= 3; ++step) {
     const double lr = 1e-2 * step;
     for (size_t i = 0; i < params.size(); ++i)
-      for (auto& x : params[i].grad) x = g(gen);
+      for (auto& x : params[i].host_grad()) x = g(gen);
     for (size_t i = 0; i < params.size(); ++i) {
       const double decay = params[i].spec->weight_decay ? cfg.weight_decay : 0.0;
       for (size_t e = 0; e < w[i].size(); ++e) {
-        const double gr = params[i].grad[e];
+        const double gr = params[i].host_grad()[e];
         m[i][e] = cfg.beta1 * m[i][e] + (1 - cfg.beta1) * gr;
         v[i][e] = cfg.beta2 * v[i][e] + (1 - cfg.beta2) * gr * gr;
         const double mh = m[i][e] / (1 - std::pow(cfg.beta1, step)), vh = v[i][e] / (1 - std::pow(cfg.beta2, step));
@@ -63,14 +66,14 @@ TEST(AdamW, MatchesADoublePrecisionReferenceWithDecoupledDecayOnMatricesOnly) {
     EXPECT_EQ(opt.step_count(), step);
     for (size_t i = 0; i < params.size(); ++i)
       for (size_t e = 0; e < w[i].size(); ++e)
-        ASSERT_NEAR(params[i].value[e], w[i][e], 2e-6 * (1 + std::fabs(w[i][e]))) << params[i].spec->name;
+        ASSERT_NEAR(params[i].host_value()[e], w[i][e], 2e-6 * (1 + std::fabs(w[i][e]))) << params[i].spec->name;
   }
   // Norms carry no decay: a zero gradient leaves a norm weight exactly where it is.
-  for (size_t i = 0; i < params.size(); ++i) std::fill(params[i].grad.begin(), params[i].grad.end(), 0.0f);
+  for (size_t i = 0; i < params.size(); ++i) std::ranges::fill(params[i].host_grad(), 0.0f);
   AdamW fresh(params);
-  const float before = params[plan.final_norm].value[0];
+  const float before = params[plan.final_norm].host_value()[0];
   fresh.step(params, 1e-2, cfg);
-  EXPECT_EQ(params[plan.final_norm].value[0], before);
+  EXPECT_EQ(params[plan.final_norm].host_value()[0], before);
   EXPECT_FALSE(plan.params[plan.final_norm].weight_decay);
   EXPECT_FALSE(plan.params[plan.embed].weight_decay);
   EXPECT_TRUE(plan.params[plan.layers[0].q].weight_decay);
@@ -101,13 +104,14 @@ TEST(LrSchedule, WarmupThenCosineToTheMinimum) {
 TEST(Clipping, ScalesToTheMaximumNormOnlyAboveIt) {
   const auto shape = tiny_shape();
   const auto plan = model::make_qwen3_plan(shape);
-  model::ParameterSet<float> params(plan, shape);
-  for (size_t i = 0; i < params.size(); ++i) std::fill(params[i].grad.begin(), params[i].grad.end(), 0.5f);
+  backend::CpuBackend backend;
+  model::ParameterSet<float> params(plan, shape, backend);
+  for (size_t i = 0; i < params.size(); ++i) std::ranges::fill(params[i].host_grad(), 0.5f);
   EXPECT_EQ(clip_gradients(params, 0.8, 1.0), 1.0);
-  EXPECT_EQ(params[0].grad[0], 0.5f);
+  EXPECT_EQ(params[0].host_grad()[0], 0.5f);
   const double f = clip_gradients(params, 4.0, 1.0);
   EXPECT_NEAR(f, 0.25, 1e-6);
-  EXPECT_NEAR(params[0].grad[0], 0.125f, 1e-7);
+  EXPECT_NEAR(params[0].host_grad()[0], 0.125f, 1e-7);
   EXPECT_EQ(clip_gradients(params, 4.0, 0.0), 1.0) << "grad_clip 0 turns clipping off";
 }
 

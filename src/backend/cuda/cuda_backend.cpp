@@ -123,8 +123,8 @@ class CudaBackend final : public Backend {
  private:
   [[noreturn]] static void no_int8() {
     ECHO_INPUT_FAIL(
-        "linear.mode = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
-        "run.device: cpu or linear.mode: bf16");
+        "'linear.mode' = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
+        "'run.device' = cpu or 'linear.mode' = bf16");
   }
   // Grown to the largest attention call seen; reused (one stream, calls in order).
   Tensor& attention_workspace(const Tensor& q, const Tensor& k) {
@@ -147,7 +147,7 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(int local_rank) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  ECHO_INPUT_CHECK(status == cudaSuccess && count > 0, "run.device = cuda, but no CUDA device is usable here ({})",
+  ECHO_INPUT_CHECK(status == cudaSuccess && count > 0, "'run.device' = cuda, but no CUDA device is usable here ({})",
                    status == cudaSuccess ? "none found" : cudaGetErrorString(status));
   // Ranks of a node take the node's GPUs in turn; several ranks may share one (then the
   // collectives stay host-staged, see comm/all_reduce.cpp).
