@@ -14,6 +14,7 @@
 #include "dist/mpi_check.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/divergence.h"
+#include "train/evaluation.h"
 #include "train/lr_schedule.h"
 #include "train/resume_check.h"
 #include "train/stop_signal.h"
@@ -173,19 +174,9 @@ double Trainer::train_step(int64_t step, bool telemetry) {
 
 double Trainer::evaluate() {
   if (!valid_loader_) return NAN;
-  // NOTE: the validation set is eval_batches global batches, split over DP ranks and
-  // micro-batches exactly like a training step, so val_loss is the same number at every tp/dp
-  // layout (it once read eval_batches micro-batches per DP rank: a set that grew with dp).
-  const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
-  const int batches = cfg_.train.eval_batches * num_micro_;
-  double loss = 0;
-  for (int b = 0; b < cfg_.train.eval_batches; ++b) {
-    for (int micro = 0; micro < num_micro_; ++micro) {
-      valid_loader_->micro_batch(static_cast<uint64_t>(b), micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
-      loss += model_->forward({tokens_.data(), targets_.data(), mb, seq}, false) / batches;
-    }
-  }
-  return mean_over(world_.dp, loss);
+  // Shared with echo_eval (train/evaluation.h), so an offline eval of a checkpoint reproduces this.
+  const EvalBatches spec{cfg_.train.eval_batches, cfg_.train.micro_batch, num_micro_};
+  return evaluate_loss(*model_, *valid_loader_, world_.dp, spec, tokens_, targets_).loss;
 }
 
 void Trainer::save(int64_t steps_done) {

@@ -1,0 +1,31 @@
+// evaluate_loss: the validation loop of docs/design.md §12.
+#include "train/evaluation.h"
+
+#include "core/error.h"
+
+namespace echo::train {
+
+EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& loader, const dist::Communicator& dp,
+                       const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) {
+  ECHO_CHECK(spec.batches > 0 && spec.micro_batch > 0 && spec.num_micro > 0,
+             "evaluation needs positive batches, micro_batch and num_micro (got {}, {}, {})", spec.batches,
+             spec.micro_batch, spec.num_micro);
+  // NOTE: the set is `batches` global batches, split over DP ranks and micro-batches exactly like
+  // a training step, so the loss is the same number at every tp/dp layout (it once read
+  // eval_batches micro-batches per DP rank: a set that grew with dp).
+  const int64_t seq = loader.options().seq_len;
+  const int total = spec.batches * spec.num_micro;
+  double loss = 0;
+  for (int b = 0; b < spec.batches; ++b) {
+    for (int micro = 0; micro < spec.num_micro; ++micro) {
+      loader.micro_batch(static_cast<uint64_t>(b), micro, spec.micro_batch, spec.num_micro, tokens, targets);
+      loss += model.forward({tokens.data(), targets.data(), spec.micro_batch, seq}, false) / total;
+    }
+  }
+  EvalLoss r;
+  r.loss = dp.sum_in_rank_order(loss) / dp.size();
+  r.tokens = static_cast<int64_t>(total) * spec.micro_batch * seq * dp.size();
+  return r;
+}
+
+}  // namespace echo::train

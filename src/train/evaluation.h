@@ -1,0 +1,35 @@
+// The validation loss shared by the trainer's periodic eval and echo_eval (docs/design.md §12):
+// one function, so a checkpoint evaluated offline gives the number the trainer logged.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/data_loader.h"
+#include "dist/communicator.h"
+#include "model/qwen3_model.h"
+
+namespace echo::train {
+
+// Which windows of the loader are evaluated: `batches` global batches, each split over the DP
+// ranks and into `num_micro` micro-batches of `micro_batch` sequences exactly like a training
+// step (batch b plays the role of step b), so the set does not depend on the tp × dp layout.
+struct EvalBatches {
+  int batches = 1;
+  int micro_batch = 1;
+  int num_micro = 1;
+};
+
+struct EvalLoss {
+  double loss = 0;     // mean cross-entropy per target token (the same value on every rank)
+  int64_t tokens = 0;  // target tokens over all DP ranks
+};
+
+// Forward passes only (no activations kept). Collective over `dp` and over the model's TP group.
+// `tokens` and `targets` are scratch buffers (the trainer reuses its own).
+// NOTE: the summation order (each micro-batch's mean / (batches · num_micro), then the rank-order
+// sum over DP / dp) is part of the contract: the trainer's val_loss and echo_eval agree bit for bit.
+EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& loader, const dist::Communicator& dp,
+                       const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+
+}  // namespace echo::train
