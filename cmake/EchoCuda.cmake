@@ -1,6 +1,7 @@
 # Decides whether the CUDA backend is built (ECHO_CUDA=AUTO|ON|OFF) and sets it up.
 # Architectures are explicit (80;90) so nvcc builds on machines without a GPU.
 set(ECHO_WITH_CUDA OFF)
+set(ECHO_WITH_NCCL OFF)
 if(NOT ECHO_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
@@ -26,6 +27,19 @@ if(ECHO_WITH_CUDA)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
   message(STATUS "echo: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES})")
+  # NCCL (the exact and data-parallel all-reduces between distinct GPUs): optional; without it
+  # the CUDA backend's collectives are host-staged over MPI. The CUDA toolkit images ship it
+  # beside the toolkit (lib/ or lib64/) or in the system paths.
+  find_path(ECHO_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+  find_library(ECHO_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
+                                            ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+  if(ECHO_NCCL_INCLUDE_DIR AND ECHO_NCCL_LIBRARY)
+    set(ECHO_WITH_NCCL ON)
+    message(STATUS "echo: NCCL ${ECHO_NCCL_LIBRARY}")
+  else()
+    set(ECHO_WITH_NCCL OFF)
+    message(STATUS "echo: NCCL not found; the CUDA backend's collectives stay host-staged over MPI")
+  endif()
 else()
   message(STATUS "echo: CUDA backend OFF")
 endif()

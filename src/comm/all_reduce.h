@@ -29,8 +29,9 @@ class AllReduce {
   virtual void begin_pass(Direction direction) { (void)direction; }
 
   // x <- sum over the group of every rank's x; contiguous, same length on every rank. A host f32
-  // tensor is reduced in place; a bf16 or device tensor goes through an f32 host copy.
-  void all_reduce(Tensor& x, Site site);
+  // tensor is reduced in place; a bf16 or device tensor goes through an f32 host copy (unless an
+  // implementation serves device tensors itself, as NcclAllReduce does).
+  virtual void all_reduce(Tensor& x, Site site);
   virtual void all_reduce(std::span<float> x, Site site) = 0;
 
   virtual std::string name() const = 0;

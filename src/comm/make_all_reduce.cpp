@@ -4,6 +4,10 @@
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/exact_all_reduce.h"
 #include "core/error.h"
+#include "core/log.h"
+#ifdef ECHO_NCCL
+#include "comm/nccl_all_reduce.h"
+#endif
 
 namespace echo::comm {
 
@@ -22,6 +26,21 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers) {
   return o;
 }
 
+std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
+                                                 config::Device device) {
+#ifdef ECHO_NCCL
+  if (device == config::Device::cuda && group.size() > 1) {
+    if (ranks_have_distinct_gpus(group))
+      return std::make_unique<NcclAllReduce>(group, precision == ExactPrecision::bf16 ? "nccl (bf16)" : "nccl (fp32)",
+                                             precision == ExactPrecision::bf16 ? 2 : 4);
+    ECHO_INFO("comm", "ranks of one group share a GPU, which NCCL refuses: the exact all-reduce is host-staged over MPI");
+  }
+#else
+  (void)device;
+#endif
+  return std::make_unique<ExactAllReduce>(group, precision);
+}
+
 std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config::Device device,
                                            const dist::Communicator& tp, int num_layers) {
   // NOTE: only the MPI transport exists so far; cuda_ipc (and NCCL for exact) are planned. Refuse
@@ -29,12 +48,11 @@ std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config
   // serves device tensors through host copies (AllReduce::all_reduce(Tensor&)).
   ECHO_CHECK(cfg.transport != config::Transport::cuda_ipc,
              "'comm.transport' = cuda_ipc is not available in this version; use mpi or auto");
-  (void)device;
   switch (cfg.allreduce) {
     case config::AllReduceKind::exact:
-      return std::make_unique<ExactAllReduce>(tp, ExactPrecision::bf16);
+      return make_exact_all_reduce(tp, ExactPrecision::bf16, device);
     case config::AllReduceKind::exact_fp32:
-      return std::make_unique<ExactAllReduce>(tp, ExactPrecision::fp32);
+      return make_exact_all_reduce(tp, ExactPrecision::fp32, device);
     case config::AllReduceKind::echo:
       return std::make_unique<EchoAllReduce>(tp, echo_options_from(cfg, num_layers));
     case config::AllReduceKind::two_collective:

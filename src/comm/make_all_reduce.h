@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "comm/all_reduce.h"
+#include "comm/exact_all_reduce.h"
 #include "core/config/config.h"
 #include "dist/communicator.h"
 
@@ -14,6 +15,13 @@ struct EchoOptions;
 
 // The Echo options a config describes (num_layers feeds early_site_8bit).
 EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers);
+
+// The exact sum over group at `precision`: NCCL when device is cuda, the build has NCCL and every
+// rank of the group drives its own GPU (NCCL refuses two ranks on one device; the log says when
+// it falls back); otherwise the MPI two-phase ExactAllReduce, host-staged for device tensors.
+// Collective over group.
+std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
+                                                 config::Device device);
 
 // tp is the tensor-parallel communicator the block sites reduce over; it must outlive the result.
 std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config::Device device,

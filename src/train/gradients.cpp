@@ -3,14 +3,17 @@
 
 #include <cmath>
 
+#include "comm/make_all_reduce.h"
+
 namespace echo::train {
 
-GradientSync::GradientSync(const dist::World& world) : world_(world), dp_sum_(world.dp, comm::ExactPrecision::fp32) {}
+GradientSync::GradientSync(const dist::World& world, config::Device device)
+    : world_(world), dp_sum_(comm::make_exact_all_reduce(world.dp, comm::ExactPrecision::fp32, device)) {}
 
 void GradientSync::average_over_dp(model::ParameterSet<float>& params) {
   if (world_.layout.dp == 1) return;
   // The gradients are one flat buffer in parameter order: one exact all-reduce, then the mean.
-  dp_sum_.all_reduce(params.grads(), {0, comm::Direction::backward});
+  dp_sum_->all_reduce(params.grads(), {0, comm::Direction::backward});
   // NOTE: 1/dp rounded to float first, as the update always used: the cast back is exact.
   params.backend().scale(params.grads(), static_cast<double>(1.0f / static_cast<float>(world_.layout.dp)));
 }

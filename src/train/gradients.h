@@ -3,7 +3,10 @@
 // non-finite check.
 #pragma once
 
-#include "comm/exact_all_reduce.h"
+#include <memory>
+
+#include "comm/all_reduce.h"
+#include "core/config/config.h"
 #include "dist/world.h"
 #include "model/parameters.h"
 
@@ -11,7 +14,9 @@ namespace echo::train {
 
 class GradientSync {
  public:
-  explicit GradientSync(const dist::World& world);
+  // The DP sum runs over NCCL when run.device is cuda and every DP rank has its own GPU
+  // (comm::make_exact_all_reduce), else exactly over MPI.
+  GradientSync(const dist::World& world, config::Device device = config::Device::cpu);
 
   // grad <- mean over the DP group of grad. One exact fp32 all-reduce of the flat gradient
   // buffer, so every replica ends with the same bits and the replicas never drift.
@@ -24,7 +29,7 @@ class GradientSync {
 
  private:
   const dist::World& world_;
-  comm::ExactAllReduce dp_sum_;
+  std::unique_ptr<comm::AllReduce> dp_sum_;
 };
 
 // Scales the gradients by max_norm / norm when norm > max_norm (max_norm 0 = off); returns the factor.

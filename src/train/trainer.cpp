@@ -74,7 +74,7 @@ data::IndexedDataset open_dataset(const std::string& key, const std::string& pre
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode)
-    : cfg_(cfg), world_(world), grad_sync_(world) {
+    : cfg_(cfg), world_(world) {
   auto logger = log::get("train");
   const auto& L = world.layout;
   ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}",
@@ -90,6 +90,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
                    "'run.device' = cpu or 'linear.mode' = bf16");
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                    dist::node_local_rank(world.world));
+  grad_sync_ = std::make_unique<GradientSync>(world, cfg.run.device);
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
@@ -240,8 +241,8 @@ TrainResult Trainer::run(int64_t stop_after) {
     // Every check below gives the same verdict on every rank (the values are reduced), and all
     // come before this step can be saved: a diverged step never becomes a checkpoint.
     ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
-    grad_sync_.average_over_dp(model_->params());
-    const double norm = grad_sync_.global_norm(model_->params());
+    grad_sync_->average_over_dp(model_->params());
+    const double norm = grad_sync_->global_norm(model_->params());
     ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());
     clip_gradients(model_->params(), norm, cfg_.optim.grad_clip);
     const double lr = learning_rate(cfg_.optim, cfg_.schedule, step, total);

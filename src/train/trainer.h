@@ -48,7 +48,7 @@ class Trainer {
   std::unique_ptr<model::CommTpOps> tp_ops_;
   std::unique_ptr<model::Qwen3Model<float>> model_;
   std::unique_ptr<AdamW> optimizer_;
-  GradientSync grad_sync_;
+  std::unique_ptr<GradientSync> grad_sync_;  // after backend_: NCCL needs the device chosen
   std::optional<data::IndexedDataset> train_data_, valid_data_;
   std::optional<data::DataLoader> train_loader_, valid_loader_;
   MetricsLog metrics_;

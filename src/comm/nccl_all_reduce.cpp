@@ -1,0 +1,80 @@
+// NcclAllReduce: an NCCL communicator per group, its unique id broadcast over MPI.
+#include "comm/nccl_all_reduce.h"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/mpi_check.h"
+
+#define NCCL_CHECK(call)                                                                                       \
+  do {                                                                                                        \
+    const ncclResult_t echo_nccl_status_ = (call);                                                            \
+    if (echo_nccl_status_ != ncclSuccess)                                                                     \
+      ::echo::throw_error(__FILE__, __LINE__, #call, ::fmt::format("NCCL error: {}", ncclGetErrorString(echo_nccl_status_))); \
+  } while (0)
+
+namespace echo::comm {
+
+struct NcclAllReduce::Impl {
+  ncclComm_t comm = nullptr;
+};
+
+NcclAllReduce::NcclAllReduce(const dist::Communicator& group, std::string name, size_t wire_bytes)
+    : impl_(std::make_unique<Impl>()), name_(std::move(name)), wire_bytes_(wire_bytes), size_(group.size()) {
+  ncclUniqueId id;
+  if (group.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group.get()));
+  NCCL_CHECK(ncclCommInitRank(&impl_->comm, group.size(), id, group.rank()));
+}
+
+NcclAllReduce::~NcclAllReduce() {
+  if (impl_ && impl_->comm) ncclCommDestroy(impl_->comm);
+}
+
+void NcclAllReduce::all_reduce(Tensor& x, Site site) {
+  ECHO_CHECK(x.is_cuda() && x.is_contiguous(), "the NCCL all-reduce at {} needs a contiguous device tensor, got {}",
+             to_string(site), x.describe());
+  ECHO_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16,
+             "the NCCL all-reduce at {} needs an f32 or bf16 tensor, got {}", to_string(site), x.describe());
+  const ncclDataType_t type = x.dtype() == DType::f32 ? ncclFloat32 : ncclBfloat16;
+  NCCL_CHECK(ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), type, ncclSum, impl_->comm,
+                           cudaStreamLegacy));
+}
+
+void NcclAllReduce::all_reduce(std::span<float> x, Site site) {
+  (void)x;
+  ECHO_FAIL("the NCCL all-reduce at {} was given host memory; it sums device tensors only", to_string(site));
+}
+
+size_t NcclAllReduce::wire_bytes_per_rank(size_t n, Site) const {
+  return size_ <= 1 ? 0 : 2 * (static_cast<size_t>(size_) - 1) * n * wire_bytes_ / static_cast<size_t>(size_);
+}
+
+bool ranks_have_distinct_gpus(const dist::Communicator& group) {
+  // "<host>/<pci bus id>" of this rank's current device, fixed width for MPI_Allgather.
+  std::array<char, 192> mine{};
+  int device = 0;
+  char bus[64] = {};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess)
+    std::snprintf(bus, sizeof bus, "unknown-device");
+  char host[100] = {};
+  gethostname(host, sizeof host - 1);
+  std::snprintf(mine.data(), mine.size(), "%s/%s", host, bus);
+  std::vector<char> all(mine.size() * static_cast<size_t>(group.size()));
+  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
+                          static_cast<int>(mine.size()), MPI_CHAR, group.get()));
+  std::vector<std::string> ids;
+  for (int r = 0; r < group.size(); ++r) ids.emplace_back(all.data() + static_cast<size_t>(r) * mine.size());
+  std::sort(ids.begin(), ids.end());
+  return std::adjacent_find(ids.begin(), ids.end()) == ids.end();
+}
+
+}  // namespace echo::comm
