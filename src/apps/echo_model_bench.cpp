@@ -1,7 +1,10 @@
-// echo_model_bench: forward + backward throughput of the Qwen3 model on the CPU backend, in
-// tokens per second, for a config's model and all-reduce (a program, not a test).
+// echo_model_bench: training-step throughput of the Qwen3 model (forward + backward, and the
+// AdamW update with --adamw) on the backend of run.device, in tokens per second, for a config's
+// model and all-reduce (a program, not a test).
 //   mpirun -np 2 echo_model_bench configs/model_bench.yaml --batch 4 --seq 128 --iters 5 [--json out.json]
-// The TP group is the whole world (tp = world size); parallel.tp in the file is ignored.
+//   echo_model_bench configs/model_bench.yaml --set run.device=cuda --adamw   (one GPU)
+// The TP group is the whole world (tp = world size); parallel.tp in the file is ignored. Each
+// timed step ends with the backend synchronized, so device work is inside the time.
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
@@ -18,7 +21,10 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
+#include "backend/backend.h"
+#include "dist/world.h"
 #include "model/qwen3_model.h"
+#include "train/adamw.h"
 
 namespace echo {
 namespace {
@@ -29,7 +35,8 @@ int bench_main(int argc, char** argv) {
   int64_t batch = 4, seq = 128;
   int iters = 5, warmup = 1;
   std::string json_path;
-  CLI::App app{"echo_model_bench: Qwen3 forward+backward tokens/s on the CPU backend"};
+  bool adamw = false;
+  CLI::App app{"echo_model_bench: Qwen3 training-step tokens/s on the backend of run.device"};
   app.add_option("config", path, "YAML config (model and comm sections are used)")->required();
   app.add_option("--set", overrides, "override a key, e.g. --set comm.bits=8");
   // NOTE: numbers are checked below with messages in words, not by CLI11 validators.
@@ -38,6 +45,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--iters", iters, "timed steps (>= 1)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps (>= 0)")->capture_default_str();
   app.add_option("--json", json_path, "also write the result as JSON to this file (rank 0)");
+  app.add_flag("--adamw", adamw, "time the AdamW update too (a whole training step without data loading)");
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
@@ -58,7 +66,9 @@ int bench_main(int argc, char** argv) {
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
   model::CommTpOps ops(tp, *blocks, edge.get());
-  model::Qwen3Model<float> m(shape, ops);
+  const Device device = cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu;
+  auto be = backend::make_backend(device, dist::node_local_rank(tp));
+  model::Qwen3Model<float> m(shape, ops, be.get());
   m.init_weights(cfg.run.seed);
   m.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
 
@@ -69,22 +79,26 @@ int bench_main(int argc, char** argv) {
   for (auto& t : targets) t = id(gen);
   const model::Batch b{tokens.data(), targets.data(), batch, seq};
 
+  train::AdamW opt(m.params());
+  const config::OptimConfig ocfg;
   const auto stats = bench::time_collective(tp.get(), warmup, iters, [] {}, [&] {
     m.params().zero_grads();
     m.forward_backward(b);
+    if (adamw) opt.step(m.params(), 1e-5, ocfg);
+    be->synchronize();
   });
   if (rank == 0) {
     const double tokens_per_s = static_cast<double>(batch * seq) / (stats.median_us * 1e-6);
     std::printf("%s", bench::machine_header(machine).c_str());
     std::printf("echo_model_bench: layers=%lld hidden=%lld ffn=%lld heads=%lld/%lld head_dim=%lld vocab=%lld tp=%d "
-                "allreduce=%s\n",
+                "allreduce=%s backend=%s\n",
                 static_cast<long long>(shape.layers), static_cast<long long>(shape.hidden),
                 static_cast<long long>(shape.ffn), static_cast<long long>(shape.heads),
                 static_cast<long long>(shape.kv_heads), static_cast<long long>(shape.head_dim),
-                static_cast<long long>(shape.vocab), tp.size(), blocks->name().c_str());
-    std::printf("batch=%lld seq=%lld  step median %.1f ms (p10 %.1f, p90 %.1f)  %.0f tokens/s forward+backward\n",
+                static_cast<long long>(shape.vocab), tp.size(), blocks->name().c_str(), be->name().c_str());
+    std::printf("batch=%lld seq=%lld  step median %.1f ms (p10 %.1f, p90 %.1f)  %.0f tokens/s %s\n",
                 static_cast<long long>(batch), static_cast<long long>(seq), stats.median_us / 1e3, stats.p10_us / 1e3,
-                stats.p90_us / 1e3, tokens_per_s);
+                stats.p90_us / 1e3, tokens_per_s, adamw ? "forward+backward+adamw" : "forward+backward");
     if (!json_path.empty()) {
       std::ofstream f(json_path);
       ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", json_path);
@@ -92,7 +106,8 @@ int bench_main(int argc, char** argv) {
                                   {"ffn", shape.ffn},           {"heads", shape.heads},
                                   {"kv_heads", shape.kv_heads}, {"head_dim", shape.head_dim},
                                   {"vocab", shape.vocab},       {"tp", tp.size()},
-                                  {"allreduce", blocks->name()}, {"batch", batch},
+                                  {"allreduce", blocks->name()}, {"backend", be->name()},
+                                  {"adamw", adamw},             {"batch", batch},
                                   {"seq", seq},                 {"iters", iters},
                                   {"warmup", warmup},           {"median_ms", stats.median_us / 1e3},
                                   {"p10_ms", stats.p10_us / 1e3}, {"p90_ms", stats.p90_us / 1e3},
