@@ -20,8 +20,13 @@ RUN is a run directory (run.out_dir, holding metrics.jsonl) or a metrics.jsonl f
                        line per site colored by site index, forward and backward passes apart.
 
 It also prints, per run, the last step, the tail-100 mean training loss and the last
-validation loss. The depth figure (accumulated error against depth, from echo_depth) is not
-here yet: see plot_depth below, the hook it goes into.
+validation loss.
+
+    scripts/plot.py --depth depth.csv [--out DIR]
+
+draws depth.png from the CSV of echo_depth --csv: max_t ||S_t|| / q against the number of
+all-reduce sites N, log-log, per compensator gain and case, with the bound of Theorem 1 /
+Eqn. (21) of the Echo paper beside each line (see plot_depth).
 """
 
 import argparse
@@ -203,13 +208,65 @@ def plot_telemetry(run, label, out_path):
     plt.close(fig)
 
 
-def plot_depth(records, out_path):
-    """Hook for the depth figure (accumulated error against depth, from echo_depth).
+def read_depth_csv(path):
+    """The rows of echo_depth --csv: one dict per (case, eta, coefficients, N)."""
+    import csv
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise PlotError(f"{path}: {e.strerror}")
+    need = {"case", "eta", "beta1", "beta2", "a", "mu_w", "sites", "max_s_over_q", "bound"}
+    if not rows or not need <= set(rows[0]):
+        raise PlotError(f"{path}: not an echo_depth CSV (needs the columns {', '.join(sorted(need))})")
+    out = []
+    for r in rows:
+        try:
+            out.append({"case": r["case"], "eta": float(r["eta"]), "beta1": float(r["beta1"]),
+                        "beta2": float(r["beta2"]), "a": float(r["a"]), "mu_w": float(r["mu_w"]),
+                        "sites": int(r["sites"]), "ratio": float(r["max_s_over_q"]), "bound": float(r["bound"]),
+                        "P": r.get("P", "?"), "bits": r.get("bits", "?")})
+        except ValueError as e:
+            raise PlotError(f"{path}: bad value in row {r}: {e}")
+    return out
 
-    echo_depth does not exist yet; when it lands, read its output here (one record per
-    depth and setting), draw ||S|| / ||x|| against the number of sites, and add a
-    command-line option in main() that calls this function."""
-    raise NotImplementedError("the depth figure comes with echo_depth")
+
+def plot_depth(records, out_path):
+    """The depth figure: max_t ||S_t|| / q against the number of sites N (log-log), one panel per
+    case (coherent: the same contribution at every site; independent: fresh ones), one line per
+    (eta, beta1, beta2, a), each with its bound in the same color, dashed: Theorem 1's (1 + mu_w)
+    at eta = 1, Eqn. (21)'s (1 - eta) N + eta (1 + mu_w) below (N itself at eta = 0)."""
+    cases = [c for c in ("coherent", "independent") if any(r["case"] == c for r in records)]
+    if not cases:
+        raise PlotError("no coherent or independent rows in the echo_depth CSV")
+    settings = sorted({(r["eta"], r["beta1"], r["beta2"], r["a"]) for r in records})
+    cmap = plt.get_cmap("viridis")
+    fig, axes = plt.subplots(1, len(cases), figsize=(6.2 * len(cases), 4.8), squeeze=False)
+    for col, case in enumerate(cases):
+        ax = axes[0][col]
+        for i, key in enumerate(settings):
+            pts = sorted((r["sites"], r["ratio"], r["bound"]) for r in records
+                         if r["case"] == case and (r["eta"], r["beta1"], r["beta2"], r["a"]) == key)
+            if not pts:
+                continue
+            color = cmap(i / max(len(settings) - 1, 1) * 0.9)
+            eta, b1, b2, a = key
+            label = f"η={eta:g}" + ("" if len(settings) <= 3 else f", β=({b1:g},{b2:g}), a={a:g}")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, lw=1.6, ms=4, label=label)
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], "--", color=color, lw=1.0, alpha=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sites N")
+        ax.set_ylabel("max_t ‖S_t‖ / q")
+        ax.set_title(f"{case} errors", fontsize=11)
+        ax.grid(alpha=0.3, which="both")
+        ax.plot([], [], "--", color="gray", lw=1.0, label="bound (Thm. 1 / Eqn. 21)")
+        ax.legend(fontsize=8, loc="upper left")
+    r0 = records[0]
+    fig.suptitle(f"Accumulated Echo error vs depth (echo_depth, P = {r0['P']}, {r0['bits']}-bit)")
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
 
 
 def safe(text):
@@ -220,7 +277,7 @@ def safe(text):
 
 def main(argv):
     ap = argparse.ArgumentParser(prog="plot.py", description="Plot echo_train runs (loss curves and Echo telemetry) as PNG.")
-    ap.add_argument("runs", nargs="+", help="run directories (holding metrics.jsonl) or metrics.jsonl files")
+    ap.add_argument("runs", nargs="*", help="run directories (holding metrics.jsonl) or metrics.jsonl files")
     ap.add_argument("--out", default="plots", help="output directory (default: plots/)")
     ap.add_argument("--labels", default=None, help="comma-separated legend labels, one per run")
     ap.add_argument("--smooth", type=int, default=50, help="moving average of the full-run panel, in steps (50)")
@@ -228,7 +285,22 @@ def main(argv):
     ap.add_argument("--tail-smooth", type=int, default=100, help="average of the tail panel, in steps (100)")
     ap.add_argument("--ymax", type=float, default=None, help="top of the full-run panel's y axis")
     ap.add_argument("--no-telemetry", action="store_true", help="skip the telemetry figures")
+    ap.add_argument("--depth", default=None, help="echo_depth --csv output: write depth.png from it")
     args = ap.parse_args(argv)
+    if not args.runs and not args.depth:
+        ap.error("give run directories, or --depth CSV")
+    if args.depth:
+        try:
+            records = read_depth_csv(args.depth)
+            os.makedirs(args.out, exist_ok=True)
+            path = os.path.join(args.out, "depth.png")
+            plot_depth(records, path)
+        except (PlotError, OSError) as e:
+            print(f"plot: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {path}")
+        if not args.runs:
+            return 0
     for name in ("smooth", "tail", "tail_smooth"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -1,0 +1,277 @@
+// evaluate_checkpoint: resolve the checkpoint, build the eval config, the model at this tp and the
+// data loader as the trainer does, load the weights, and run the shared validation loop.
+#include "train/checkpoint_eval.h"
+
+#include <mpi.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "comm/make_all_reduce.h"
+#include "core/error.h"
+#include "core/json_guard.h"
+#include "core/log.h"
+#include "data/data_loader.h"
+#include "data/indexed_dataset.h"
+#include "dist/world.h"
+#include "model/qwen3_model.h"
+#include "model/tp_ops.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/evaluation.h"
+
+namespace echo::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Resolved {
+  std::string path;
+  bool ours = false;  // an echo checkpoint (COMPLETE, trainer state); else Hugging Face weights
+};
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+bool is_dir(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+Resolved resolve_checkpoint(const std::string& path) {
+  ECHO_INPUT_CHECK(!path.empty(), "no checkpoint given");
+  std::error_code ec;
+  ECHO_INPUT_CHECK(fs::exists(path, ec), "checkpoint '{}' does not exist", path);
+  const fs::path p(path);
+  if (!is_dir(p)) {
+    const std::string name = p.filename().string();
+    const bool weights = name.ends_with(".safetensors") || name.ends_with(".index.json");
+    ECHO_INPUT_CHECK(weights, "checkpoint '{}' is a file but neither a .safetensors nor a .index.json", path);
+    return {path, false};
+  }
+  if (is_file(p / "COMPLETE")) return {path, true};
+  if (is_dir(p / "checkpoints")) {
+    const auto latest = latest_checkpoint(path);
+    ECHO_INPUT_CHECK(latest.has_value(),
+                     "run directory '{}' has no complete checkpoint (none under {}/checkpoints carries a COMPLETE "
+                     "marker)",
+                     path, path);
+    return {*latest, true};
+  }
+  ECHO_INPUT_CHECK(!is_file(p / "trainer" / "trainer_state.json") && !is_file(p / "trainer_state.json"),
+                   "checkpoint '{}' is incomplete (no COMPLETE marker: its save was interrupted); evaluate an earlier "
+                   "step or the run directory",
+                   path);
+  if (is_file(p / "model.safetensors") || is_file(p / "model.safetensors.index.json")) return {path, false};
+  ECHO_INPUT_FAIL(
+      "'{}' holds no checkpoint: expected an echo step directory (with COMPLETE), a run directory (with "
+      "checkpoints/) or a Hugging Face folder (model.safetensors or model.safetensors.index.json)",
+      path);
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  ECHO_INPUT_CHECK(in.good(), "cannot read '{}'", p.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The model section (and the EOS id) of a Hugging Face Qwen3 config.json, over the defaults.
+config::Config config_from_hf(const std::string& weights_path) {
+  const fs::path p(weights_path);
+  const fs::path file = is_dir(p) ? p / "config.json" : p.parent_path() / "config.json";
+  ECHO_INPUT_CHECK(is_file(file),
+                   "no config.json beside the Hugging Face weights '{}': pass --config with a YAML whose model "
+                   "section describes them",
+                   weights_path);
+  const std::string what = fmt::format("Hugging Face config '{}'", file.string());
+  const nlohmann::json j = parse_untrusted_json(read_text(file), what);
+  ECHO_INPUT_CHECK(j.is_object(), "{} is not a JSON object", what);
+  if (j.contains("model_type"))
+    ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
+                     json_excerpt(j["model_type"]));
+  auto integer = [&](const char* key) -> int {
+    ECHO_INPUT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: '{}' is missing or not an integer", what, key);
+    const int64_t v = j[key].get<int64_t>();
+    ECHO_INPUT_CHECK(v > 0 && v <= (int64_t{1} << 30), "{}: '{}' = {} is out of range", what, key, v);
+    return static_cast<int>(v);
+  };
+  config::Config cfg;
+  auto& m = cfg.model;
+  // config.json's vocab_size is the embedding's row count, already padded (Qwen3: 151,936): no
+  // further padding, or the model would expect rows the file does not have.
+  m.vocab_size = integer("vocab_size");
+  m.vocab_pad_multiple = 1;
+  m.hidden = integer("hidden_size");
+  m.ffn = integer("intermediate_size");
+  m.layers = integer("num_hidden_layers");
+  m.heads = integer("num_attention_heads");
+  m.kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : m.heads;
+  m.head_dim = j.contains("head_dim") ? integer("head_dim") : m.hidden / m.heads;
+  if (j.contains("max_position_embeddings")) m.max_position_embeddings = integer("max_position_embeddings");
+  if (j.contains("rope_theta") && j["rope_theta"].is_number()) m.rope_base = j["rope_theta"].get<double>();
+  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) m.norm_eps = j["rms_norm_eps"].get<double>();
+  // transformers' Qwen3Config default is untied; the released small models set it true.
+  m.tie_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
+                         ? j["tie_word_embeddings"].get<bool>()
+                         : false;
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
+    cfg.data.eos_id = static_cast<int>(j["eos_token_id"].get<int64_t>());
+  return cfg;
+}
+
+// The config to evaluate under, before the command line's layout and batch settings.
+config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step) {
+  if (ckpt.ours) step = read_checkpoint_meta(ckpt.path).step;
+  if (!req.config_path.empty()) return config::load_config(req.config_path, req.overrides);
+  if (ckpt.ours) {
+    const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
+    ECHO_INPUT_CHECK(!meta.config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
+    return config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)", req.overrides);
+  }
+  // Through YAML, so the --set overrides pass the same checks as on a file.
+  return config::parse_config(config::to_yaml(config_from_hf(ckpt.path)), ckpt.path + "/config.json", req.overrides);
+}
+
+void check_tp_divides(const config::ModelConfig& m, int tp) {
+  const std::pair<const char*, int64_t> sizes[] = {{"model.heads", m.heads},
+                                                   {"model.kv_heads", m.kv_heads},
+                                                   {"model.ffn", m.ffn},
+                                                   {"the padded vocabulary", m.padded_vocab()}};
+  for (const auto& [name, value] : sizes)
+    ECHO_INPUT_CHECK(value % tp == 0,
+                     "tp = {} (--tp, or the number of ranks) does not divide {} = {} of this model; use a tp that "
+                     "divides heads = {}, kv_heads = {}, ffn = {} and the padded vocabulary {}",
+                     tp, name, value, m.heads, m.kv_heads, m.ffn, m.padded_vocab());
+}
+
+}  // namespace
+
+EvalReport evaluate_checkpoint(const EvalRequest& req) {
+  int world_size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  auto logger = log::get("eval");
+
+  const Resolved ckpt = resolve_checkpoint(req.checkpoint);
+  EvalReport rep;
+  rep.checkpoint = ckpt.path;
+  rep.kind = ckpt.ours ? "echo" : "hf";
+  config::Config cfg = base_config(req, ckpt, rep.step);
+
+  // Layout and batches: the command line over the config.
+  const int tp = req.tp > 0 ? req.tp : world_size;
+  check_tp_divides(cfg.model, tp);
+  ECHO_INPUT_CHECK(world_size % tp == 0, "tp = {} does not divide the {} ranks (world = dp × tp)", tp, world_size);
+  const int dp = world_size / tp;
+  cfg.parallel.tp = tp;
+  if (req.seq_len > 0) cfg.data.seq_len = req.seq_len;
+  if (req.micro_batch > 0) cfg.train.micro_batch = req.micro_batch;
+  // A new micro-batch alone means one micro-batch per rank per global batch.
+  if (req.global_batch > 0)
+    cfg.train.global_batch = req.global_batch;
+  else if (req.micro_batch > 0)
+    cfg.train.global_batch = req.micro_batch * dp;
+  if (req.batches > 0) cfg.train.eval_batches = req.batches;
+  if (!req.data.empty()) cfg.data.valid = req.data;
+  ECHO_INPUT_CHECK(!cfg.data.valid.empty(), "no evaluation data: pass --data PREFIX (the config has no data.valid)");
+  const int mb = cfg.train.micro_batch;
+  ECHO_INPUT_CHECK(cfg.train.global_batch % (mb * dp) == 0,
+                   "the global batch of {} sequences does not split into micro-batches of {} over dp = {} ranks; pass "
+                   "--global-batch as a multiple of {}",
+                   cfg.train.global_batch, mb, dp, mb * dp);
+  config::validate(cfg, world_size);
+
+  // The data first: its errors cost nothing to find.
+  const std::string& prefix = cfg.data.valid;
+  std::error_code ec;
+  ECHO_INPUT_CHECK(fs::exists(prefix + ".idx", ec),
+                   "evaluation data '{}': {}.idx does not exist (make one with echo_prep, or run `bash "
+                   "scripts/get_data.sh` for data/demo)",
+                   prefix, prefix);
+  const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
+  data::check_token_range(ds, cfg.model.vocab_size, "evaluation data '" + prefix + "'");
+  ECHO_INPUT_CHECK(cfg.data.eos_id >= 0 && cfg.data.eos_id < cfg.model.vocab_size,
+                   "'data.eos_id' = {} must lie in [0, 'model.vocab_size' = {})", cfg.data.eos_id,
+                   cfg.model.vocab_size);
+
+  // The model as the trainer builds it (train/trainer.cpp), then the checkpoint's weights.
+  const dist::World world = dist::World::create(tp);
+  const model::ModelShape shape = model::make_model_shape(cfg.model, tp, world.layout.tp_rank);
+  ECHO_INPUT_CHECK(cfg.run.device != config::Device::cuda || cfg.linear.mode != config::LinearMode::int8,
+                   "'linear.mode' = int8 has no CUDA kernels yet; use 'run.device' = cpu or 'linear.mode' = bf16");
+  auto backend = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
+                                       dist::node_local_rank(world.world));
+  auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape.layers));
+  auto edge = comm::make_edge_all_reduce(cfg.comm, world.tp);
+  model::CommTpOps tp_ops(world.tp, *blocks, edge.get());
+  model::Qwen3Model<float> model(shape, tp_ops, backend.get());
+  model.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
+  if (ckpt.ours)
+    load_checkpoint(ckpt.path, model.params(), nullptr, world);
+  else
+    load_hf_weights(ckpt.path, model.params(), world);
+  if (rank == 0)
+    logger->info("{} ({}{}): tp {} dp {}, all-reduce {}, {} x {} global batches of {} x {} tokens on {}", ckpt.path,
+                 rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp, blocks->name(),
+                 cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb, cfg.data.seq_len, prefix);
+
+  const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
+  const data::DataLoader loader(ds, opts);
+  const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
+  std::vector<int32_t> tokens, targets;
+  const EvalLoss result = evaluate_loss(model, loader, world.dp, spec, tokens, targets);
+
+  rep.loss = result.loss;
+  rep.ppl = std::exp(result.loss);
+  rep.tokens = result.tokens;
+  rep.data = prefix;
+  rep.tp = tp;
+  rep.dp = dp;
+  rep.batches = spec.batches;
+  rep.micro_batch = spec.micro_batch;
+  rep.num_micro = spec.num_micro;
+  rep.seq_len = cfg.data.seq_len;
+  rep.config = cfg;
+  return rep;
+}
+
+std::string eval_report_json(const EvalReport& r) {
+  const auto& c = r.config.comm;
+  nlohmann::ordered_json j = {{"loss", r.loss},
+                              {"ppl", r.ppl},
+                              {"tokens", r.tokens},
+                              {"checkpoint", r.checkpoint},
+                              {"kind", r.kind},
+                              {"step", r.step >= 0 ? nlohmann::ordered_json(r.step) : nlohmann::ordered_json(nullptr)},
+                              {"data", r.data},
+                              {"tp", r.tp},
+                              {"dp", r.dp},
+                              {"batches", r.batches},
+                              {"micro_batch", r.micro_batch},
+                              {"num_micro", r.num_micro},
+                              {"seq_len", r.seq_len},
+                              {"seed", r.config.run.seed},
+                              {"allreduce", std::string(config::to_string(c.allreduce))},
+                              {"bits", c.bits},
+                              {"group_size", c.group_size},
+                              {"quantizer", std::string(config::to_string(c.quantizer))},
+                              {"compensator", c.compensator.enabled},
+                              {"eta", c.compensator.eta},
+                              {"a", c.compensator.a},
+                              {"beta1", c.compensator.beta1},
+                              {"beta2", c.compensator.beta2},
+                              {"early_site_8bit", c.early_site_8bit},
+                              {"embedding_exact", c.embedding_exact},
+                              {"linear_mode", std::string(config::to_string(r.config.linear.mode))}};
+  return j.dump();
+}
+
+}  // namespace echo::train

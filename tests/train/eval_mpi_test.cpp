@@ -1,0 +1,170 @@
+// echo_eval's library path (train/checkpoint_eval.h) on a checkpoint the Trainer wrote (2 and 4
+// ranks): the trainer's logged val_loss reproduced, tp = 1 / 2 / 4 agreeing with the exact fp32
+// all-reduce, the same weights read as a Hugging Face folder, and bad inputs refused in words.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "../support/mpi_util.h"
+#include "core/error.h"
+#include "dist/world.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint_eval.h"
+#include "train/trainer.h"
+#include "trainer_test_util.h"
+
+namespace echo::train {
+namespace {
+
+using echo::testing::world_rank;
+using echo::testing::world_size;
+namespace fs = std::filesystem;
+
+// The trainer test's tiny model (echo 4-bit, compensator on) with 2 global batches of validation.
+std::string config_text(const std::string& dir) {
+  return "run: {seed: 7, out_dir: " + dir +
+         "/run}\n"
+         "model: {vocab_size: 64, vocab_pad_multiple: 16, hidden: 32, ffn: 48, layers: 2, heads: 4, kv_heads: 4,\n"
+         "        head_dim: 8, tie_embeddings: true, init_std: 0.05}\n"
+         "comm: {allreduce: echo, bits: 4, group_size: 32}\n"
+         "optim: {lr: 3.0e-3, min_lr: 3.0e-4}\n"
+         "schedule: {warmup_steps: 2}\n"
+         "data: {train: " +
+         dir + "/data/train, valid: " + dir +
+         "/data/valid, seq_len: 16, eos_id: 63}\n"
+         "train: {steps: 6, micro_batch: 2, global_batch: 8, eval_interval: 3, eval_batches: 2,\n"
+         "        checkpoint_interval: 3, keep_checkpoints: 2, log_interval: 1000}\n";
+}
+
+// Trained once per process: every test reads the same run.
+struct TrainedRun {
+  std::string dir;
+  int tp = 1;
+  std::map<int64_t, double> val_loss;  // step -> logged val_loss
+};
+
+const TrainedRun& trained_run() {
+  static TrainedRun run = [] {
+    TrainedRun r;
+    r.dir = echo::testing::make_scratch_datasets("echo_eval", "run", 42, {"train", "valid"});
+    // dp = 2 at 4 ranks: the trainer's eval splits each global batch over DP ranks, and so must echo_eval.
+    r.tp = world_size() >= 2 ? 2 : 1;
+    const config::Config cfg = config::parse_config(config_text(r.dir), "eval_test.yaml",
+                                                    {"parallel.tp=" + std::to_string(r.tp)}, world_size());
+    {
+      const dist::World world = dist::World::create(cfg.parallel.tp);
+      Trainer trainer(cfg, world, RunDirMode::fresh);
+      trainer.run();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::ifstream in(r.dir + "/run/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("val_loss")) r.val_loss[j["step"].get<int64_t>()] = j["val_loss"].get<double>();
+    }
+    return r;
+  }();
+  return run;
+}
+
+EvalReport eval(const std::string& checkpoint, int tp, std::vector<std::string> overrides = {},
+                const std::string& data = "") {
+  EvalRequest req;
+  req.checkpoint = checkpoint;
+  req.tp = tp;
+  req.overrides = std::move(overrides);
+  req.data = data;
+  return evaluate_checkpoint(req);
+}
+
+TEST(Eval, CheckpointReproducesTheValLossTheTrainerLogged) {
+  const TrainedRun& run = trained_run();
+  ASSERT_EQ(run.val_loss.size(), 2u) << "evals at steps 3 and 6";
+  for (const int64_t step : {3, 6}) {
+    const EvalReport r = eval(checkpoint_dir(run.dir + "/run", step), run.tp);
+    EXPECT_EQ(r.kind, "echo");
+    EXPECT_EQ(r.step, step);
+    EXPECT_EQ(r.tokens, 2 * 8 * 16) << "2 global batches of 8 x 16";
+    EXPECT_NEAR(std::exp(r.loss), r.ppl, 1e-12 * r.ppl);
+    const double logged = run.val_loss.at(step);
+    // The same function, windows and summation order: expected bit for bit; the contract is 1e-6.
+    EXPECT_NEAR(r.loss, logged, 1e-6 * logged) << "step " << step;
+    if (world_rank() == 0)
+      std::printf("step %lld: eval %.17g, logged %.17g (%s)\n", static_cast<long long>(step), r.loss, logged,
+                  r.loss == logged ? "bit for bit" : "differs");
+  }
+  // The run directory means its newest complete checkpoint.
+  const EvalReport latest = eval(run.dir + "/run", run.tp);
+  EXPECT_EQ(latest.step, 6);
+  EXPECT_EQ(latest.loss, eval(checkpoint_dir(run.dir + "/run", 6), run.tp).loss);
+}
+
+TEST(Eval, ExactAllReduceAgreesAcrossTp) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const double tp1 = eval(ckpt, 1, {"comm.allreduce=exact_fp32"}).loss;
+  for (int tp = 2; tp <= world_size(); tp *= 2) {
+    const double other = eval(ckpt, tp, {"comm.allreduce=exact_fp32"}).loss;
+    EXPECT_NEAR(other, tp1, 1e-5 * tp1) << "tp " << tp;
+  }
+  // The comm setting is applied: 4-bit without compensation is not the exact sum (at tp = 1 every
+  // all-reduce is the identity plus one quantization, so this needs tp > 1).
+  const double no_comp = eval(ckpt, 2, {"comm.compensator.enabled=false"}).loss;
+  EXPECT_NE(no_comp, tp1);
+}
+
+TEST(Eval, HuggingFaceFolderOfTheSameWeightsGivesTheSameLoss) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const std::string hf = run.dir + "/hf";
+  if (world_rank() == 0) {
+    fs::create_directories(hf);
+    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // config.json gives the shape; the rest of the trainer's setting comes from --set.
+  const std::vector<std::string> setting = {"run.seed=7",          "data.eos_id=63",       "data.seq_len=16",
+                                            "train.micro_batch=2", "train.global_batch=8", "train.eval_batches=2",
+                                            "comm.allreduce=echo", "comm.group_size=32"};
+  const EvalReport r = eval(hf, run.tp, setting, run.dir + "/data/valid");
+  EXPECT_EQ(r.kind, "hf");
+  EXPECT_EQ(r.loss, eval(ckpt, run.tp).loss);
+}
+
+void expect_input_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Eval, BadInputsAreRefusedInWords) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  expect_input_error([&] { eval(run.dir + "/no_such_run", 1); }, "does not exist");
+  if (world_rank() == 0) fs::create_directories(run.dir + "/empty_run/checkpoints");
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect_input_error([&] { eval(run.dir + "/empty_run", 1); }, "no complete checkpoint");
+  expect_input_error([&] { eval(ckpt, 3); }, "does not divide model.heads = 4");
+  expect_input_error([&] { eval(ckpt, 1, {}, run.dir + "/data/missing"); }, "missing.idx does not exist");
+  // A dataset with an id beyond model.vocab_size = 64.
+  const std::string bad =
+      echo::testing::make_scratch_datasets("echo_eval", "badvocab", 5, {"valid"}, [](int d, auto& doc) {
+        if (d == 3) doc[1] = 64;
+      });
+  expect_input_error([&] { eval(ckpt, 1, {}, bad + "/data/valid"); }, "token id 64 is out of range [0, 64)");
+  expect_input_error([&] { eval(ckpt, 1, {"comm.bits=3"}); }, "comm.bits");
+}
+
+}  // namespace
+}  // namespace echo::train
