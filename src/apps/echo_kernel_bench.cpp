@@ -9,15 +9,14 @@
 //   echo_kernel_bench [--tokens 16384] [--hidden 1024] [--ffn 3072] [--heads 16] [--kv-heads 8]
 //                     [--head-dim 128] [--seq 2048] [--iters 20] [--json out.json]
 // Each number is the median of --iters timed runs (CUDA events) after 3 warm-ups.
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 
-#include <nlohmann/json.hpp>
-
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -106,8 +105,13 @@ int bench_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  for (auto [name, v] : {std::pair{"--tokens", tokens}, {"--hidden", hidden}, {"--ffn", ffn}, {"--heads", heads},
-                         {"--kv-heads", kv_heads}, {"--head-dim", head_dim}, {"--seq", seq}})
+  for (auto [name, v] : {std::pair{"--tokens", tokens},
+                         {"--hidden", hidden},
+                         {"--ffn", ffn},
+                         {"--heads", heads},
+                         {"--kv-heads", kv_heads},
+                         {"--head-dim", head_dim},
+                         {"--seq", seq}})
     ECHO_INPUT_CHECK(v >= 1, "{} must be at least 1 (got {})", name, v);
   ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {})", iters);
   ECHO_INPUT_CHECK(tokens % seq == 0, "--tokens ({}) must be a multiple of --seq ({})", tokens, seq);
@@ -124,10 +128,10 @@ int bench_main(int argc, char** argv) {
 
   // ---- ceilings ----
   const int64_t copy_bytes = int64_t{1} << 30;
-  Tensor src = Tensor::empty({copy_bytes}, DType::u8, Device::cuda), dst = Tensor::empty({copy_bytes}, DType::u8, Device::cuda);
-  const double copy_ms = time_ms(s, iters, [&] {
-    CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), copy_bytes, cudaMemcpyDeviceToDevice, s));
-  });
+  Tensor src = Tensor::empty({copy_bytes}, DType::u8, Device::cuda),
+         dst = Tensor::empty({copy_bytes}, DType::u8, Device::cuda);
+  const double copy_ms = time_ms(
+      s, iters, [&] { CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), copy_bytes, cudaMemcpyDeviceToDevice, s)); });
   const double copy_ceiling = 2.0 * copy_bytes / (copy_ms * 1e-3);
   rows.push_back({"copy d2d 1 GiB (ceiling)", copy_ms, 2.0 * copy_bytes, copy_ceiling, true});
   src = {}, dst = {};
@@ -142,21 +146,22 @@ int bench_main(int argc, char** argv) {
   // ---- memory-bound kernels (bf16 activations) ----
   const int64_t n = tokens * hidden, nf = tokens * ffn;
   Tensor x = random_device({tokens, hidden}, DType::bf16, 3), w = random_device({hidden}, DType::bf16, 4);
-  Tensor out = Tensor::empty({tokens, hidden}, DType::bf16, Device::cuda), rstd = Tensor::empty({tokens}, DType::f32, Device::cuda);
+  Tensor out = Tensor::empty({tokens, hidden}, DType::bf16, Device::cuda),
+         rstd = Tensor::empty({tokens}, DType::f32, Device::cuda);
   rows.push_back({"rmsnorm fwd", time_ms(s, iters, [&] { cuda::rmsnorm_forward(x, w, 1e-6, out, rstd, s); }),
                   2.0 * n * 2 + tokens * 4.0, copy_ceiling, true});
   Tensor gate = random_device({tokens, ffn}, DType::bf16, 5), up = random_device({tokens, ffn}, DType::bf16, 6);
   Tensor act = Tensor::empty({tokens, ffn}, DType::bf16, Device::cuda);
   rows.push_back({"swiglu fwd", time_ms(s, iters, [&] { cuda::swiglu_forward(gate, up, act, s); }), 3.0 * nf * 2,
                   copy_ceiling, true});
-  rows.push_back({"residual add", time_ms(s, iters, [&] { cuda::add_inplace(out, x, s); }), 3.0 * n * 2, copy_ceiling,
-                  true});
+  rows.push_back(
+      {"residual add", time_ms(s, iters, [&] { cuda::add_inplace(out, x, s); }), 3.0 * n * 2, copy_ceiling, true});
   const int64_t params = int64_t{64} << 20;  // 64 M fp32 parameters
   Tensor pw = random_device({params}, DType::f32, 7), pg = random_device({params}, DType::f32, 8);
   Tensor pm = random_device({params}, DType::f32, 9), pv = random_device({params}, DType::f32, 10);
   Tensor pbf = Tensor::empty({params}, DType::bf16, Device::cuda);
-  rows.push_back({"cast f32->bf16 (64M)", time_ms(s, iters, [&] { cuda::cast(pbf, pw, s); }), params * 6.0,
-                  copy_ceiling, true});
+  rows.push_back(
+      {"cast f32->bf16 (64M)", time_ms(s, iters, [&] { cuda::cast(pbf, pw, s); }), params * 6.0, copy_ceiling, true});
   backend::AdamWScalars sc{0.9f, 0.95f, 0.1f, 0.05f, 1e-4f, 1.0f, 1e-8f};
   // AdamW reads w, g, m, v and writes w, m, v; v starts at 0 so it stays a valid second moment.
   cuda::scale(pv, 0.0, s);
@@ -198,7 +203,8 @@ int bench_main(int argc, char** argv) {
   const double attn_flop = 4.0 * batch * heads * seq * seq * head_dim / 2;
   rows.push_back({"attention fwd", time_ms(s, iters, [&] { cuda::attention_forward(gemm, q, k, v, o, lse, ws, s); }),
                   attn_flop, gemm_ceiling, false});
-  Tensor dq = Tensor::empty(q.shape(), DType::bf16, Device::cuda), dk = Tensor::empty(k.shape(), DType::bf16, Device::cuda),
+  Tensor dq = Tensor::empty(q.shape(), DType::bf16, Device::cuda),
+         dk = Tensor::empty(k.shape(), DType::bf16, Device::cuda),
          dv = Tensor::empty(v.shape(), DType::bf16, Device::cuda);
   rows.push_back({"attention bwd",
                   time_ms(s, iters, [&] { cuda::attention_backward(gemm, o, q, k, v, o, lse, dq, dk, dv, ws, s); }),
@@ -217,8 +223,11 @@ int bench_main(int argc, char** argv) {
     const std::string rate =
         r.memory ? fmt::format("{:.0f} GB/s", r.rate() / 1e9) : fmt::format("{:.1f} TFLOP/s", r.rate() / 1e12);
     std::printf("%-38s %10.3f %14s %9.1f%%\n", r.name.c_str(), r.ms, rate.c_str(), 100.0 * r.fraction());
-    report["rows"].push_back({{"kernel", r.name}, {"ms", r.ms}, {"rate", r.rate()}, {"unit", r.memory ? "B/s" : "FLOP/s"},
-                           {"fraction_of_ceiling", r.fraction()}});
+    report["rows"].push_back({{"kernel", r.name},
+                              {"ms", r.ms},
+                              {"rate", r.rate()},
+                              {"unit", r.memory ? "B/s" : "FLOP/s"},
+                              {"fraction_of_ceiling", r.fraction()}});
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);

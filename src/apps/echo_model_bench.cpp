@@ -5,23 +5,22 @@
 //   echo_model_bench configs/model_bench.yaml --set run.device=cuda --adamw   (one GPU)
 // The TP group is the whole world (tp = world size); parallel.tp in the file is ignored. Each
 // timed step ends with the backend synchronized, so device work is inside the time.
-#include <CLI/CLI.hpp>
 #include <mpi.h>
 
-#include <nlohmann/json.hpp>
-
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
+#include "backend/backend.h"
 #include "comm/make_all_reduce.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
-#include "backend/backend.h"
 #include "dist/world.h"
 #include "model/qwen3_model.h"
 #include "train/adamw.h"
@@ -81,37 +80,50 @@ int bench_main(int argc, char** argv) {
 
   train::AdamW opt(m.params());
   const config::OptimConfig ocfg;
-  const auto stats = bench::time_collective(tp.get(), warmup, iters, [] {}, [&] {
-    m.params().zero_grads();
-    m.forward_backward(b);
-    if (adamw) opt.step(m.params(), 1e-5, ocfg);
-    be->synchronize();
-  });
+  const auto stats = bench::time_collective(
+      tp.get(), warmup, iters, [] {},
+      [&] {
+        m.params().zero_grads();
+        m.forward_backward(b);
+        if (adamw) opt.step(m.params(), 1e-5, ocfg);
+        be->synchronize();
+      });
   if (rank == 0) {
     const double tokens_per_s = static_cast<double>(batch * seq) / (stats.median_us * 1e-6);
     std::printf("%s", bench::machine_header(machine).c_str());
-    std::printf("echo_model_bench: layers=%lld hidden=%lld ffn=%lld heads=%lld/%lld head_dim=%lld vocab=%lld tp=%d "
-                "allreduce=%s backend=%s\n",
-                static_cast<long long>(shape.layers), static_cast<long long>(shape.hidden),
-                static_cast<long long>(shape.ffn), static_cast<long long>(shape.heads),
-                static_cast<long long>(shape.kv_heads), static_cast<long long>(shape.head_dim),
-                static_cast<long long>(shape.vocab), tp.size(), blocks->name().c_str(), be->name().c_str());
+    std::printf(
+        "echo_model_bench: layers=%lld hidden=%lld ffn=%lld heads=%lld/%lld head_dim=%lld vocab=%lld tp=%d "
+        "allreduce=%s backend=%s\n",
+        static_cast<long long>(shape.layers), static_cast<long long>(shape.hidden), static_cast<long long>(shape.ffn),
+        static_cast<long long>(shape.heads), static_cast<long long>(shape.kv_heads),
+        static_cast<long long>(shape.head_dim), static_cast<long long>(shape.vocab), tp.size(), blocks->name().c_str(),
+        be->name().c_str());
     std::printf("batch=%lld seq=%lld  step median %.1f ms (p10 %.1f, p90 %.1f)  %.0f tokens/s %s\n",
                 static_cast<long long>(batch), static_cast<long long>(seq), stats.median_us / 1e3, stats.p10_us / 1e3,
                 stats.p90_us / 1e3, tokens_per_s, adamw ? "forward+backward+adamw" : "forward+backward");
     if (!json_path.empty()) {
       std::ofstream f(json_path);
       ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", json_path);
-      const nlohmann::json out = {{"layers", shape.layers},     {"hidden", shape.hidden},
-                                  {"ffn", shape.ffn},           {"heads", shape.heads},
-                                  {"kv_heads", shape.kv_heads}, {"head_dim", shape.head_dim},
-                                  {"vocab", shape.vocab},       {"tp", tp.size()},
-                                  {"allreduce", blocks->name()}, {"backend", be->name()},
-                                  {"adamw", adamw},             {"batch", batch},
-                                  {"seq", seq},                 {"iters", iters},
-                                  {"warmup", warmup},           {"median_ms", stats.median_us / 1e3},
-                                  {"p10_ms", stats.p10_us / 1e3}, {"p90_ms", stats.p90_us / 1e3},
-                                  {"tokens_per_s", tokens_per_s}, {"machine", bench::to_json(machine)}};
+      const nlohmann::json out = {{"layers", shape.layers},
+                                  {"hidden", shape.hidden},
+                                  {"ffn", shape.ffn},
+                                  {"heads", shape.heads},
+                                  {"kv_heads", shape.kv_heads},
+                                  {"head_dim", shape.head_dim},
+                                  {"vocab", shape.vocab},
+                                  {"tp", tp.size()},
+                                  {"allreduce", blocks->name()},
+                                  {"backend", be->name()},
+                                  {"adamw", adamw},
+                                  {"batch", batch},
+                                  {"seq", seq},
+                                  {"iters", iters},
+                                  {"warmup", warmup},
+                                  {"median_ms", stats.median_us / 1e3},
+                                  {"p10_ms", stats.p10_us / 1e3},
+                                  {"p90_ms", stats.p90_us / 1e3},
+                                  {"tokens_per_s", tokens_per_s},
+                                  {"machine", bench::to_json(machine)}};
       f << out.dump(2) << "\n";
     }
   }

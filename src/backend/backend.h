@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/adamw_math.h"
 #include "backend/tp_reducer.h"
 #include "core/tensor.h"
 #include "quant/int8_linear.h"
-#include "backend/adamw_math.h"
 
 namespace echo::backend {
 
@@ -107,8 +107,7 @@ class Backend {
   // ---- Optimizer and step reductions ---------------------------------------------------------------
   // One AdamW update of w with gradient g and moments m, v (all f32, same shape); decay is
   // 1 - lr * weight_decay (1 for parameters without decay). Element math: train/adamw_math.h.
-  virtual void adamw_step(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, float decay,
-                          const AdamWScalars& s) = 0;
+  virtual void adamw_step(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, float decay, const AdamWScalars& s) = 0;
   // acc (f64 scalar on this device) += sum of x^2, in element order.
   virtual void accumulate_sum_squares(const Tensor& x, Tensor& acc) = 0;
   // acc (f64 scalar) = max(acc, max |x|), or +inf once any element of x is not finite.
@@ -117,8 +116,8 @@ class Backend {
   // ---- INT8 linear with S3R-EC (docs/design.md §11) ------------------------------------------------
   // y (rows, out) = x (rows, in) · w^T (w: (out, in)) in INT8, keeping in `saved` what backward
   // needs; the rounding, thresholds and EC as in quant/int8_linear.h (f32 operands).
-  virtual void int8_linear_forward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
-                                   const Tensor& x, const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved) = 0;
+  virtual void int8_linear_forward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& x,
+                                   const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved) = 0;
   // dx (rows, in) (+)= dL/dX and dw_accum (out, in) += dL/dW for dy (rows, out); either may be null.
   virtual void int8_linear_backward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
                                     const Tensor& dy, const quant::Int8LinearSaved& saved, Tensor* dx,

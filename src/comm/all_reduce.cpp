@@ -10,8 +10,8 @@ const char* to_string(Direction d) { return d == Direction::forward ? "forward" 
 std::string to_string(const Site& s) { return fmt::format("{} site {}", to_string(s.direction), s.index); }
 
 void AllReduce::all_reduce(Tensor& x, Site site) {
-  ECHO_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "all-reduce at {} needs an f32 or bf16 tensor, got {}",
-             to_string(site), x.describe());
+  ECHO_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16,
+             "all-reduce at {} needs an f32 or bf16 tensor, got {}", to_string(site), x.describe());
   ECHO_CHECK(x.is_contiguous(), "all-reduce at {} needs a contiguous tensor, got {}", to_string(site), x.describe());
   if (x.is_cpu() && x.dtype() == DType::f32) {
     all_reduce(std::span<float>(x.data<float>(), static_cast<size_t>(x.numel())), site);

@@ -33,7 +33,8 @@ std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group
     if (ranks_have_distinct_gpus(group))
       return std::make_unique<NcclAllReduce>(group, precision == ExactPrecision::bf16 ? "nccl (bf16)" : "nccl (fp32)",
                                              precision == ExactPrecision::bf16 ? 2 : 4);
-    ECHO_INFO("comm", "ranks of one group share a GPU, which NCCL refuses: the exact all-reduce is host-staged over MPI");
+    ECHO_INFO("comm",
+              "ranks of one group share a GPU, which NCCL refuses: the exact all-reduce is host-staged over MPI");
   }
 #else
   (void)device;

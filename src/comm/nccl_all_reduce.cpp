@@ -14,11 +14,12 @@
 #include "core/error.h"
 #include "dist/mpi_check.h"
 
-#define NCCL_CHECK(call)                                                                                       \
-  do {                                                                                                        \
-    const ncclResult_t echo_nccl_status_ = (call);                                                            \
-    if (echo_nccl_status_ != ncclSuccess)                                                                     \
-      ::echo::throw_error(__FILE__, __LINE__, #call, ::fmt::format("NCCL error: {}", ncclGetErrorString(echo_nccl_status_))); \
+#define NCCL_CHECK(call)                                                                           \
+  do {                                                                                             \
+    const ncclResult_t echo_nccl_status_ = (call);                                                 \
+    if (echo_nccl_status_ != ncclSuccess)                                                          \
+      ::echo::throw_error(__FILE__, __LINE__, #call,                                               \
+                          ::fmt::format("NCCL error: {}", ncclGetErrorString(echo_nccl_status_))); \
   } while (0)
 
 namespace echo::comm {
@@ -45,8 +46,8 @@ void NcclAllReduce::all_reduce(Tensor& x, Site site) {
   ECHO_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16,
              "the NCCL all-reduce at {} needs an f32 or bf16 tensor, got {}", to_string(site), x.describe());
   const ncclDataType_t type = x.dtype() == DType::f32 ? ncclFloat32 : ncclBfloat16;
-  NCCL_CHECK(ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), type, ncclSum, impl_->comm,
-                           cudaStreamLegacy));
+  NCCL_CHECK(
+      ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), type, ncclSum, impl_->comm, cudaStreamLegacy));
 }
 
 void NcclAllReduce::all_reduce(std::span<float> x, Site site) {

@@ -18,7 +18,9 @@ std::unique_ptr<backend::Backend> cpu_backend_unless(backend::Backend* given) {
 }
 
 // y (rows, out) = x (rows, in) · W^T, W: (out, in)
-void linear(backend::Backend& be, const Tensor& x, const Tensor& w, Tensor& y) { be.gemm(false, true, 1.0, x, w, 0.0, y); }
+void linear(backend::Backend& be, const Tensor& x, const Tensor& w, Tensor& y) {
+  be.gemm(false, true, 1.0, x, w, 0.0, y);
+}
 // dx (rows, in) (+)= dy (rows, out) · W
 void linear_dx(backend::Backend& be, const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate) {
   be.gemm(false, false, 1.0, dy, w, accumulate ? 1.0 : 0.0, dx);
@@ -29,9 +31,7 @@ void linear_dw(backend::Backend& be, const Tensor& dy, const Tensor& x, Tensor& 
 }
 
 // A host int32 array as a tensor view (no copy).
-Tensor host_ints(const int32_t* p, int64_t n) {
-  return Tensor::from_blob(const_cast<int32_t*>(p), {n}, DType::i32);
-}
+Tensor host_ints(const int32_t* p, int64_t n) { return Tensor::from_blob(const_cast<int32_t*>(p), {n}, DType::i32); }
 
 }  // namespace
 

@@ -98,7 +98,9 @@ class Qwen3Model {
   void layer_backward(int64_t l, Tensor& dx, LayerActs& a, int& site);
   void check_batch(const Batch& batch) const;
   // This backward's q_norm (k = false) or k_norm gradient of layer l, before the TP sum.
-  Tensor norm_grad(int64_t l, bool k) { return norm_grads_.slice(0, 2 * l + (k ? 1 : 0), 2 * l + (k ? 2 : 1)).view({shape_.head_dim}); }
+  Tensor norm_grad(int64_t l, bool k) {
+    return norm_grads_.slice(0, 2 * l + (k ? 1 : 0), 2 * l + (k ? 2 : 1)).view({shape_.head_dim});
+  }
 
   std::unique_ptr<backend::Backend> owned_backend_;  // when none was given
   backend::Backend& be_;

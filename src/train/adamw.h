@@ -6,9 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
-
 #include "core/config/config.h"
+#include "core/tensor.h"
 #include "model/parameters.h"
 
 namespace echo::train {

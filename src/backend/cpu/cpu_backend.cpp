@@ -67,6 +67,43 @@ const T* ptr(const Tensor& t) {
   return t.data<T>();
 }
 
+// Token ids (i32) and a 2-D table (vocab_local, hidden) of the embedding ops; returns hidden.
+int64_t check_tokens_and_table(const char* op, const Tensor& tokens, const char* table_name, const Tensor& table) {
+  check_packed(op, "tokens", tokens);
+  check_dtype(op, "tokens", tokens, DType::i32);
+  check_packed(op, table_name, table);
+  check_rank(op, table_name, table, 2);
+  return table.dim(1);
+}
+
+// Logits (tokens, vocab_local) with their targets (i32) and saved log-sum-exps; returns tokens.
+int64_t check_logits(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& lse) {
+  check_packed(op, "logits", logits);
+  check_rank(op, "logits", logits, 2);
+  const int64_t tokens = logits.dim(0);
+  check_operand(op, "targets", targets, DType::i32, tokens);
+  check_operand(op, "lse", lse, logits.dtype(), tokens);
+  return tokens;
+}
+
+// q (batch, seq, n_q, d) and k (batch, seq, n_kv, d) of the attention ops.
+struct AttentionDims {
+  int64_t batch, seq, n_q, n_kv, d;
+};
+AttentionDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
+  check_packed(op, "q", q);
+  check_rank(op, "q", q, 4);
+  check_packed(op, "k", k);
+  check_rank(op, "k", k, 4);
+  const AttentionDims a{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  ECHO_CHECK(k.dim(0) == a.batch && k.dim(1) == a.seq && k.dim(3) == a.d, "{}: k {} does not match q {}", op,
+             k.describe(), q.describe());
+  check_operand(op, "k", k, q.dtype(), a.batch * a.seq * a.n_kv * a.d);
+  check_operand(op, "v", v, q.dtype(), k.numel());
+  check_operand(op, "lse", lse, q.dtype(), a.batch * a.n_q * a.seq);
+  return a;
+}
+
 }  // namespace
 
 Tensor CpuBackend::empty(std::vector<int64_t> shape, DType dtype) { return Tensor::empty(std::move(shape), dtype); }
@@ -129,8 +166,7 @@ void CpuBackend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Ten
   check_operand(op, "dw_accum", dw_accum, x.dtype(), dim);
   on_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::rmsnorm_backward<T>(ptr<T>(dout), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), rows, dim, ptr<T>(dx),
-                             ptr<T>(dw_accum));
+    cpu::rmsnorm_backward<T>(ptr<T>(dout), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), rows, dim, ptr<T>(dx), ptr<T>(dw_accum));
   });
 }
 
@@ -159,43 +195,29 @@ void CpuBackend::rope_backward(Tensor& dx, const Tensor& positions, double base)
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
-  check_packed(op, "q", q);
-  check_rank(op, "q", q, 4);
-  check_packed(op, "k", k);
-  check_rank(op, "k", k, 4);
-  const int64_t B = q.dim(0), S = q.dim(1), hq = q.dim(2), D = q.dim(3), hkv = k.dim(2);
-  ECHO_CHECK(k.dim(0) == B && k.dim(1) == S && k.dim(3) == D, "{}: k {} does not match q {}", op, k.describe(),
-             q.describe());
-  check_operand(op, "k", k, q.dtype(), B * S * hkv * D);
-  check_operand(op, "v", v, q.dtype(), k.numel());
+  const AttentionDims a = check_attention(op, q, k, v, lse);
   check_operand(op, "out", out, q.dtype(), q.numel());
-  check_operand(op, "lse", lse, q.dtype(), B * hq * S);
   on_float(op, q.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::attention_forward<T>(ptr<T>(q), ptr<T>(k), ptr<T>(v), B, S, hq, hkv, D, ptr<T>(out), ptr<T>(lse));
+    cpu::attention_forward<T>(ptr<T>(q), ptr<T>(k), ptr<T>(v), a.batch, a.seq, a.n_q, a.n_kv, a.d, ptr<T>(out),
+                              ptr<T>(lse));
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
+                                    const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
-  check_packed(op, "q", q);
-  check_rank(op, "q", q, 4);
-  check_packed(op, "k", k);
-  check_rank(op, "k", k, 4);
-  const int64_t B = q.dim(0), S = q.dim(1), hq = q.dim(2), D = q.dim(3), hkv = k.dim(2);
-  ECHO_CHECK(k.dim(0) == B && k.dim(1) == S && k.dim(3) == D, "{}: k {} does not match q {}", op, k.describe(),
-             q.describe());
-  for (auto [name, t] : {std::pair{"dout", &dout}, std::pair{"out", &out}, std::pair{"dq", static_cast<const Tensor*>(&dq)}})
+  const AttentionDims a = check_attention(op, q, k, v, lse);
+  for (auto [name, t] :
+       {std::pair{"dout", &dout}, std::pair{"out", &out}, std::pair{"dq", static_cast<const Tensor*>(&dq)}})
     check_operand(op, name, *t, q.dtype(), q.numel());
-  for (auto [name, t] : {std::pair{"v", &v}, std::pair{"dk", static_cast<const Tensor*>(&dk)},
-                         std::pair{"dv", static_cast<const Tensor*>(&dv)}})
+  for (auto [name, t] :
+       {std::pair{"dk", static_cast<const Tensor*>(&dk)}, std::pair{"dv", static_cast<const Tensor*>(&dv)}})
     check_operand(op, name, *t, q.dtype(), k.numel());
-  check_operand(op, "lse", lse, q.dtype(), B * hq * S);
   on_float(op, q.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::attention_backward<T>(ptr<T>(dout), ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(out), ptr<T>(lse), B, S, hq,
-                               hkv, D, ptr<T>(dq), ptr<T>(dk), ptr<T>(dv));
+    cpu::attention_backward<T>(ptr<T>(dout), ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(out), ptr<T>(lse), a.batch, a.seq,
+                               a.n_q, a.n_kv, a.d, ptr<T>(dq), ptr<T>(dk), ptr<T>(dv));
   });
 }
 
@@ -210,13 +232,12 @@ void CpuBackend::swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& ou
   });
 }
 
-void CpuBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate,
-                                 Tensor& dup) {
+void CpuBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) {
   const char* op = "swiglu_backward";
   check_packed(op, "gate", gate);
-  for (auto [name, t] : {std::pair{"dout", &dout}, std::pair{"up", &up},
-                         std::pair{"dgate", static_cast<const Tensor*>(&dgate)},
-                         std::pair{"dup", static_cast<const Tensor*>(&dup)}})
+  for (auto [name, t] :
+       {std::pair{"dout", &dout}, std::pair{"up", &up}, std::pair{"dgate", static_cast<const Tensor*>(&dgate)},
+        std::pair{"dup", static_cast<const Tensor*>(&dup)}})
     check_operand(op, name, *t, gate.dtype(), gate.numel());
   on_float(op, gate.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -226,11 +247,7 @@ void CpuBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const T
 
 void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, Tensor& out) {
   const char* op = "embedding_forward";
-  check_packed(op, "tokens", tokens);
-  check_dtype(op, "tokens", tokens, DType::i32);
-  check_packed(op, "table", table);
-  check_rank(op, "table", table, 2);
-  const int64_t n = tokens.numel(), hidden = table.dim(1);
+  const int64_t n = tokens.numel(), hidden = check_tokens_and_table(op, tokens, "table", table);
   check_operand(op, "out", out, table.dtype(), n * hidden);
   on_float(op, table.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -241,11 +258,7 @@ void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& table, in
 void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
                                     Tensor& dtable_accum) {
   const char* op = "embedding_backward";
-  check_packed(op, "tokens", tokens);
-  check_dtype(op, "tokens", tokens, DType::i32);
-  check_packed(op, "dtable_accum", dtable_accum);
-  check_rank(op, "dtable_accum", dtable_accum, 2);
-  const int64_t n = tokens.numel(), hidden = dtable_accum.dim(1);
+  const int64_t n = tokens.numel(), hidden = check_tokens_and_table(op, tokens, "dtable_accum", dtable_accum);
   check_operand(op, "dout", dout, dtable_accum.dtype(), n * hidden);
   on_float(op, dtable_accum.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -257,11 +270,7 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, in
 double CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                                          int32_t ignore_index, const TpReducer& reducer, Tensor& lse) {
   const char* op = "cross_entropy_forward";
-  check_packed(op, "logits", logits);
-  check_rank(op, "logits", logits, 2);
-  const int64_t tokens = logits.dim(0);
-  check_operand(op, "targets", targets, DType::i32, tokens);
-  check_operand(op, "lse", lse, logits.dtype(), tokens);
+  const int64_t tokens = check_logits(op, logits, targets, lse);
   double loss = 0;
   on_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -275,11 +284,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
                                         int64_t vocab_begin, int32_t ignore_index, int64_t count, double dloss,
                                         Tensor& dlogits) {
   const char* op = "cross_entropy_backward";
-  check_packed(op, "logits", logits);
-  check_rank(op, "logits", logits, 2);
-  const int64_t tokens = logits.dim(0);
-  check_operand(op, "targets", targets, DType::i32, tokens);
-  check_operand(op, "lse", lse, logits.dtype(), tokens);
+  const int64_t tokens = check_logits(op, logits, targets, lse);
   check_operand(op, "dlogits", dlogits, logits.dtype(), logits.numel());
   on_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);

@@ -32,8 +32,7 @@ class CpuBackend final : public Backend {
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) override;
   void embedding_forward(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, Tensor& out) override;
-  void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
-                          Tensor& dtable_accum) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, Tensor& dtable_accum) override;
   double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
                                const TpReducer& reducer, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t vocab_begin,
