@@ -163,7 +163,8 @@ mkdir -p "$P/data/tiny"
 cp configs/quickstart.yaml configs/model_bench.yaml "$P/configs/"
 
 # 5. env.sh, the manifest, the payload.
-glibc_need=$(find "$P" -type f \( -name '*.so*' -o -perm -u+x \) -exec objdump -T {} + 2>/dev/null |
+# (lib/fallback-*/ not counted: env.sh uses them only where the machine lacks its own copy.)
+glibc_need=$(find "$P" -path '*/fallback-*' -prune -o -type f \( -name '*.so*' -o -perm -u+x \) -exec objdump -T {} + 2>/dev/null |
   grep -oE 'GLIBC_[0-9]+\.[0-9]+' | sort -Vu | tail -1)
 cxx_need=$(objdump -T "$P"/bin/* "$P"/lib/*.so* 2>/dev/null | grep -oE 'GLIBCXX_[0-9.]+[0-9]' | sort -Vu | tail -1)
 cat >"$STAGE/env.sh" <<EOF_ENV
@@ -215,7 +216,7 @@ EOF_ENV
 {
   echo "echo device bundle, made $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?') build dir $BUILD_DIR"
   echo "needs: glibc >= ${glibc_need#GLIBC_}, a CUDA 13 driver (>= 580), the CUDA 13 library libcublasLt.so.13 and NCCL libnccl.so.2 (libcudart.so.13 is bundled as a fallback)"
-  echo "cuda archs: $(grep -E '^CMAKE_CUDA_ARCHITECTURES' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2)"
+  echo "cuda code in bin/gemm_cuda_test: $(strings -a "$P/bin/gemm_cuda_test" 2>/dev/null | grep -oE '\bsm_[0-9]+a?\b' | sort -u | tr '\n' ' ')"
   echo "gpu tests: ${GPU_TESTS[*]}"
   echo "mpi tests: ${MPI_TESTS[*]}"
   echo "tools: ${TOOLS[*]}"
