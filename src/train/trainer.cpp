@@ -85,9 +85,6 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
-  ECHO_INPUT_CHECK(cfg.run.device != config::Device::cuda || cfg.linear.mode != config::LinearMode::int8,
-                   "'linear.mode' = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
-                   "'run.device' = cpu or 'linear.mode' = bf16");
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                    dist::node_local_rank(world.world));
   grad_sync_ = std::make_unique<GradientSync>(world, cfg.run.device);

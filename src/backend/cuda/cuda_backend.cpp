@@ -3,8 +3,8 @@
 // One blocking stream per backend: work is ordered on it, and the synchronous copies of
 // core/tensor.h (legacy default stream) order with it too, which the host-staged collectives rely
 // on (comm/all_reduce.cpp). Memory comes from cudaMalloc per tensor for now (see docs/design.md
-// §16: the start-up arena is planned). The INT8 S3R-EC linear has no kernels yet: asking for it is
-// an error at start-up (train/trainer.cpp) and here.
+// §16: the start-up arena is planned). The INT8 S3R-EC linear is kernels/int8_linear.cuh (bf16
+// activations, the f32 master weight, f32 dW).
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "cuda_check.h"
 #include "gemm.cuh"
+#include "int8_linear.cuh"
 #include "ops.cuh"
 
 namespace echo::backend {
@@ -111,21 +112,17 @@ class CudaBackend final : public Backend {
   }
   void accumulate_sum_squares(const Tensor& x, Tensor& acc) override { cuda::accumulate_sum_squares(x, acc, stream_); }
   void accumulate_max_abs(const Tensor& x, Tensor& acc) override { cuda::accumulate_max_abs(x, acc, stream_); }
-  void int8_linear_forward(const quant::Int8LinearConfig&, const quant::LinearContext&, const Tensor&, const Tensor&,
-                           Tensor&, quant::Int8LinearSaved&) override {
-    no_int8();
+  void int8_linear_forward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& x,
+                           const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved) override {
+    cuda::int8_linear_forward(*gemm_, cfg, ctx, x, w, y, saved, stream_);
   }
-  void int8_linear_backward(const quant::Int8LinearConfig&, const quant::LinearContext&, const Tensor&,
-                            const quant::Int8LinearSaved&, Tensor*, bool, Tensor*) override {
-    no_int8();
+  void int8_linear_backward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& dy,
+                            const quant::Int8LinearSaved& saved, Tensor* dx, bool accumulate_dx,
+                            Tensor* dw_accum) override {
+    cuda::int8_linear_backward(*gemm_, cfg, ctx, dy, saved, dx, accumulate_dx, dw_accum, stream_);
   }
 
  private:
-  [[noreturn]] static void no_int8() {
-    ECHO_INPUT_FAIL(
-        "'linear.mode' = int8 has no CUDA kernels yet (the S3R-EC linear runs on the CPU backend only); use "
-        "'run.device' = cpu or 'linear.mode' = bf16");
-  }
   // Grown to the largest attention call seen; reused (one stream, calls in order).
   Tensor& attention_workspace(const Tensor& q, const Tensor& k) {
     const size_t need = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype());
