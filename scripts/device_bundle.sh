@@ -39,7 +39,7 @@ done
 BUILD_DIR=${BUILD_DIR%/}
 BUNDLE=${ECHO_BUNDLE_DIR:-bundle}
 MPI_TESTS=(seam_golden_mpi_test trainer_mpi_test tp_mpi_test qar_mpi_test make_all_reduce_mpi_test world_mpi_test)
-TOOLS=(echo_train echo_bench echo_quant_bench echo_model_bench echo_prep)
+TOOLS=(echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench echo_eval echo_prep)
 GLIBC_RE='/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux-x86-64|libcuda|libnvidia-[a-z-]*)\.so'
 CUDA_RE='/(libnccl|libcudart|libcublas|libcublasLt|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver)\.so'
 # Open MPI plugins for fabrics a single GPU machine does not use; their libraries are not shipped.
@@ -75,7 +75,7 @@ printf '%s\n' "${GPU_TESTS[@]}" | grep -q '_cuda_test$' ||
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/echo-bundle.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 P=$STAGE/payload
-mkdir -p "$P"/{bin,lib/fallback-cxx,lib/fallback-cudart,openmpi/bin,openmpi/lib,openmpi/share,openmpi/etc,data,configs}
+mkdir -p "$P"/{bin,lib/fallback-cxx,lib/fallback-cudart,openmpi/bin,openmpi/lib,openmpi/share,openmpi/etc,data,configs,scripts}
 
 # 1. Binaries.
 missing=()
@@ -160,7 +160,9 @@ mkdir -p "$P/data/tiny"
   --output-prefix "$P/data/tiny/train" --valid-prefix "$P/data/tiny/valid" --valid-fraction 0.1 >"$STAGE/prep.log" 2>&1 ||
   { cat "$STAGE/prep.log"; die "echo_prep failed"; }
 # The loss parity runs configs/quickstart.yaml's model with overrides (scripts/device_check.sh).
-cp configs/quickstart.yaml configs/model_bench.yaml "$P/configs/"
+cp configs/quickstart.yaml configs/model_bench.yaml configs/qwen3-0.6b-bf16.yaml "$P/configs/"
+# The PyTorch baseline of the training-step benchmark (the GPU image has torch and transformers).
+mkdir -p "$P/scripts" && cp scripts/torch_reference.py "$P/scripts/"
 
 # 5. env.sh, the manifest, the payload.
 # (lib/fallback-*/ not counted: env.sh uses them only where the machine lacks its own copy.)
@@ -173,7 +175,7 @@ cat >"$STAGE/env.sh" <<EOF_ENV
 # first time. ECHO_BUNDLE_FALLBACK=all|none forces the fallback libraries on or off.
 _eb=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 if [[ ! -f "\$_eb/.unpacked" || "\$_eb/payload.tar.gz" -nt "\$_eb/.unpacked" ]]; then
-  rm -rf "\$_eb"/{bin,lib,openmpi,data,configs}
+  rm -rf "\$_eb"/{bin,lib,openmpi,data,configs,scripts}
   tar -xzf "\$_eb/payload.tar.gz" -C "\$_eb" && touch "\$_eb/.unpacked" || echo "env.sh: cannot unpack \$_eb/payload.tar.gz" >&2
 fi
 export ECHO_BUNDLE=\$_eb ECHO_BUNDLE_GLIBC_NEEDED=$glibc_need ECHO_BUNDLE_GLIBCXX_NEEDED=$cxx_need

@@ -13,15 +13,18 @@
 #                  all-reduce, linear.mode bf16, lr 1e-3) with run.device cpu and cuda, tp 1 (np 1) and
 #                  tp 2 (np 2): the losses of metrics.jsonl step by step; pass when the largest
 #                  relative difference is < 2e-2 and the final losses differ by < 2%
-#   5 benchmarks   echo_bench (np 2), echo_model_bench (np 2), echo_quant_bench, JSON in OUT_DIR
+#   5 benchmarks   echo_kernel_bench (kernels vs this GPU's copy and GEMM ceilings), the training
+#                  step at tp 1 on the GPU with Qwen3-0.6B's shape (echo_model_bench --adamw on
+#                  run.device cuda) beside scripts/torch_reference.py (the same step in PyTorch),
+#                  echo_bench (np 2), echo_quant_bench; JSON in OUT_DIR
 # Logs and JSON go to OUT_DIR/<stage>/. Exit status 1 when any stage did not pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
 # Seconds per stage; they sum to 450 (+ 5 s kill grace each): the whole check ends within 8 minutes.
-T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-140} T_MPI=${ECHO_CHECK_T_MPI:-110}
-T_PARITY=${ECHO_CHECK_T_PARITY:-110} T_BENCH=${ECHO_CHECK_T_BENCH:-60}
+T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-130} T_MPI=${ECHO_CHECK_T_MPI:-70}
+T_PARITY=${ECHO_CHECK_T_PARITY:-90} T_BENCH=${ECHO_CHECK_T_BENCH:-130}
 STAGES=(environment gpu_tests multi_rank loss_parity benchmarks)
 
 # --- context shared by the stages ---------------------------------------------------------
@@ -34,14 +37,16 @@ setup() {
     mapfile -t GPU_TESTS <"$ECHO_BUNDLE/tests.gpu"
     mapfile -t MPI_TESTS <"$ECHO_BUNDLE/tests.mpi"
     MPIRUN=(mpirun)
+    TORCH_REF=$ECHO_BUNDLE/scripts/torch_reference.py
   else
     MODE=build BUILD=${ECHO_BUILD_DIR:-build} BIN=$OUT/bin CONFIGS=$REPO/configs DATA=$REPO/data/demo-bytes
+    TORCH_REF=$REPO/scripts/torch_reference.py
     TESTS_ENV=$OUT/bin/tests.env
     if [[ ! -f "$BIN/.done" ]]; then  # links to the build's binaries, made once per OUT_DIR
       mkdir -p "$BIN"
       (cd "$BUILD" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p') >"$BIN/tests.gpu" 2>/dev/null
       printf '%s\n' seam_golden_mpi_test trainer_mpi_test tp_mpi_test qar_mpi_test make_all_reduce_mpi_test world_mpi_test >"$BIN/tests.mpi"
-      for n in $(cat "$BIN/tests.gpu" "$BIN/tests.mpi") echo_train echo_bench echo_quant_bench echo_model_bench; do
+      for n in $(cat "$BIN/tests.gpu" "$BIN/tests.mpi") echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench; do
         f=$(find "$BUILD" -path '*/CMakeFiles' -prune -o -type f -name "$n" -perm -u+x -print 2>/dev/null | head -1)
         [[ -n "$f" ]] && ln -sf "$(cd "$(dirname "$f")" && pwd)/$n" "$BIN/$n"
       done
@@ -61,6 +66,16 @@ for t in json.load(sys.stdin)["tests"]:
     MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp)
     [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
   fi
+  # The GPU image keeps NCCL and cuBLAS in PyTorch's pip packages (nvidia-*/lib) and the toolkit
+  # in /usr/local/cuda: appended (lowest priority) so the loader finds what the system lacks.
+  local d extra
+  extra=$(python3 -c 'import glob, os, site
+dirs = sorted({os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(os.path.join(s, "nvidia", "*", "lib", "lib*.so*"))})
+print(":".join(dirs))' 2>/dev/null)
+  for d in ${extra//:/ } /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    [[ -d $d ]] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+  done
+  export LD_LIBRARY_PATH
 }
 test_env() { [[ -f "$TESTS_ENV" ]] && sed -n "s/^$1 //p" "$TESTS_ENV"; }
 # gtest_counts LOG: "passed failed skipped" from a GoogleTest log.
@@ -200,7 +215,18 @@ stage_loss_parity() {
 # --- stage 5: benchmarks --------------------------------------------------------------------
 stage_benchmarks() {
   local fails=() rc
-  rc=0; timeout -k 5 20 "${MPIRUN[@]}" -np 2 "$BIN/echo_bench" --sizes 1K..4M --iters 10 --warmup 2 --compensate \
+  rc=0; timeout -k 5 30 "$BIN/echo_kernel_bench" --iters 10 --json "$SD/echo_kernel_bench.json" \
+    >"$SD/echo_kernel_bench.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || fails+=("echo_kernel_bench rc $rc")
+  # The training step at tp 1, Qwen3-0.6B's shape, seq 2048: echo's CUDA backend, then PyTorch.
+  rc=0; timeout -k 5 35 "$BIN/echo_model_bench" "$CONFIGS/qwen3-0.6b-bf16.yaml" --set run.device=cuda \
+    --set comm.allreduce=exact --batch 2 --seq 2048 --iters 3 --warmup 1 --adamw \
+    --json "$SD/echo_model_bench_cuda.json" >"$SD/echo_model_bench_cuda.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || fails+=("echo_model_bench cuda rc $rc")
+  rc=0; timeout -k 5 35 python3 "$TORCH_REF" "$CONFIGS/qwen3-0.6b-bf16.yaml" --batch 2 --seq 2048 --iters 5 \
+    --warmup 2 --json "$SD/torch_reference.json" >"$SD/torch_reference.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || fails+=("torch_reference rc $rc")
+  rc=0; timeout -k 5 15 "${MPIRUN[@]}" -np 2 "$BIN/echo_bench" --sizes 1K..4M --iters 10 --warmup 2 --compensate \
     --json "$SD/echo_bench.jsonl" >"$SD/echo_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_bench rc $rc")
   rc=0; timeout -k 5 20 "${MPIRUN[@]}" -np 2 "$BIN/echo_model_bench" "$CONFIGS/model_bench.yaml" --batch 4 --seq 128 \
@@ -208,8 +234,12 @@ stage_benchmarks() {
   [[ $rc -eq 0 ]] || fails+=("echo_model_bench rc $rc")
   rc=0; timeout -k 5 10 "$BIN/echo_quant_bench" --mib 16 --runs 3 --json "$SD/echo_quant_bench.json" >"$SD/echo_quant_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_quant_bench rc $rc")
-  local tps
+  local tps gpu_tps torch_tps
   tps=$(grep -aoE '[0-9]+ tokens/s' "$SD/echo_model_bench.log" | head -1)
+  gpu_tps=$(grep -aoE '[0-9]+ tokens/s' "$SD/echo_model_bench_cuda.log" | head -1)
+  torch_tps=$(grep -aoE '[0-9]+ tokens/s  MFU [0-9.]+%' "$SD/torch_reference.log" | head -1)
+  sub "0.6B step, tp 1, seq 2048: echo cuda ${gpu_tps:-?}; pytorch ${torch_tps:-?}"
+  [[ -s "$SD/echo_kernel_bench.log" ]] && grep -aE 'ceiling|GB/s|TFLOP/s' "$SD/echo_kernel_bench.log" | while read -r l; do sub "$l"; done
   if ((${#fails[@]})); then row FAIL "${fails[*]}"; else row PASS "JSON in $SD; model bench ${tps:-?} (CPU backend, np 2)"; fi
 }
 

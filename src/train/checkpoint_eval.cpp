@@ -205,8 +205,6 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   // The model as the trainer builds it (train/trainer.cpp), then the checkpoint's weights.
   const dist::World world = dist::World::create(tp);
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp, world.layout.tp_rank);
-  ECHO_INPUT_CHECK(cfg.run.device != config::Device::cuda || cfg.linear.mode != config::LinearMode::int8,
-                   "'linear.mode' = int8 has no CUDA kernels yet; use 'run.device' = cpu or 'linear.mode' = bf16");
   auto backend = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                        dist::node_local_rank(world.world));
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape.layers));

@@ -2,12 +2,18 @@
 //
 // One blocking stream per backend: work is ordered on it, and the synchronous copies of
 // core/tensor.h (legacy default stream) order with it too, which the host-staged collectives rely
-// on (comm/all_reduce.cpp). Memory comes from cudaMalloc per tensor for now (see docs/design.md
-// §16: the start-up arena is planned). The INT8 S3R-EC linear is kernels/int8_linear.cuh (bf16
+// on (comm/all_reduce.cpp). Memory: tensors come from the device's stream-ordered pool
+// (cudaMallocAsync) with its release threshold raised so freed blocks stay cached, which makes
+// the per-step activations cost no cudaMalloc after the first step; running out names the bytes
+// asked for and those free (the start-up arena sized in advance is planned, docs/design.md §16).
+// The INT8 S3R-EC linear is kernels/int8_linear.cuh (bf16
 // activations, the f32 master weight, f32 dW).
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include "attention.cuh"
 #include "core/error.h"
@@ -26,6 +32,11 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device));
     // NOTE: a blocking stream (not cudaStreamNonBlocking): the legacy-stream copies of Tensor order with it.
     CUDA_CHECK(cudaStreamCreate(&stream_));
+    // Keep freed blocks in the pool instead of returning them to the driver at every sync.
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     gemm_ = std::make_unique<cuda::GemmContext>();
   }
   ~CudaBackend() override {
@@ -46,7 +57,28 @@ class CudaBackend final : public Backend {
   }
 
   Tensor empty(std::vector<int64_t> shape, DType dtype) override {
-    return Tensor::empty(std::move(shape), dtype, Device::cuda);
+    int64_t numel = 1;
+    for (int64_t d : shape) {
+      ECHO_CHECK(d >= 0, "empty: negative dimension in {}", format_shape(shape));
+      numel *= d;
+    }
+    const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * dtype_size(dtype));
+    void* p = nullptr;
+    const cudaError_t status = cudaMallocAsync(&p, bytes, stream_);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the runtime's last-error slot before raising our own
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      ECHO_FAIL(
+          "out of GPU memory on {}: a {} tensor {} needs {} bytes, {} of {} are free (a smaller "
+          "train.micro_batch or data.seq_len, or a larger parallel.tp, needs less)",
+          name(), dtype, format_shape(shape), bytes, free_bytes, total_bytes);
+    }
+    CUDA_CHECK(status);
+    // NOTE: freed on the legacy default stream, which orders after this backend's blocking stream
+    // and outlives it (a tensor may be dropped after its backend).
+    return Tensor::from_blob(p, std::move(shape), dtype, Device::cuda,
+                             [](void* q) { cudaFreeAsync(q, cudaStreamLegacy); });
   }
   void copy_from(Tensor& dst, const Tensor& src) override { dst.copy_from(src); }
   Tensor to_host(const Tensor& src) override { return src.to(Device::cpu); }
