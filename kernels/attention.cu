@@ -10,6 +10,7 @@
 // lse[b, h, i] sits at (b*n_q + r)*seq + g*group*seq + i.
 // clang-format off
 #include "cuda_check.h"
+#include "device_util.cuh"
 // clang-format on
 
 #include <cuda_bf16.h>
@@ -26,6 +27,9 @@
 namespace echo::cuda {
 namespace {
 
+using detail::from_float;
+using detail::to_float;
+
 constexpr int kThreads = 256;  // a multiple of 32: the block reduction relies on whole warps
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int64_t kGridCap = 65535;  // grid-stride loops cover the rest
@@ -40,18 +44,6 @@ size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // ---- Device helpers -------------------------------------------------------------------------------
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // Max (kMax) or sum over the block, the same bits in every thread: an xor butterfly inside each
 // warp (a + b == b + a, so all lanes agree), then the warp partials in warp order. Fixed order, so

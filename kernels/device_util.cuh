@@ -38,6 +38,21 @@ inline unsigned blocks_for(int64_t work_items, int64_t items_per_block) {
 // bf16 is read exactly and written with core/half.h's round-to-nearest-even, so a value rounds to
 // the same bits here as in Tensor::to(DType::bf16) on the host (NaN included).
 
+// Element <-> fp32 for the kernels templated on the element type (f32 or bf16): exact widening,
+// round-to-nearest-even narrowing.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
 __device__ __forceinline__ float load(const float* p) { return *p; }
 __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 

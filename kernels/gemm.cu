@@ -7,6 +7,7 @@
 // our A, its m is our n, and each transpose flag keeps its meaning for its own buffer.
 // clang-format off
 #include "cuda_check.h"
+#include "device_util.cuh"
 // clang-format on
 
 #include <cublasLt.h>
@@ -106,6 +107,9 @@ size_t GemmContext::plan_count() const { return impl_->plans.size(); }
 
 namespace {
 
+using detail::from_float;
+using detail::to_float;
+
 using gemm_internal::Plan;
 using gemm_internal::PlanKey;
 
@@ -121,18 +125,6 @@ int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / mult
 
 // ---- Small kernels -------------------------------------------------------------------------------
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // C_i = beta * C_i on a strided batch of (rows, cols) matrices (the k == 0 product); beta == 0
 // writes zeros without reading.

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/thread_tp_group.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "ops_test_util.h"
@@ -313,30 +314,7 @@ TEST(CrossEntropyRefTest, MatchesLogSoftmaxOnTheFullVocab) {
   }
 }
 
-// Runs `shards` vocab shards as threads; their TpReducer combines the per-shard values in shard
-// order behind a barrier, as an all-reduce over a TP group would.
-class ThreadTpGroup {
- public:
-  explicit ThreadTpGroup(int size) : barrier_(size), slots_(size) {}
-  TpReducer reducer(int rank) {
-    return {[this, rank](std::span<double> v) { reduce(rank, v, true); },
-            [this, rank](std::span<double> v) { reduce(rank, v, false); }};
-  }
-
- private:
-  void reduce(int rank, std::span<double> v, bool is_max) {
-    slots_[rank].assign(v.begin(), v.end());
-    barrier_.arrive_and_wait();
-    for (size_t i = 0; i < v.size(); ++i) {
-      double acc = slots_[0][i];
-      for (size_t r = 1; r < slots_.size(); ++r) acc = is_max ? std::max(acc, slots_[r][i]) : acc + slots_[r][i];
-      v[i] = acc;
-    }
-    barrier_.arrive_and_wait();  // all have read the slots before anyone writes the next call's
-  }
-  std::barrier<> barrier_;
-  std::vector<std::vector<double>> slots_;
-};
+using echo::testing::ThreadTpGroup;
 
 struct ShardedResult {
   std::vector<double> loss;     // per shard

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/thread_tp_group.h"
 #include "../support/gpu_test.h"
 #include "backend/backend.h"
 #include "core/error.h"
@@ -229,32 +230,7 @@ TEST(Int8LinearCudaTest, RepeatsBitForBit) {
   EXPECT_EQ(a.trace.q, b.trace.q);
 }
 
-// Runs `shards` ranks as threads; their TpReducer combines the per-shard values in shard order
-// behind a barrier, as an all-reduce over a TP group would (tests/backend/ops_ref_test.cpp).
-class ThreadTpGroup {
- public:
-  explicit ThreadTpGroup(int size) : barrier_(size), slots_(size) {
-    for (int r = 0; r < size; ++r)
-      reducers_.push_back({[this, r](std::span<double> v) { reduce(r, v, true); },
-                           [this, r](std::span<double> v) { reduce(r, v, false); }});
-  }
-  const backend::TpReducer& reducer(int rank) const { return reducers_[rank]; }
-
- private:
-  void reduce(int rank, std::span<double> v, bool is_max) {
-    slots_[rank].assign(v.begin(), v.end());
-    barrier_.arrive_and_wait();
-    for (size_t i = 0; i < v.size(); ++i) {
-      double acc = slots_[0][i];
-      for (size_t r = 1; r < slots_.size(); ++r) acc = is_max ? std::max(acc, slots_[r][i]) : acc + slots_[r][i];
-      v[i] = acc;
-    }
-    barrier_.arrive_and_wait();  // all have read the slots before anyone writes the next call's
-  }
-  std::barrier<> barrier_;
-  std::vector<std::vector<double>> slots_;
-  std::vector<backend::TpReducer> reducers_;
-};
+using echo::testing::ThreadTpGroup;
 
 // Columns [c0, c0 + nc) / rows [r0, r0 + nr) of a (rows, cols) matrix.
 std::vector<float> cols_of(const std::vector<float>& a, int64_t rows, int64_t cols, int64_t c0, int64_t nc) {
