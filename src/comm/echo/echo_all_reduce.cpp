@@ -12,6 +12,11 @@
 
 namespace echo::comm {
 
+#ifndef ECHO_CUDA
+// Without the CUDA backend there are no device tensors; device_qar.cpp is not built.
+std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator&) { return nullptr; }
+#endif
+
 EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& options)
     : options_(options),
       policy_{options.quant.bits, options.early_site_8bit, options.num_layers},
@@ -32,6 +37,37 @@ EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& 
 void EchoAllReduce::begin_pass(Direction direction) {
   state(direction).compensator.reset();
   state(direction).telemetry.reset();
+  state(direction).path = Path::unset;
+  if (device_) device_->begin_pass(direction);
+}
+
+void EchoAllReduce::use_path(Site site, Path path) {
+  if (!options_.compensate) return;  // no state to keep on either side
+  Path& p = state(site.direction).path;
+  if (p == Path::unset) p = path;
+  ECHO_CHECK(p == path,
+             "the Echo all-reduce at {} got a {} tensor but this pass started on the {}: the compensator state lives "
+             "on one side, so a pass (and telemetry on or off) must not change device",
+             to_string(site), path == Path::device ? "device" : "host", p == Path::device ? "device" : "host");
+}
+
+void EchoAllReduce::all_reduce(Tensor& x, Site site) {
+  // Telemetry needs the host values (it is logged every comm.telemetry_interval steps), so with
+  // it on a device tensor is host-staged like any other; an unquantized direction is the exact
+  // all-reduce, host-staged too.
+  if (!x.is_cuda() || options_.telemetry || !quantized(site.direction)) return AllReduce::all_reduce(x, site);
+  if (options_.num_layers > 0) policy_.layer_of(site);  // range check of the site index
+  use_path(site, Path::device);
+  if (!device_) device_ = make_device_echo(engine_.comm());
+  ECHO_CHECK(device_ != nullptr, "a device tensor reached the Echo all-reduce at {} but the build has no CUDA",
+             to_string(site));
+  DeviceEchoCall call;
+  call.spec = options_.quant;
+  call.spec.bits = bits_for(site);
+  call.compensate = options_.compensate;
+  call.rescale = site.direction == Direction::backward && options_.backward_rescale;
+  call.coeffs = options_.coeffs;
+  device_->all_reduce(x, site, call);
 }
 
 int EchoAllReduce::bits_for(Site site) const {
@@ -62,6 +98,7 @@ int EchoAllReduce::group_rescale_exponent(std::span<const float> x_comp, Site si
 void EchoAllReduce::all_reduce(std::span<float> x, Site site) {
   if (!quantized(site.direction)) return exact_.all_reduce(x, site);
   if (options_.num_layers > 0) policy_.layer_of(site);  // range check of the site index
+  use_path(site, Path::host);
   PassState& st = state(site.direction);
   const std::string site_name = to_string(site);
 

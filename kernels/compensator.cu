@@ -1,0 +1,112 @@
+// CUDA kernels of the Echo compensator and backward rescaling (compensator.cuh): one thread per
+// element (grid-stride), calling the ECHO_HD arithmetic the CPU reference calls; the group max
+// is exact in any order (max is order-free), so a block reduction plus one atomicMax suffices.
+// clang-format off
+#include "cuda_check.h"
+// clang-format on
+
+#include "comm/echo/rescale.h"
+#include "compensator.cuh"
+#include "core/half.h"
+
+namespace echo::cuda {
+
+namespace {
+
+constexpr int kBlockThreads = 256;
+constexpr size_t kMaxBlocks = size_t{1} << 16;  // grid-stride beyond this
+
+unsigned blocks_for(size_t n) {
+  const size_t blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+static __device__ float load_value(const void* x, bool x_bf16, size_t i) {
+  return x_bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+}
+
+// The coefficients travel by value (a kernel argument), so no device copy of them is needed.
+static __global__ void compensate_kernel(const void* x, bool x_bf16, size_t n, const float* m1, const float* m2,
+                                         bool compensate_on, comm::CompensatorCoeffs k, float* x_comp, float* y,
+                                         uint32_t* max_bits) {
+  __shared__ uint32_t block_max;
+  if (threadIdx.x == 0) block_max = 0;
+  __syncthreads();
+  uint32_t local = 0;  // bits of a non-negative float: ordered like the values
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = load_value(x, x_bf16, i);
+    const float c = compensate_on ? comm::compensate(v, m1[i], m2[i], k) : v;
+    x_comp[i] = c;
+    if (y != nullptr) y[i] = comm::scale_pow2(c, 0);
+    // NOTE: as on the CPU, a non-finite value enters as +inf, never NaN (NaN bits would order
+    // above +inf and MPI_MAX need not propagate NaN anyway).
+    const float a = isfinite(c) ? fabsf(c) : __int_as_float(0x7f800000);
+    const uint32_t bits = __float_as_uint(a);
+    local = bits > local ? bits : local;
+  }
+  if (max_bits != nullptr) {
+    atomicMax(&block_max, local);
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax(max_bits, block_max);
+  }
+}
+
+static __global__ void scale_pow2_kernel(const float* x, size_t n, int e, float* y) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = comm::scale_pow2(x[i], e);
+}
+
+static __global__ void finish_kernel(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1,
+                                     float* m2, bool compensate_on, comm::CompensatorCoeffs k, void* out,
+                                     bool out_bf16) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = e != 0 ? comm::scale_pow2(y[i], -e) : y[i];
+    if (compensate_on) {
+      float a = m1[i], b = m2[i];
+      comm::compensator_update(x_comp[i], v, num_ranks, a, b, k);
+      m1[i] = a;
+      m2[i] = b;
+    }
+    if (out_bf16)
+      static_cast<uint16_t*>(out)[i] = float_to_bf16_bits(v);
+    else
+      static_cast<float*>(out)[i] = v;
+  }
+}
+
+}  // namespace
+
+void echo_compensate(const void* x, bool x_bf16, size_t n, const float* m1, const float* m2,
+                     const comm::CompensatorCoeffs* coeffs, float* x_comp, float* y, uint32_t* max_bits,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  ECHO_CHECK(x != nullptr && x_comp != nullptr, "echo_compensate of {} values needs non-null buffers", n);
+  ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr), "echo_compensate needs the compensator state");
+  compensate_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
+      x, x_bf16, n, m1, m2, coeffs != nullptr, coeffs ? *coeffs : comm::CompensatorCoeffs{}, x_comp, y, max_bits);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  ECHO_CHECK(x != nullptr && y != nullptr, "echo_scale_pow2 of {} values needs non-null buffers", n);
+  scale_pow2_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(x, n, e, y);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1, float* m2,
+                 const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream) {
+  if (n == 0) return;
+  ECHO_CHECK(y != nullptr && out != nullptr, "echo_finish of {} values needs non-null buffers", n);
+  ECHO_CHECK(coeffs == nullptr || (x_comp != nullptr && m1 != nullptr && m2 != nullptr),
+             "echo_finish needs x' and the compensator state to update it");
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, x_comp, num_ranks, m1, m2, coeffs != nullptr,
+                                                             coeffs ? *coeffs : comm::CompensatorCoeffs{}, out,
+                                                             out_bf16);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace echo::cuda

@@ -1,0 +1,254 @@
+// Echo's per-site flow on a CUDA device (device_qar.h): the compensator kernels of
+// kernels/compensator.cu around the two-phase quantized all-reduce, whose encode and decode run
+// on the device (kernels/quantize.cu) while MPI moves host copies of the packed bytes.
+// Built only with the CUDA backend. NOTE: never run on a GPU when written; the CUDA test
+// echo_device_qar_cuda_mpi_test (tests/comm/echo_device_qar_gpu_mpi.cpp) checks it bitwise against the CPU
+// EchoAllReduce.
+#include "comm/echo/device_qar.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "comm/echo/quantize.h"
+#include "comm/echo/rescale.h"
+#include "comm/exact_all_reduce.h"
+#include "comm/segments.h"
+#include "compensator.cuh"
+#include "core/error.h"
+#include "cuda_check.h"
+#include "dist/mpi_check.h"
+#include "quantize.cuh"
+
+namespace echo::comm {
+
+namespace {
+
+// The legacy default stream: it orders with the CUDA backend's blocking stream and with the
+// synchronous copies of Tensor, so values produced there are ready here and vice versa.
+const cudaStream_t kStream = cudaStreamLegacy;
+
+// The block layout of TwoPhaseReduce (two_phase_reduce.cpp): blocks start on 8-byte boundaries
+// inside a buffer; the padding is local and never sent.
+constexpr size_t kBlockAlign = 8;
+size_t aligned(size_t bytes) { return (bytes + kBlockAlign - 1) / kBlockAlign * kBlockAlign; }
+
+int to_int(size_t v, const char* what) {
+  ECHO_CHECK(v <= static_cast<size_t>(std::numeric_limits<int>::max()),
+             "{} of {} bytes exceeds what one MPI call can move (2 GiB); split the tensor", what, v);
+  return static_cast<int>(v);
+}
+
+// Device memory that grows to the largest call and is then reused: no allocation in steady state.
+class DeviceBytes {
+ public:
+  uint8_t* get(size_t bytes) {
+    if (capacity_ == 0 || bytes > capacity_) {
+      capacity_ = std::max<size_t>(bytes, 1);
+      buffer_ = Tensor::empty({static_cast<int64_t>(capacity_)}, DType::u8, Device::cuda);
+    }
+    return static_cast<uint8_t*>(buffer_.raw());
+  }
+  float* floats(size_t n) { return reinterpret_cast<float*>(get(n * sizeof(float))); }
+
+ private:
+  Tensor buffer_;
+  size_t capacity_ = 0;
+};
+
+void to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, kStream));
+  CUDA_CHECK(cudaStreamSynchronize(kStream));
+}
+
+// NOTE: from pageable host memory the call returns once the source has been staged, so the host
+// buffer may be reused at once; the kernels that read dst follow on the same stream.
+void to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kStream));
+}
+
+// Small device-side counters, one allocation: the poisoned-group count of the decodes (the
+// count the CPU engine returns), a scratch count for the encodes (the CPU discards it too), and
+// the bits of the local max |x'|.
+struct Counters {
+  cuda::DeviceQuantReport decoded;
+  cuda::DeviceQuantReport encoded;
+  uint32_t max_bits;
+};
+
+class CudaDeviceEcho final : public DeviceEcho {
+ public:
+  explicit CudaDeviceEcho(const dist::Communicator& comm) : comm_(comm) {}
+
+  void begin_pass(Direction direction) override { state(direction).sized = false; }
+  void all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) override;
+  std::vector<float> m1(Direction direction) const override { return host_copy(state(direction), false); }
+  std::vector<float> m2(Direction direction) const override { return host_copy(state(direction), true); }
+
+ private:
+  // Like Compensator: the buffers keep their last values after a reset, as m1()/m2() show.
+  struct State {
+    mutable DeviceBytes m1, m2;  // mutable: get() of an allocated buffer only returns its pointer
+    size_t n = 0;
+    bool sized = false;
+    bool allocated = false;
+  };
+  State& state(Direction d) { return d == Direction::forward ? forward_ : backward_; }
+  const State& state(Direction d) const { return d == Direction::forward ? forward_ : backward_; }
+  static std::vector<float> host_copy(const State& st, bool second);
+  Counters* counters() { return reinterpret_cast<Counters*>(counters_.get(sizeof(Counters))); }
+  int group_rescale_exponent(Site site);
+  size_t qar(float* y, size_t n, const QuantSpec& spec);
+
+  const dist::Communicator& comm_;
+  State forward_, backward_;
+  DeviceBytes x_comp_, work_, counters_;
+  DeviceBytes send_, recv_, own_code_, gathered_;
+  std::vector<uint8_t> host_send_, host_recv_, host_own_, host_gathered_;
+  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
+};
+
+std::vector<float> CudaDeviceEcho::host_copy(const State& st, bool second) {
+  std::vector<float> out(st.allocated ? st.n : 0);
+  if (!out.empty()) to_host(out.data(), (second ? st.m2 : st.m1).floats(st.n), out.size() * sizeof(float));
+  return out;
+}
+
+int CudaDeviceEcho::group_rescale_exponent(Site site) {
+  uint32_t bits = 0;
+  to_host(&bits, &counters()->max_bits, sizeof bits);
+  const float local = bits_float(bits);  // non-finite entries entered as +inf (compensator.cuh)
+  float gmax = 0.0f;
+  MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, comm_.get()));
+  ECHO_CHECK(std::isfinite(gmax),
+             "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)", to_string(site));
+  return rescale_exponent(gmax);
+}
+
+void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) {
+  ECHO_CHECK(x.is_cuda() && x.is_contiguous() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16),
+             "the device Echo all-reduce at {} needs a contiguous f32 or bf16 cuda tensor, got {}", to_string(site),
+             x.describe());
+  const size_t n = static_cast<size_t>(x.numel());
+  const bool bf16 = x.dtype() == DType::bf16;
+  State& st = state(site.direction);
+  const CompensatorCoeffs* coeffs = nullptr;
+  float* m1 = nullptr;
+  float* m2 = nullptr;
+  if (call.compensate) {
+    if (!st.sized) {  // as Compensator::apply: the pass's first site sizes the state, from zero
+      st.n = n;
+      m1 = st.m1.floats(n);
+      m2 = st.m2.floats(n);
+      CUDA_CHECK(cudaMemsetAsync(m1, 0, n * sizeof(float), kStream));
+      CUDA_CHECK(cudaMemsetAsync(m2, 0, n * sizeof(float), kStream));
+      st.sized = st.allocated = true;
+    }
+    ECHO_CHECK(n == st.n,
+               "the compensator at {} got {} elements but this pass started with {}: every site of a pass must "
+               "all-reduce tensors of one size",
+               to_string(site), n, st.n);
+    m1 = st.m1.floats(n);
+    m2 = st.m2.floats(n);
+    coeffs = &call.coeffs;
+  }
+
+  // x' = x + c in f32; y = x'·2^e is what QAR reduces. An f32 tensor is reduced in place, as the
+  // CPU reduces its span; a bf16 one through an f32 work buffer.
+  float* x_comp = x_comp_.floats(n);
+  float* y = bf16 ? work_.floats(n) : x.data<float>();
+  Counters* c = counters();
+  uint32_t* max_bits = call.rescale ? &c->max_bits : nullptr;
+  if (max_bits != nullptr) CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof *max_bits, kStream));
+  cuda::echo_compensate(x.raw(), bf16, n, m1, m2, coeffs, x_comp, call.rescale ? nullptr : y, max_bits, kStream);
+  int exponent = 0;
+  if (call.rescale) {
+    exponent = group_rescale_exponent(site);
+    cuda::echo_scale_pow2(x_comp, n, exponent, y, kStream);
+  }
+
+  // As on the CPU, a poisoned output throws before the compensator takes the update in.
+  check_output(qar(y, n, call.spec), site, "Echo quantized");
+  cuda::echo_finish(y, n, exponent, x_comp, static_cast<float>(comm_.size()), m1, m2, coeffs, x.raw(), bf16, kStream);
+}
+
+// TwoPhaseReduce::run with the QuantCodec, step for step, on device values (see there).
+size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec) {
+  const int P = comm_.size();
+  const int me = comm_.rank();
+  const auto segs = make_segments(n, P, static_cast<size_t>(spec.group_size));
+  const Segment mine = segs[me];
+  const size_t mine_bytes = aligned(wire_bytes(mine.size, spec));
+  Counters* c = counters();
+  cuda::reset_report(&c->decoded, kStream);
+  cuda::reset_report(&c->encoded, kStream);
+
+  send_counts_.assign(P, 0);
+  send_displs_.assign(P, 0);
+  recv_counts_.assign(P, 0);
+  recv_displs_.assign(P, 0);
+
+  // Phase 1: encode every non-owned segment for its owner.
+  size_t send_total = 0;
+  for (int j = 0; j < P; ++j) {
+    send_displs_[j] = to_int(send_total, "all-to-all buffer");
+    if (j == me) continue;
+    send_counts_[j] = to_int(wire_bytes(segs[j].size, spec), "segment");
+    send_total += aligned(wire_bytes(segs[j].size, spec));
+  }
+  for (int j = 0; j < P; ++j) {
+    recv_displs_[j] = to_int(static_cast<size_t>(j) * mine_bytes, "all-to-all buffer");
+    recv_counts_[j] = j == me ? 0 : to_int(wire_bytes(mine.size, spec), "segment");
+  }
+  uint8_t* send = send_.get(send_total);
+  uint8_t* recv = recv_.get(mine_bytes * P);
+  for (int j = 0; j < P; ++j)
+    if (j != me && segs[j].size > 0)
+      cuda::quantize(y + segs[j].begin, segs[j].size, spec, send + send_displs_[j], &c->encoded, kStream);
+  if (host_send_.size() < send_total) host_send_.resize(send_total);
+  if (host_recv_.size() < mine_bytes * P) host_recv_.resize(mine_bytes * P);
+  to_host(host_send_.data(), send, send_total);
+  MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_counts_.data(), send_displs_.data(), MPI_BYTE, host_recv_.data(),
+                          recv_counts_.data(), recv_displs_.data(), MPI_BYTE, comm_.get()));
+  to_device(recv, host_recv_.data(), mine_bytes * P);
+
+  // Phase 2: the owner's fp32 sum, in rank order, onto its own segment of y (kept unencoded, as
+  // QuantCodec::load_own keeps it; the final decode overwrites it). One launch per copy: stream
+  // order is rank order.
+  for (int j = 0; j < P; ++j)
+    if (j != me && mine.size > 0)
+      cuda::dequantize_add(recv + recv_displs_[j], mine.size, spec, y + mine.begin, &c->decoded, kStream);
+  uint8_t* own = own_code_.get(mine_bytes);
+  if (mine.size > 0) cuda::quantize(y + mine.begin, mine.size, spec, own, &c->encoded, kStream);
+
+  // Phase 3: all-gather of the encoded sums; every rank decodes the same bytes.
+  size_t gathered_total = 0;
+  for (int j = 0; j < P; ++j) {
+    recv_displs_[j] = to_int(gathered_total, "all-gather buffer");
+    recv_counts_[j] = to_int(wire_bytes(segs[j].size, spec), "segment");
+    gathered_total += aligned(wire_bytes(segs[j].size, spec));
+  }
+  if (host_own_.size() < mine_bytes) host_own_.resize(mine_bytes);
+  if (host_gathered_.size() < gathered_total) host_gathered_.resize(gathered_total);
+  to_host(host_own_.data(), own, static_cast<size_t>(recv_counts_[me]));
+  MPI_CHECK(MPI_Allgatherv(host_own_.data(), recv_counts_[me], MPI_BYTE, host_gathered_.data(), recv_counts_.data(),
+                           recv_displs_.data(), MPI_BYTE, comm_.get()));
+  uint8_t* gathered = gathered_.get(gathered_total);
+  to_device(gathered, host_gathered_.data(), gathered_total);
+  for (int j = 0; j < P; ++j)
+    if (segs[j].size > 0)
+      cuda::dequantize(gathered + recv_displs_[j], segs[j].size, spec, y + segs[j].begin, &c->decoded, kStream);
+  return cuda::read_report(&c->decoded, kStream).bad_groups;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator& comm) {
+  return std::make_unique<CudaDeviceEcho>(comm);
+}
+
+}  // namespace echo::comm
