@@ -13,7 +13,9 @@
 #                  all-reduce, linear.mode bf16, lr 1e-3) with run.device cpu and cuda, tp 1 (np 1) and
 #                  tp 2 (np 2): the losses of metrics.jsonl step by step; pass when the largest
 #                  relative difference is < 2e-2 and the final losses differ by < 2%
-#   5 benchmarks   echo_kernel_bench (kernels vs this GPU's copy and GEMM ceilings), the training
+#   5 hf_load      a 10-step CPU run's checkpoint loads with transformers' Qwen3ForCausalLM and
+#                  gives echo_eval's loss on the same batch (echo_eval --dump-batch; < 1e-4 relative)
+#   6 benchmarks   echo_kernel_bench (kernels vs this GPU's copy and GEMM ceilings), the training
 #                  step at tp 1 on the GPU with Qwen3-0.6B's shape (echo_model_bench --adamw on
 #                  run.device cuda) beside scripts/torch_reference.py (the same step in PyTorch),
 #                  echo_bench (np 2), echo_quant_bench; JSON in OUT_DIR
@@ -23,9 +25,9 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 
 # Seconds per stage; they sum to 450 (+ 5 s kill grace each): the whole check ends within 8 minutes.
-T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-130} T_MPI=${ECHO_CHECK_T_MPI:-70}
-T_PARITY=${ECHO_CHECK_T_PARITY:-90} T_BENCH=${ECHO_CHECK_T_BENCH:-130}
-STAGES=(environment gpu_tests multi_rank loss_parity benchmarks)
+T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-120} T_MPI=${ECHO_CHECK_T_MPI:-60}
+T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-120}
+STAGES=(environment gpu_tests multi_rank loss_parity hf_load benchmarks)
 
 # --- context shared by the stages ---------------------------------------------------------
 setup() {
@@ -212,7 +214,34 @@ stage_loss_parity() {
   row $st "$(join "${results[@]}")"
 }
 
-# --- stage 5: benchmarks --------------------------------------------------------------------
+# --- stage 5: Hugging Face load ---------------------------------------------------------------
+stage_hf_load() {
+  local train=$DATA/train valid=$DATA/valid run=$SD/run rc
+  [[ -f "$train.bin" ]] || { row FAIL "no dataset at $train"; return; }
+  rc=0; timeout -k 5 15 "${MPIRUN[@]}" -np 1 "$BIN/echo_train" "$CONFIGS/quickstart.yaml" --set model.layers=2 \
+    --set parallel.tp=1 --set run.device=cpu --set comm.allreduce=exact_fp32 --set train.steps=10 \
+    --set train.micro_batch=4 --set train.global_batch=4 --set data.seq_len=64 --set train.eval_interval=0 \
+    --set train.checkpoint_interval=10 --set data.train="$train" --set data.valid="$valid" \
+    --set run.out_dir="$run" --overwrite >"$SD/train.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || { row FAIL "training the checkpoint: exit $rc"; return; }
+  rc=0; timeout -k 5 10 "${MPIRUN[@]}" -np 1 "$BIN/echo_eval" "$run" --batches 1 --micro-batch 4 --global-batch 4 \
+    --dump-batch "$SD/batch.npy" --json "$SD/echo_eval.json" >"$SD/echo_eval.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || { row FAIL "echo_eval: exit $rc"; return; }
+  local ckpt
+  ckpt=$(ls -d "$run"/checkpoints/step_* | tail -1)
+  rc=0; timeout -k 5 25 python3 "$TORCH_REF" --hf-checkpoint "$ckpt" --tokens "$SD/batch.npy" \
+    --json "$SD/torch.json" >"$SD/torch.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || { row FAIL "transformers: exit $rc: $(tail -1 "$SD/torch.log" | cut -c1-100)"; return; }
+  local verdict
+  verdict=$(python3 -c 'import json, sys
+e = json.load(open(sys.argv[1]))["loss"]; t = json.load(open(sys.argv[2]))["loss"]
+r = abs(e - t) / abs(t)
+print(("PASS" if r < 1e-4 else "FAIL") + f"|loads in transformers; loss echo {e:.6f} vs transformers {t:.6f} (rel {r:.1e})")' \
+    "$SD/echo_eval.json" "$SD/torch.json" 2>&1)
+  [[ $verdict == *"|"* ]] && row "${verdict%%|*}" "${verdict#*|}" || row FAIL "comparing: $verdict"
+}
+
+# --- stage 6: benchmarks --------------------------------------------------------------------
 stage_benchmarks() {
   local fails=() rc
   rc=0; timeout -k 5 30 "$BIN/echo_kernel_bench" --iters 10 --json "$SD/echo_kernel_bench.json" \
@@ -258,7 +287,8 @@ setup >"$OUT/setup.log" 2>&1 || true
 echo "device_check: $MODE mode ($([[ $MODE == bundle ]] && echo "$ECHO_BUNDLE" || echo "$BUILD")), output in $OUT"
 declare -A secs status
 for s in "${STAGES[@]}"; do
-  case $s in environment) t=$T_ENV ;; gpu_tests) t=$T_GPU ;; multi_rank) t=$T_MPI ;; loss_parity) t=$T_PARITY ;; benchmarks) t=$T_BENCH ;; esac
+  case $s in environment) t=$T_ENV ;; gpu_tests) t=$T_GPU ;; multi_rank) t=$T_MPI ;; loss_parity) t=$T_PARITY ;;
+    hf_load) t=$T_HF ;; benchmarks) t=$T_BENCH ;; esac
   rm -rf "${OUT:?}/$s" && mkdir -p "$OUT/$s"
   echo "device_check: stage $s (timeout ${t}s)"
   t0=$(date +%s)

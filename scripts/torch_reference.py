@@ -11,8 +11,8 @@ MFU against --peak-tflops (H200 dense bf16: 989).
 
 Hugging Face check (--hf-checkpoint DIR): loads an echo checkpoint folder with
 Qwen3ForCausalLM.from_pretrained (fails on missing or unexpected tensors) and prints the mean
-next-token loss of --tokens (a .npy of int token ids, shape (batch, seq + 1)), to be compared
-with echo's loss on the same tokens.
+cross-entropy of --tokens, the int32 .npy of shape (2, batch, seq) that `echo_eval --dump-batch`
+writes ([0] input ids, [1] targets, -100 ignored), to compare with echo_eval's loss on them.
 
 Runs where PyTorch and transformers are installed (the GPU machine); echo itself never imports
 it. Only standard library + torch + transformers + pyyaml + numpy.
@@ -125,15 +125,18 @@ def hf_check(args):
         sys.exit(f"{args.hf_checkpoint}: {bad}")
     result = {"checkpoint": args.hf_checkpoint, "loaded": True}
     if args.tokens:
-        ids = torch.from_numpy(np.load(args.tokens).astype("int64"))
-        if ids.ndim != 2 or ids.shape[1] < 2:
-            sys.exit(f"{args.tokens}: expected (batch, seq + 1) token ids, got shape {tuple(ids.shape)}")
+        batch = torch.from_numpy(np.load(args.tokens).astype("int64"))
+        if batch.ndim != 3 or batch.shape[0] != 2:
+            sys.exit(f"{args.tokens}: expected (2, batch, seq) from echo_eval --dump-batch, got {tuple(batch.shape)}")
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
-        ids = ids.to(device)
+        ids, targets = batch[0].to(device), batch[1].to(device)
         with torch.no_grad():
-            logits = model(input_ids=ids[:, :-1]).logits.double()
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+            logits = model(input_ids=ids).logits.double()
+        # NOTE: fp32 weights and activations; the loss in double, over the targets echo counts.
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+        )
         result["loss"] = float(loss)
         print(f"hf_check: {args.hf_checkpoint} loads; loss on {args.tokens} = {float(loss):.6f}")
     else:
@@ -151,7 +154,7 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H200: 989)")
     p.add_argument("--hf-checkpoint", help="check that this echo checkpoint folder loads in transformers")
-    p.add_argument("--tokens", help=".npy of (batch, seq + 1) token ids for the --hf-checkpoint loss")
+    p.add_argument("--tokens", help="echo_eval --dump-batch's .npy (2, batch, seq): the --hf-checkpoint loss input")
     p.add_argument("--json", help="write the result as JSON here")
     args = p.parse_args()
     for name in ("batch", "seq", "iters"):

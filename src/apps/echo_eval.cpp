@@ -38,6 +38,8 @@ int eval_main(int argc, char** argv) {
   app.add_option("--global-batch", req.global_batch, "sequences per global batch (default: train.global_batch)");
   app.add_option("--seq-len", req.seq_len, "tokens per sequence (default: data.seq_len)");
   app.add_option("--json", json_path, "also write the result and its settings as one JSON object (rank 0)");
+  app.add_option("--dump-batch", req.dump_batch,
+                 "write the last evaluated micro-batch (tokens, targets) as an int32 .npy of shape (2, B, S) (rank 0)");
   int rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);

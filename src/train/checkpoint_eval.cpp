@@ -154,6 +154,32 @@ void check_tp_divides(const config::ModelConfig& m, int tp) {
 
 }  // namespace
 
+namespace {
+
+// NumPy .npy (format 1.0) of int32 (2, rows, cols): tokens then targets.
+void write_batch_npy(const std::string& path, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+                     int64_t rows, int64_t cols) {
+  ECHO_CHECK(static_cast<int64_t>(tokens.size()) == rows * cols && tokens.size() == targets.size(),
+             "write_batch_npy: {} tokens and {} targets for ({}, {})", tokens.size(), targets.size(), rows, cols);
+  std::string header = fmt::format("{{'descr': '<i4', 'fortran_order': False, 'shape': (2, {}, {}), }}", rows, cols);
+  // magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64, ending in \n.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream f(path, std::ios::binary);
+  ECHO_INPUT_CHECK(f.good(), "--dump-batch {}: cannot open for writing", path);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.put(static_cast<char>(len & 0xff));
+  f.put(static_cast<char>(len >> 8));
+  f << header;
+  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
+  f.write(reinterpret_cast<const char*>(targets.data()), static_cast<std::streamsize>(targets.size() * 4));
+  ECHO_INPUT_CHECK(f.good(), "--dump-batch {}: write failed", path);
+}
+
+}  // namespace
+
 EvalReport evaluate_checkpoint(const EvalRequest& req) {
   int world_size = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -226,6 +252,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
   std::vector<int32_t> tokens, targets;
   const EvalLoss result = evaluate_loss(model, loader, world.dp, spec, tokens, targets);
+  if (!req.dump_batch.empty() && rank == 0) write_batch_npy(req.dump_batch, tokens, targets, mb, cfg.data.seq_len);
 
   rep.loss = result.loss;
   rep.ppl = std::exp(result.loss);

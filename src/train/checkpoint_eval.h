@@ -22,6 +22,11 @@ struct EvalRequest {
   int micro_batch = 0;                 // 0 = train.micro_batch
   int global_batch = 0;                // 0 = train.global_batch
   int seq_len = 0;                     // 0 = data.seq_len
+  // When set, rank 0 writes the last micro-batch it evaluated as a NumPy .npy of int32, shape
+  // (2, micro_batch, seq_len): [0] the input tokens, [1] the targets (-100 = ignored). With one
+  // micro-batch in all (--batches 1, global batch = micro batch, one rank) the reported loss is
+  // that batch's, so another implementation can be checked on exactly the same tokens.
+  std::string dump_batch;
 };
 
 struct EvalReport {
