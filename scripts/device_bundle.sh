@@ -68,7 +68,9 @@ find_bin() {
   done
 }
 
-mapfile -t GPU_TESTS < <(cd "$BUILD_DIR" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p')
+# A test labelled both gpu and mpi is registered once per rank count (NAME_np2, NAME_np4): one binary.
+mapfile -t GPU_TESTS < <(cd "$BUILD_DIR" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p' | sed 's/_np[0-9]*$//' |
+  awk '!seen[$0]++')
 printf '%s\n' "${GPU_TESTS[@]}" | grep -q '_cuda_test$' ||
   die "$BUILD_DIR has no *_cuda_test: configure it with -DECHO_CUDA=ON (nvcc at /usr/local/cuda)"
 

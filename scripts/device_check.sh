@@ -46,7 +46,8 @@ setup() {
     TESTS_ENV=$OUT/bin/tests.env
     if [[ ! -f "$BIN/.done" ]]; then  # links to the build's binaries, made once per OUT_DIR
       mkdir -p "$BIN"
-      (cd "$BUILD" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p') >"$BIN/tests.gpu" 2>/dev/null
+      (cd "$BUILD" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p' | sed 's/_np[0-9]*$//' | awk '!seen[$0]++') \
+        >"$BIN/tests.gpu" 2>/dev/null
       printf '%s\n' seam_golden_mpi_test trainer_mpi_test tp_mpi_test qar_mpi_test make_all_reduce_mpi_test world_mpi_test >"$BIN/tests.mpi"
       for n in $(cat "$BIN/tests.gpu" "$BIN/tests.mpi") echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench; do
         f=$(find "$BUILD" -path '*/CMakeFiles' -prune -o -type f -name "$n" -perm -u+x -print 2>/dev/null | head -1)
@@ -136,7 +137,12 @@ stage_gpu_tests() {
     row FAIL "$ok/$total binaries ok so far (stopped in $t)"
     if [[ ! -x "$BIN/$t" ]]; then sub "$(printf '%-28s MISSING' "$t")"; continue; fi
     rc=0
-    env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "$BIN/$t" --gtest_output="json:$SD/$t.json" >"$SD/$t.log" 2>&1 || rc=$?
+    if [[ $t == *_mpi_* ]]; then  # a GPU test across ranks (they share the one GPU): np 2
+      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "${MPIRUN[@]}" -np 2 -x ECHO_REQUIRE_GPU "$BIN/$t" \
+        >"$SD/$t.log" 2>&1 || rc=$?
+    else
+      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "$BIN/$t" --gtest_output="json:$SD/$t.json" >"$SD/$t.log" 2>&1 || rc=$?
+    fi
     read -r p f s <<<"$(gtest_counts "$SD/$t.log")"
     tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
     if [[ $rc -eq 0 && $s -eq 0 && $p -gt 0 ]]; then c=ok ok=$((ok + 1)); else c=FAIL; [[ $rc -eq 124 ]] && c=TIMEOUT; fi
