@@ -48,7 +48,7 @@ grep -q -- "--set run.seed=2 --set comm.compensator.eta=0.75 --set run.out_dir=$
 
 # 2. The sweep: 4 points, CSV with 4 rows, MD with the seeds averaged per eta.
 out=$(run_sweep 2>&1); rc=$?
-[[ $rc -eq 0 ]] && ok "sweep ran 4 points" || { echo "$out"; tail -5 "$root"/logs/*.log; die "sweep exited $rc"; }
+[[ $rc -eq 0 ]] && ok "sweep ran 4 points" || { echo "$out"; tail -n 5 "$root"/logs/*.log; die "sweep exited $rc"; }
 csv=$root/results.csv md=$root/results.md
 [[ -s $csv && -s $md ]] || die "results.csv / results.md missing"
 rows=$(tail -n +2 "$csv" | wc -l)
