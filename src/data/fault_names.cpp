@@ -45,9 +45,15 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
     static constexpr char kTail[] =
         "': it was truncated or rewritten while this run had it open; restore the file (for the demo data "
         "`bash scripts/get_data.sh --force`) and --resume\n";
-    write_all(kHead, sizeof kHead - 1);
-    write_all(r.path, r.path_len);
-    write_all(kTail, sizeof kTail - 1);
+    // One write() of the whole line: every rank mapping the file faults at once, and separate
+    // writes of head, path and tail interleave on a shared stderr (seen under mpirun), which
+    // garbles the file name. Under PIPE_BUF bytes a single write to a pipe is atomic.
+    char line[sizeof kHead + sizeof Region::path + sizeof kTail];
+    const size_t path_len = std::min(r.path_len, sizeof Region::path);
+    std::memcpy(line, kHead, sizeof kHead - 1);
+    std::memcpy(line + sizeof kHead - 1, r.path, path_len);
+    std::memcpy(line + sizeof kHead - 1 + path_len, kTail, sizeof kTail - 1);
+    write_all(line, sizeof kHead - 1 + path_len + sizeof kTail - 1);
     ::_exit(kFaultExitCode);
   }
   // Not one of ours: whoever handled SIGBUS before (Open MPI prints a backtrace), else the default.
