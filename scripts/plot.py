@@ -30,7 +30,6 @@ Eqn. (21) of the Echo paper beside each line (see plot_depth).
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -41,6 +40,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from metrics import MetricsError, read_metrics, tail_mean  # noqa: E402
 
 
 class PlotError(Exception):
@@ -57,30 +58,15 @@ def metrics_path(run):
 
 
 def read_run(run):
-    """{'train': [(step, loss)], 'val': [(step, val_loss)], 'sites': {(direction, site): [...]}}"""
-    path = metrics_path(run)
-    train, val, sites = {}, {}, {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                raise PlotError(f"{path}:{n}: not a JSON line")
-            if d.get("kind") == "echo_site":
-                key = (d["direction"], int(d["site"]))
-                sites.setdefault(key, []).append(
-                    (d["step"], d["delta_norm"], d["partial_sum_norm"], d.get("x_norm", math.nan)))
-            elif d.get("kind"):
-                continue  # a kind this script does not know yet
-            elif "val_loss" in d:
-                val[d["step"]] = d["val_loss"]  # a resumed run logs a step once; keep the last
-            elif "loss" in d:
-                train[d["step"]] = d["loss"]
-    return {"path": path, "train": sorted(train.items()), "val": sorted(val.items()),
-            "sites": {k: sorted(v) for k, v in sites.items()}}
+    """{'train': [(step, loss)], 'val': [(step, val_loss)], 'sites': {(direction, site): [...]},
+    'tail100': the tail-100 mean training loss}"""
+    try:
+        m = read_metrics(metrics_path(run))
+    except MetricsError as e:
+        raise PlotError(str(e))
+    return {"path": m["path"], "train": [(d["step"], d["loss"]) for d in m["train"]],
+            "val": [(d["step"], d["val_loss"]) for d in m["val"]], "sites": m["sites"],
+            "tail100": tail_mean(m["train"])}
 
 
 def labels_for(runs, given):
@@ -117,14 +103,6 @@ def trailing_mean_std(values, window):
     mean = (c1[idx] - c1[lo]) / n
     var = np.maximum((c2[idx] - c2[lo]) / n - mean * mean, 0.0)
     return mean, np.sqrt(var)
-
-
-def tail_mean(train, tail=100):
-    if not train:
-        return None
-    last = train[-1][0]
-    xs = [loss for step, loss in train if step > last - tail]
-    return sum(xs) / len(xs)
 
 
 # ---------------------------------------------------------------- figures ---------------------
@@ -325,7 +303,7 @@ def main(argv):
         return 1
     for run, label in zip(runs, labels):
         if run["train"]:
-            t = tail_mean(run["train"])
+            t = run["tail100"]
             v = f"{run['val'][-1][1]:.4f} (step {run['val'][-1][0]})" if run["val"] else "-"
             print(f"{label}: step {run['train'][-1][0]}, tail-100 loss {t:.4f}, last val loss {v}")
     for path in written:

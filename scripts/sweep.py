@@ -40,7 +40,6 @@ config or grid.
 import argparse
 import csv
 import itertools
-import json
 import math
 import os
 import re
@@ -50,9 +49,10 @@ import sys
 
 import yaml
 
+from metrics import MetricsError, mean_std, read_metrics, tail_mean
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
-TAIL = 100  # steps in the "tail-100" mean, as in the Echo paper's Table 7
 
 
 class SweepError(Exception):
@@ -205,53 +205,25 @@ def make_points(grid):
 
 # ---------------------------------------------------------------- metrics ---------------------
 
-def read_metrics(path):
-    """(train lines, val lines, error) of a metrics.jsonl; missing file -> empty lists."""
-    train, val = [], []
-    if not os.path.exists(path):
-        return train, val, None
+def load_point_metrics(path):
+    """(train lines, val lines, error) of a point's metrics.jsonl; a missing file -> empty lists."""
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError:
-                    return train, val, f"{path}:{n}: not JSON"
-                if d.get("kind"):
-                    continue  # telemetry (echo_site) lines
-                if "val_loss" in d:
-                    val.append(d)
-                elif "loss" in d:
-                    train.append(d)
-    except OSError as e:
-        return train, val, f"{path}: {e.strerror}"
-    return train, val, None
+        m = read_metrics(path, missing_ok=True)
+    except MetricsError as e:
+        return [], [], str(e)
+    return m["train"], m["val"], None
 
 
 def summarize(train, val):
     last = train[-1]["step"] if train else 0
-    tail = [d["loss"] for d in train if d["step"] > last - TAIL]
     tps = [d["tokens_per_s"] for d in train[1:]] or [d["tokens_per_s"] for d in train]
     return {
         "steps_done": last,
-        "tail100_loss": sum(tail) / len(tail) if tail else None,
+        "tail100_loss": tail_mean(train),
         "final_val_loss": val[-1]["val_loss"] if val else None,
         "val_step": val[-1]["step"] if val else None,
         "tokens_per_s": sum(tps) / len(tps) if tps else None,
     }
-
-
-def mean_std(xs):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return None, None, 0
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, None, len(xs)
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)), len(xs)
 
 
 def fmt(x, digits=4):
@@ -263,7 +235,7 @@ def write_results(out_root, grid, points, steps_of):
     rows = []
     for p in points:
         out_dir = os.path.join(out_root, p["name"])
-        train, val, err = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
+        train, val, err = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
         s = summarize(train, val)
         steps = steps_of(p)
         status = p.get("status") or ("done" if s["steps_done"] >= steps else
@@ -374,7 +346,7 @@ def main(argv):
     todo = []
     for p in points:
         out_dir = os.path.join(out_root, p["name"])
-        train, _, _ = read_metrics(os.path.join(out_dir, "metrics.jsonl"))
+        train, _, _ = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
         if train and train[-1]["step"] >= steps_of(p):
             p["status"] = "done"
         else:

@@ -47,4 +47,38 @@ TEST(ShippedConfigs, PaperConfigsLoad) {
   }
 }
 
+// The depth study (configs/depth/, docs/results.md): four settings that differ only in the
+// all-reduce, at tp = 4, so that the gaps it reports are the all-reduce's alone.
+TEST(ShippedConfigs, DepthStudyConfigsDifferOnlyInComm) {
+  EXPECT_EQ(load_all(kConfigs / "depth"), 4);
+  const auto load = [](const char* name) {
+    return load_config((kConfigs / "depth" / name).string(), {}, 4);
+  };
+  const Config bf16 = load("bf16.yaml");
+  EXPECT_EQ(bf16.comm.allreduce, AllReduceKind::exact);
+  struct Expected { const char* file; int bits; bool compensated; };
+  for (const Expected e : {Expected{"echo4.yaml", 4, true}, Expected{"nocomp4.yaml", 4, false},
+                           Expected{"echo8.yaml", 8, true}}) {
+    SCOPED_TRACE(e.file);
+    const Config c = load(e.file);
+    EXPECT_EQ(c.comm.allreduce, AllReduceKind::echo);
+    EXPECT_EQ(c.comm.bits, e.bits);
+    EXPECT_EQ(c.comm.compensator.enabled, e.compensated);
+    EXPECT_TRUE(c.comm.forward && c.comm.backward);
+    EXPECT_EQ(c.parallel.tp, 4);
+    EXPECT_EQ(c.model.hidden, bf16.model.hidden);
+    EXPECT_EQ(c.model.kv_heads, bf16.model.kv_heads);
+    EXPECT_EQ(c.model.layers, bf16.model.layers);
+    EXPECT_EQ(c.optim.lr, bf16.optim.lr);
+    EXPECT_EQ(c.optim.min_lr, bf16.optim.min_lr);
+    EXPECT_EQ(c.schedule.warmup_steps, bf16.schedule.warmup_steps);
+    EXPECT_EQ(c.train.steps, bf16.train.steps);
+    EXPECT_EQ(c.train.micro_batch, bf16.train.micro_batch);
+    EXPECT_EQ(c.train.eval_batches, bf16.train.eval_batches);
+    EXPECT_EQ(c.data.seq_len, bf16.data.seq_len);
+    EXPECT_EQ(c.data.train, bf16.data.train);
+    EXPECT_EQ(c.run.seed, bf16.run.seed);
+  }
+}
+
 }  // namespace echo::config

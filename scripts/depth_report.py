@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Tabulates and plots the depth study of docs/results.md (scripts/depth_study.sh).
+
+    scripts/depth_report.py OUT_ROOT [--baseline bf16]
+
+OUT_ROOT holds one folder per setting (bf16, echo4, nocomp4, echo8, or any other name), each
+holding the sweep points `layers=L_seed=S` with their metrics.jsonl. For every setting and depth
+it takes the last validation loss of each finished seed, and the gap to the baseline setting in
+percent, paired by seed: (val - val_baseline) / val_baseline of the same seed and depth, so the
+data order and initial weights, which the seed fixes, cancel. Writes OUT_ROOT/depth-gap.md (two
+tables: validation loss and gap, mean +- sample std over seeds) and OUT_ROOT/depth-gap.png (gap
+against depth, one line per setting, error bars one std). A run counts as finished when its
+metrics reach the step of its last validation, i.e. train.steps; unfinished runs are listed and
+left out.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from metrics import MetricsError, mean_std, read_metrics  # noqa: E402
+
+LABELS = {"bf16": "16-bit (exact)", "echo4": "Echo 4-bit", "nocomp4": "4-bit, no compensation",
+          "echo8": "Echo 8-bit"}
+POINT = re.compile(r"^layers=(\d+)_seed=(\d+)$")
+
+
+class ReportError(Exception):
+    pass
+
+
+def collect(out_root):
+    """{setting: {(layers, seed): final val loss}}, and the unfinished points."""
+    if not os.path.isdir(out_root):
+        raise ReportError(f"{out_root}: no such folder")
+    results, unfinished = {}, []
+    for setting in sorted(os.listdir(out_root)):
+        folder = os.path.join(out_root, setting)
+        if not os.path.isdir(folder):
+            continue
+        for point in sorted(os.listdir(folder)):
+            match = POINT.match(point)
+            if not match:
+                continue
+            m = read_metrics(os.path.join(folder, point, "metrics.jsonl"), missing_ok=True)
+            last_step = m["train"][-1]["step"] if m["train"] else 0
+            if not m["val"] or m["val"][-1]["step"] != last_step or last_step == 0:
+                unfinished.append(f"{setting}/{point} (step {last_step})")
+                continue
+            results.setdefault(setting, {})[(int(match[1]), int(match[2]))] = m["val"][-1]["val_loss"]
+    if not results:
+        raise ReportError(f"{out_root}: no finished layers=L_seed=S runs in any setting folder")
+    return results, unfinished
+
+
+def ordered(settings):
+    return [s for s in LABELS if s in settings] + sorted(s for s in settings if s not in LABELS)
+
+
+def cell(values, digits, suffix=""):
+    m, sd, n = mean_std(values)
+    if m is None:
+        return "–"
+    text = f"{m:.{digits}f}{suffix}" if sd is None else f"{m:.{digits}f} ± {sd:.{digits}f}{suffix}"
+    return f"{text} (n={n})" if n != 3 else text
+
+
+def gaps(results, baseline, setting, depth):
+    """Per-seed gaps in percent of `setting` over `baseline` at `depth`."""
+    base, mine = results.get(baseline, {}), results.get(setting, {})
+    return [100.0 * (v - base[(d, s)]) / base[(d, s)] for (d, s), v in sorted(mine.items())
+            if d == depth and (d, s) in base]
+
+
+def report(out_root, baseline):
+    results, unfinished = collect(out_root)
+    if baseline not in results:
+        raise ReportError(f"{out_root}: no finished runs of the baseline setting '{baseline}'")
+    settings = ordered(results)
+    depths = sorted({d for runs in results.values() for d, _ in runs})
+    name = lambda s: LABELS.get(s, s)  # noqa: E731
+
+    lines = ["# Depth study: final validation loss and gap to 16-bit", "",
+             f"Written by scripts/depth_report.py from {out_root}. Mean ± sample std over seeds "
+             "(n = 3 unless shown).", "", "## Final validation loss", "",
+             "| layers | " + " | ".join(name(s) for s in settings) + " |",
+             "|---|" + "---|" * len(settings)]
+    for d in depths:
+        row = [cell([v for (dd, _), v in sorted(results[s].items()) if dd == d], 4) for s in settings]
+        lines.append(f"| {d} | " + " | ".join(row) + " |")
+    others = [s for s in settings if s != baseline]
+    lines += ["", f"## Gap to {name(baseline)}, percent, paired by seed", "",
+              "| layers | " + " | ".join(name(s) for s in others) + " |", "|---|" + "---|" * len(others)]
+    for d in depths:
+        lines.append(f"| {d} | " + " | ".join(cell(gaps(results, baseline, s, d), 2, " %") for s in others) + " |")
+    if unfinished:
+        lines += ["", "Not finished (left out): " + ", ".join(unfinished)]
+    md = os.path.join(out_root, "depth-gap.md")
+    with open(md, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for s in others:
+        pts = [(d, mean_std(gaps(results, baseline, s, d))) for d in depths]
+        pts = [(d, m, sd or 0.0) for d, (m, sd, _) in pts if m is not None]
+        if pts:
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                        capsize=3, label=name(s))
+    ax.axhline(0.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.set_xlabel("layers (all-reduce sites per layer: 2 forward, 2 backward)")
+    ax.set_ylabel(f"final validation loss gap to {name(baseline)} (%)")
+    ax.set_title("Quantized tensor-parallel all-reduce vs depth (tp = 4, CPU)", fontsize=10)
+    ax.grid(alpha=0.3)
+    if others:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = os.path.join(out_root, "depth-gap.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return md, png, "\n".join(lines)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="depth_report.py", description="Table and figure of the depth study.")
+    ap.add_argument("out_root", help="the study's folder (scripts/depth_study.sh --out-root)")
+    ap.add_argument("--baseline", default="bf16", help="the setting folder the gaps are measured against")
+    args = ap.parse_args(argv)
+    try:
+        md, png, text = report(args.out_root, args.baseline)
+    except (ReportError, MetricsError, OSError) as e:
+        print(f"depth_report: {e}", file=sys.stderr)
+        return 1
+    print(text)
+    print(f"wrote {md}\nwrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# scripts/depth_report.py on a hand-made study folder: the table's means, stds and paired gaps
+# against numbers worked out by hand, an unfinished run listed and left out, the PNG written,
+# and a folder without the baseline refused with a message naming it.
+#   depth_report_test.sh SRC_DIR WORK
+set -uo pipefail
+src=$1 work=$2
+PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+rm -rf "$work" && mkdir -p "$work"
+# run SETTING LAYERS SEED LAST_STEP VAL_LOSS: a metrics.jsonl of 3 logged steps and one validation.
+run() {
+  local dir=$work/study/$1/layers=$2_seed=$3
+  mkdir -p "$dir"
+  printf '{"step":%d,"loss":3.0,"tokens_per_s":100}\n{"step":%d,"loss":2.9,"tokens_per_s":100}\n' 1 2 > "$dir/metrics.jsonl"
+  printf '{"kind":"echo_site","step":2,"direction":"forward","site":0,"delta_norm":1,"partial_sum_norm":1}\n' >> "$dir/metrics.jsonl"
+  printf '{"step":%d,"loss":2.8,"tokens_per_s":100}\n{"step":%d,"val_loss":%s}\n' "$4" 4 "$5" >> "$dir/metrics.jsonl"
+}
+# Depth 2: baseline 2.0, 2.2, 2.4; echo4 +1 %, +0 %, +1 % -> gap 0.67 +- 0.58 %,
+# echo4 val 2.02, 2.2, 2.424: mean 2.214667, sample std sqrt(0.081931 / 2) = 0.2024.
+run bf16 2 1 4 2.0; run bf16 2 2 4 2.2; run bf16 2 3 4 2.4
+run echo4 2 1 4 2.02; run echo4 2 2 4 2.2; run echo4 2 3 4 2.424
+# Depth 4: echo4 has a run cut short at step 3 (its validation is at step 4): n = 2, gap from
+# seeds 1 and 2: -1 % and +3 % -> 1.00 +- 2.83 %.
+run bf16 4 1 4 1.9; run bf16 4 2 4 2.1; run bf16 4 3 4 2.3
+run echo4 4 1 4 1.881; run echo4 4 2 4 2.163; run echo4 4 3 3 9.9
+out=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) || { echo "$out"; fail "depth_report.py exited non-zero"; }
+md=$work/study/depth-gap.md
+[[ -s $md ]] || fail "no depth-gap.md"
+grep -q '^| 2 | 2.2000 ± 0.2000 | 2.2147 ± 0.2024 |$' "$md" || fail "depth-2 loss row wrong: $(grep '^| 2 ' "$md" | head -1)"
+grep -q '^| 2 | 0.67 ± 0.58 % |$' "$md" || fail "depth-2 gap row wrong: $(grep '^| 2 ' "$md" | tail -1)"
+grep -q '^| 4 | 1.00 ± 2.83 % (n=2) |$' "$md" || fail "depth-4 gap row wrong: $(grep '^| 4 ' "$md" | tail -1)"
+grep -q 'echo4/layers=4_seed=3 (step 3)' "$md" || fail "the unfinished run is not listed"
+[[ $(head -c 8 "$work/study/depth-gap.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+  fail "depth-gap.png missing or not a PNG"
+rm -rf "$work/study/bf16"
+msg=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) && fail "a study without its baseline was accepted"
+[[ $msg == *"baseline setting 'bf16'"* ]] || fail "the message does not name the missing baseline: $msg"
+echo "ok: depth_report.py tables and figure"
