@@ -37,7 +37,6 @@ class TwoPhaseReduce {
   // Workspaces grow to the largest call and are reused: no allocation in steady state.
   std::vector<uint8_t> send_, recv_, own_code_, gathered_;
   std::vector<float> sum_;
-  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
 };
 
 }  // namespace echo::comm

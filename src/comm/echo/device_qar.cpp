@@ -15,7 +15,7 @@
 #include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
 #include "comm/exact_all_reduce.h"
-#include "comm/segments.h"
+#include "comm/two_phase_layout.h"
 #include "compensator.cuh"
 #include "core/error.h"
 #include "cuda_check.h"
@@ -29,17 +29,6 @@ namespace {
 // The legacy default stream: it orders with the CUDA backend's blocking stream and with the
 // synchronous copies of Tensor, so values produced there are ready here and vice versa.
 const cudaStream_t kStream = cudaStreamLegacy;
-
-// The block layout of TwoPhaseReduce (two_phase_reduce.cpp): blocks start on 8-byte boundaries
-// inside a buffer; the padding is local and never sent.
-constexpr size_t kBlockAlign = 8;
-size_t aligned(size_t bytes) { return (bytes + kBlockAlign - 1) / kBlockAlign * kBlockAlign; }
-
-int to_int(size_t v, const char* what) {
-  ECHO_CHECK(v <= static_cast<size_t>(std::numeric_limits<int>::max()),
-             "{} of {} bytes exceeds what one MPI call can move (2 GiB); split the tensor", what, v);
-  return static_cast<int>(v);
-}
 
 // Device memory that grows to the largest call and is then reused: no allocation in steady state.
 class DeviceBytes {
@@ -109,7 +98,6 @@ class CudaDeviceEcho final : public DeviceEcho {
   DeviceBytes x_comp_, work_, counters_;
   DeviceBytes send_, recv_, own_code_, gathered_;
   std::vector<uint8_t> host_send_, host_recv_, host_own_, host_gathered_;
-  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
 };
 
 std::vector<float> CudaDeviceEcho::host_copy(const State& st, bool second) {
@@ -180,68 +168,51 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
 size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec) {
   const int P = comm_.size();
   const int me = comm_.rank();
-  const auto segs = make_segments(n, P, static_cast<size_t>(spec.group_size));
+  const TwoPhaseLayout L = make_two_phase_layout(n, P, me, static_cast<size_t>(spec.group_size),
+                                                 [&](size_t m) { return wire_bytes(m, spec); });
+  const auto& segs = L.segments;
   const Segment mine = segs[me];
-  const size_t mine_bytes = aligned(wire_bytes(mine.size, spec));
   Counters* c = counters();
   cuda::reset_report(&c->decoded, kStream);
   cuda::reset_report(&c->encoded, kStream);
 
-  send_counts_.assign(P, 0);
-  send_displs_.assign(P, 0);
-  recv_counts_.assign(P, 0);
-  recv_displs_.assign(P, 0);
-
   // Phase 1: encode every non-owned segment for its owner.
-  size_t send_total = 0;
-  for (int j = 0; j < P; ++j) {
-    send_displs_[j] = to_int(send_total, "all-to-all buffer");
-    if (j == me) continue;
-    send_counts_[j] = to_int(wire_bytes(segs[j].size, spec), "segment");
-    send_total += aligned(wire_bytes(segs[j].size, spec));
-  }
-  for (int j = 0; j < P; ++j) {
-    recv_displs_[j] = to_int(static_cast<size_t>(j) * mine_bytes, "all-to-all buffer");
-    recv_counts_[j] = j == me ? 0 : to_int(wire_bytes(mine.size, spec), "segment");
-  }
-  uint8_t* send = send_.get(send_total);
-  uint8_t* recv = recv_.get(mine_bytes * P);
+  const ByteExchange& send_layout = L.to_owners_send;
+  const ByteExchange& recv_layout = L.to_owners_recv;
+  uint8_t* send = send_.get(send_layout.buffer_bytes);
+  uint8_t* recv = recv_.get(recv_layout.buffer_bytes);
   for (int j = 0; j < P; ++j)
     if (j != me && segs[j].size > 0)
-      cuda::quantize(y + segs[j].begin, segs[j].size, spec, send + send_displs_[j], &c->encoded, kStream);
-  if (host_send_.size() < send_total) host_send_.resize(send_total);
-  if (host_recv_.size() < mine_bytes * P) host_recv_.resize(mine_bytes * P);
-  to_host(host_send_.data(), send, send_total);
-  MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_counts_.data(), send_displs_.data(), MPI_BYTE, host_recv_.data(),
-                          recv_counts_.data(), recv_displs_.data(), MPI_BYTE, comm_.get()));
-  to_device(recv, host_recv_.data(), mine_bytes * P);
+      cuda::quantize(y + segs[j].begin, segs[j].size, spec, send + send_layout.displs[j], &c->encoded, kStream);
+  if (host_send_.size() < send_layout.buffer_bytes) host_send_.resize(send_layout.buffer_bytes);
+  if (host_recv_.size() < recv_layout.buffer_bytes) host_recv_.resize(recv_layout.buffer_bytes);
+  to_host(host_send_.data(), send, send_layout.buffer_bytes);
+  MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_layout.counts.data(), send_layout.displs.data(), MPI_BYTE,
+                          host_recv_.data(), recv_layout.counts.data(), recv_layout.displs.data(), MPI_BYTE,
+                          comm_.get()));
+  to_device(recv, host_recv_.data(), recv_layout.buffer_bytes);
 
   // Phase 2: the owner's fp32 sum, in rank order, onto its own segment of y (kept unencoded, as
   // QuantCodec::load_own keeps it; the final decode overwrites it). One launch per copy: stream
   // order is rank order.
   for (int j = 0; j < P; ++j)
     if (j != me && mine.size > 0)
-      cuda::dequantize_add(recv + recv_displs_[j], mine.size, spec, y + mine.begin, &c->decoded, kStream);
-  uint8_t* own = own_code_.get(mine_bytes);
+      cuda::dequantize_add(recv + recv_layout.displs[j], mine.size, spec, y + mine.begin, &c->decoded, kStream);
+  uint8_t* own = own_code_.get(L.own_code_bytes);
   if (mine.size > 0) cuda::quantize(y + mine.begin, mine.size, spec, own, &c->encoded, kStream);
 
   // Phase 3: all-gather of the encoded sums; every rank decodes the same bytes.
-  size_t gathered_total = 0;
-  for (int j = 0; j < P; ++j) {
-    recv_displs_[j] = to_int(gathered_total, "all-gather buffer");
-    recv_counts_[j] = to_int(wire_bytes(segs[j].size, spec), "segment");
-    gathered_total += aligned(wire_bytes(segs[j].size, spec));
-  }
-  if (host_own_.size() < mine_bytes) host_own_.resize(mine_bytes);
-  if (host_gathered_.size() < gathered_total) host_gathered_.resize(gathered_total);
-  to_host(host_own_.data(), own, static_cast<size_t>(recv_counts_[me]));
-  MPI_CHECK(MPI_Allgatherv(host_own_.data(), recv_counts_[me], MPI_BYTE, host_gathered_.data(), recv_counts_.data(),
-                           recv_displs_.data(), MPI_BYTE, comm_.get()));
-  uint8_t* gathered = gathered_.get(gathered_total);
-  to_device(gathered, host_gathered_.data(), gathered_total);
+  const ByteExchange& gather = L.gather;
+  if (host_own_.size() < L.own_code_bytes) host_own_.resize(L.own_code_bytes);
+  if (host_gathered_.size() < gather.buffer_bytes) host_gathered_.resize(gather.buffer_bytes);
+  to_host(host_own_.data(), own, static_cast<size_t>(gather.counts[me]));
+  MPI_CHECK(MPI_Allgatherv(host_own_.data(), gather.counts[me], MPI_BYTE, host_gathered_.data(),
+                           gather.counts.data(), gather.displs.data(), MPI_BYTE, comm_.get()));
+  uint8_t* gathered = gathered_.get(gather.buffer_bytes);
+  to_device(gathered, host_gathered_.data(), gather.buffer_bytes);
   for (int j = 0; j < P; ++j)
     if (segs[j].size > 0)
-      cuda::dequantize(gathered + recv_displs_[j], segs[j].size, spec, y + segs[j].begin, &c->decoded, kStream);
+      cuda::dequantize(gathered + gather.displs[j], segs[j].size, spec, y + segs[j].begin, &c->decoded, kStream);
   return cuda::read_report(&c->decoded, kStream).bad_groups;
 }
 
