@@ -27,6 +27,13 @@ validation loss.
 draws depth.png from the CSV of echo_depth --csv: max_t ||S_t|| / q against the number of
 all-reduce sites N, log-log, per compensator gain and case, with the bound of Theorem 1 /
 Eqn. (21) of the Echo paper beside each line (see plot_depth).
+
+    scripts/plot.py --sweep RESULTS.csv [RESULTS.csv ...] --sweep-x KEY [--labels A,B] [--out DIR]
+
+draws KEY's last component .png (e.g. lr.png for optim.lr) from the results.csv of
+scripts/sweep.py runs: the final validation loss of the finished points, mean +- one sample std
+over the other grid keys (the seeds), against KEY, one line per CSV; a log x axis when KEY's
+values span a factor of 4 or more.
 """
 
 import argparse
@@ -41,7 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from metrics import MetricsError, read_metrics, tail_mean  # noqa: E402
+from metrics import MetricsError, mean_std, read_metrics, tail_mean  # noqa: E402
 
 
 class PlotError(Exception):
@@ -247,6 +254,57 @@ def plot_depth(records, out_path):
     plt.close(fig)
 
 
+def read_sweep_csv(path, key):
+    """{x: [final validation loss of each finished point]} from a sweep.py results.csv."""
+    import csv
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise PlotError(f"{path}: {e.strerror}")
+    if not rows or key not in rows[0] or "final_val_loss" not in rows[0]:
+        columns = ", ".join(rows[0]) if rows else "none"
+        raise PlotError(f"{path}: not a sweep.py results.csv with a '{key}' column (columns: {columns})")
+    out = {}
+    for r in rows:
+        if r.get("status") != "done" or not r["final_val_loss"]:
+            continue
+        try:
+            out.setdefault(float(r[key]), []).append(float(r["final_val_loss"]))
+        except ValueError as e:
+            raise PlotError(f"{path}: bad value in point {r.get('point')}: {e}")
+    if not out:
+        raise PlotError(f"{path}: no finished points")
+    return out
+
+
+def plot_sweep(series, key, out_path):
+    """Final validation loss (mean +- one sample std over seeds) against the swept key, one line
+    per (label, {x: [losses]}) in series; n < 3 seeds at a point is written beside it."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    xs_all = sorted({x for _, d in series for x in d})
+    for label, d in series:
+        xs = sorted(d)
+        means = [float(np.mean(d[x])) for x in xs]
+        stds = [float(np.std(d[x], ddof=1)) if len(d[x]) > 1 else 0.0 for x in xs]
+        ax.errorbar(xs, means, yerr=stds, fmt="o-", capsize=4, lw=1.6, ms=5, label=label)
+        for x, m, v in zip(xs, means, (d[x] for x in xs)):
+            if len(v) < 3:
+                ax.annotate(f"n={len(v)}", (x, m), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    if xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 4:
+        ax.set_xscale("log")
+    ax.set_xticks(xs_all)
+    ax.set_xticklabels([f"{x:g}" for x in xs_all])
+    ax.minorticks_off()
+    ax.set_xlabel(key)
+    ax.set_ylabel("final validation loss (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+
+
 def safe(text):
     return "".join(c if c.isalnum() or c in "._-=+" else "-" for c in text)
 
@@ -264,9 +322,33 @@ def main(argv):
     ap.add_argument("--ymax", type=float, default=None, help="top of the full-run panel's y axis")
     ap.add_argument("--no-telemetry", action="store_true", help="skip the telemetry figures")
     ap.add_argument("--depth", default=None, help="echo_depth --csv output: write depth.png from it")
+    ap.add_argument("--sweep", nargs="+", default=None, metavar="CSV",
+                    help="sweep.py results.csv files: plot the final validation loss against --sweep-x")
+    ap.add_argument("--sweep-x", default=None, metavar="KEY", help="the grid key on the x axis of --sweep")
     args = ap.parse_args(argv)
+    if args.sweep:
+        if args.runs or args.depth:
+            ap.error("--sweep goes alone (no run directories, no --depth)")
+        if not args.sweep_x:
+            ap.error("--sweep needs --sweep-x KEY (the grid key to plot against)")
+        try:
+            series = list(zip(labels_for(args.sweep, args.labels),
+                              [read_sweep_csv(p, args.sweep_x) for p in args.sweep]))
+            os.makedirs(args.out, exist_ok=True)
+            path = os.path.join(args.out, safe(args.sweep_x.split(".")[-1]) + ".png")
+            plot_sweep(series, args.sweep_x, path)
+        except (PlotError, OSError) as e:
+            print(f"plot: {e}", file=sys.stderr)
+            return 1
+        for label, d in series:
+            for x in sorted(d):
+                m, sd, n = mean_std(d[x])
+                print(f"{label}: {args.sweep_x}={x:g}: final val loss {m:.4f}"
+                      + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})")
+        print(f"wrote {path}")
+        return 0
     if not args.runs and not args.depth:
-        ap.error("give run directories, or --depth CSV")
+        ap.error("give run directories, --depth CSV or --sweep CSV...")
     if args.depth:
         try:
             records = read_depth_csv(args.depth)

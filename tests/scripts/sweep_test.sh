@@ -97,5 +97,17 @@ check_bad 'run.seed: []' "'run.seed' is empty"
 check_bad 'comm.compensator.eta: 0.5' "'comm.compensator.eta' must be a list"
 check_bad 'optim.lr: [fast]' "'optim.lr'"
 
+# 6. The shipped grids are valid with the bases they are written for (--print runs nothing).
+check_shipped() {  # check_shipped BASE GRID POINTS
+  local out rc
+  out=$("${sweep[@]}" "$src/$1" "$src/$2" --print --out-root "$work/shipped" 2>&1); rc=$?
+  if [[ $rc -eq 0 && $(grep -c ' --resume$' <<<"$out") -eq $3 ]]; then ok "$2 over $1: $3 points"
+  else bad "$2 over $1: exit $rc, expected $3 command lines: $out"; fi
+}
+check_shipped configs/paper/lr-ablation.yaml configs/paper/grids/lr-ablation.yaml 4
+check_shipped configs/depth/bf16.yaml configs/depth/grids/layers-seeds.yaml 12
+check_shipped configs/depth/echo4.yaml configs/depth/grids/eta-seeds.yaml 12
+check_shipped configs/depth/bf16.yaml configs/depth/grids/lr-seeds.yaml 9
+
 echo "$passed passed, $failed failed"
 ((failed == 0))
