@@ -49,9 +49,9 @@ import sys
 
 import yaml
 
+from launch import REPO, default_tool, launcher
 from metrics import MetricsError, mean_std, read_metrics, tail_mean
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
 
 
@@ -292,10 +292,6 @@ def write_results(out_root, grid, points, steps_of):
 
 # ---------------------------------------------------------------- main ------------------------
 
-def default_tool(relpath):
-    return os.path.relpath(os.path.join(REPO, relpath))
-
-
 def main(argv):
     ap = argparse.ArgumentParser(
         prog="sweep.py", description="Run echo_train over the cartesian product of a grid of config values.",
@@ -327,9 +323,7 @@ def main(argv):
 
     out_root = args.out_root or os.path.join(
         "runs", "sweep-" + os.path.splitext(os.path.basename(args.base))[0])
-    launcher = shlex.split(args.mpirun)
-    if args.mpirun.endswith(".sh") and len(launcher) == 1:
-        launcher = ["bash", args.mpirun]
+    mpirun = launcher(args.mpirun)
 
     def steps_of(point):
         for key, value in point["set"]:
@@ -338,7 +332,7 @@ def main(argv):
         return int(config["train.steps"])
 
     def command(point, out_dir):
-        cmd = [*launcher, "-np", str(np_), args.echo_train, args.base]
+        cmd = [*mpirun, "-np", str(np_), args.echo_train, args.base]
         for key, value in point["set"]:
             cmd += ["--set", f"{key}={value}"]
         return cmd + ["--set", f"run.out_dir={out_dir}", "--resume"]

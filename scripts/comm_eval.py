@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""The analog of the Echo paper's Table 4 (arXiv:2610.14277): one checkpoint evaluated under every
+tensor-parallel communication setting, so the loss each setting costs is read off one table.
+
+    scripts/comm_eval.py CHECKPOINT [--np 4] [--batches N] [--data PREFIX] [--out PREFIX]
+                         [--echo-eval PATH] [--mpirun CMD]
+
+CHECKPOINT is what echo_eval takes (a run directory, one of its checkpoints, or a Hugging Face
+Qwen3 folder). Each row runs
+
+    MPIRUN -np N ECHO_EVAL CHECKPOINT --tp N --set comm.allreduce=... [--set ...] --json ROW.json
+
+with the settings of ROWS below (everything else from the checkpoint's config), and the table
+gives the loss, the perplexity, and both against the 16-bit row: the loss difference and the
+perplexity change in percent. Writes PREFIX.md (the table and the commands) and PREFIX.json
+(echo_eval's JSON per row); PREFIX defaults to CHECKPOINT's run folder + /comm-eval. The exact row
+runs first: it is the reference the others are compared with.
+
+Exit status: 0 when every row ran, 1 when one failed (its echo_eval output is printed), 2 for a bad
+command line.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+from launch import default_tool, launcher
+
+# (label, config overrides). Early-site 8-bit: the sites of the first half of the layers at 8 bits,
+# the rest at 4 (comm.early_site_8bit, the paper's Sec. 7.2 serving variant).
+ROWS = [
+    ("16-bit (exact)", {"comm.allreduce": "exact"}),
+    ("Echo 8-bit", {"comm.allreduce": "echo", "comm.bits": "8", "comm.compensator.enabled": "true",
+                    "comm.early_site_8bit": "false"}),
+    ("8-bit, no compensation", {"comm.allreduce": "echo", "comm.bits": "8", "comm.compensator.enabled": "false",
+                                "comm.early_site_8bit": "false"}),
+    ("Echo 4-bit, early sites 8-bit", {"comm.allreduce": "echo", "comm.bits": "4",
+                                       "comm.compensator.enabled": "true", "comm.early_site_8bit": "true"}),
+    ("Echo 4-bit", {"comm.allreduce": "echo", "comm.bits": "4", "comm.compensator.enabled": "true",
+                    "comm.early_site_8bit": "false"}),
+    ("4-bit, no compensation", {"comm.allreduce": "echo", "comm.bits": "4", "comm.compensator.enabled": "false",
+                                "comm.early_site_8bit": "false"}),
+]
+
+
+def default_prefix(checkpoint):
+    """RUN_DIR/comm-eval for RUN_DIR or RUN_DIR/checkpoints/step_N; CHECKPOINT/comm-eval otherwise."""
+    path = os.path.normpath(checkpoint)
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == "checkpoints":
+        path = os.path.dirname(parent)
+    return os.path.join(path, "comm-eval")
+
+
+def table(checkpoint, np_, rows):
+    """The Markdown table of (label, command, result) rows; rows[0] is the 16-bit reference."""
+    ref = rows[0][2]
+    lines = [f"# Loss of one checkpoint under each tensor-parallel communication setting",
+             "",
+             f"Checkpoint `{checkpoint}` (step {ref['step']}), tp = {np_}, {ref['tokens']} tokens of "
+             f"`{ref['data']}` ({ref['batches']} batches of {ref['micro_batch'] * ref['num_micro']} x "
+             f"{ref['seq_len']}). Written by scripts/comm_eval.py.",
+             "",
+             "| setting | loss | perplexity | Δ loss vs 16-bit | Δ perplexity |",
+             "|---|---|---|---|---|"]
+    for label, _, r in rows:
+        d_loss = r["loss"] - ref["loss"]
+        d_ppl = 100.0 * (r["ppl"] - ref["ppl"]) / ref["ppl"]
+        lines.append(f"| {label} | {r['loss']:.6f} | {r['ppl']:.4f} | {d_loss:+.6f} | {d_ppl:+.3f} % |")
+    lines += ["", "Commands:", ""] + [f"    {shlex.join(cmd)}" for _, cmd, _ in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="comm_eval.py",
+                                 description="Evaluate one checkpoint under every TP communication setting.")
+    ap.add_argument("checkpoint", help="run directory, run_dir/checkpoints/step_N, or a Hugging Face Qwen3 folder")
+    ap.add_argument("--np", type=int, default=4, help="ranks = tensor-parallel size (default 4, the paper's P)")
+    ap.add_argument("--batches", type=int, default=None, help="global batches (default: the config's eval_batches)")
+    ap.add_argument("--data", default=None, help="dataset prefix (default: the config's data.valid)")
+    ap.add_argument("--out", default=None, help="output prefix: PREFIX.md and PREFIX.json (default: RUN_DIR/comm-eval)")
+    ap.add_argument("--echo-eval", default=default_tool("build/echo_eval"), help="the echo_eval binary")
+    ap.add_argument("--mpirun", default=default_tool("scripts/mpirun.sh"),
+                    help="the MPI launcher, split like a shell would (default: scripts/mpirun.sh)")
+    args = ap.parse_args(argv)
+    if args.np < 2:
+        ap.error(f"--np {args.np}: a tensor-parallel all-reduce needs at least 2 ranks")
+    if args.batches is not None and args.batches < 1:
+        ap.error(f"--batches {args.batches}: must be at least 1")
+    if not os.path.exists(args.checkpoint):
+        print(f"comm_eval: {args.checkpoint}: no such checkpoint or run directory", file=sys.stderr)
+        return 2
+    prefix = args.out or default_prefix(args.checkpoint)
+
+    done = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (label, sets) in enumerate(ROWS):
+            out_json = os.path.join(tmp, f"row{i}.json")
+            cmd = [*launcher(args.mpirun), "-np", str(args.np), args.echo_eval, args.checkpoint, "--tp", str(args.np)]
+            for key, value in sets.items():
+                cmd += ["--set", f"{key}={value}"]
+            if args.batches is not None:
+                cmd += ["--batches", str(args.batches)]
+            if args.data:
+                cmd += ["--data", args.data]
+            print(f"comm_eval: [{i + 1}/{len(ROWS)}] {label}: {shlex.join(cmd)}", flush=True)
+            try:
+                proc = subprocess.run(cmd + ["--json", out_json], capture_output=True, text=True)
+            except OSError as e:
+                print(f"comm_eval: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
+                return 2
+            if proc.returncode != 0 or not os.path.exists(out_json):
+                print(f"comm_eval: {label}: echo_eval exited {proc.returncode}:", file=sys.stderr)
+                print((proc.stdout + proc.stderr)[-3000:], file=sys.stderr)
+                return 1
+            with open(out_json, encoding="utf-8") as f:
+                result = json.load(f)
+            result["setting"] = label
+            done.append((label, cmd, result))
+            print(f"comm_eval: {label}: loss {result['loss']:.6f} ppl {result['ppl']:.4f}", flush=True)
+
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    text = table(args.checkpoint, args.np, done)
+    with open(prefix + ".md", "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(prefix + ".json", "w", encoding="utf-8") as f:
+        json.dump([r for _, _, r in done], f, indent=1)
+        f.write("\n")
+    print(text)
+    print(f"comm_eval: wrote {prefix}.md and {prefix}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

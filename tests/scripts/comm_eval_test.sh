@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# scripts/comm_eval.py on a checkpoint sweep_test.sh left in WORK (ctest fixture sweep_runs): six
+# rows, the 16-bit row equal to echo_eval run by hand, each Δ column recomputed here from the
+# JSON, 8-bit rows closer to 16-bit than the uncompensated 4-bit row; a missing checkpoint is
+# refused naming it.
+#   comm_eval_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
+set -uo pipefail
+src=$1 build=$2 work=$3; shift 3
+mpirun_cmd=$(printf '%q ' "$@")
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+run=$work/sweep/seed=1_eta=0.5
+[[ -d $run/checkpoints ]] || fail "no checkpoint of sweep_test in $run"
+out=$work/comm-eval
+log=$("$PY" "$src/scripts/comm_eval.py" "$run" --np 2 --batches 2 --out "$out" --echo-eval "$build/echo_eval" \
+      --mpirun "$mpirun_cmd" 2>&1) || { echo "$log"; fail "comm_eval.py exited non-zero"; }
+[[ -s $out.md && -s $out.json ]] || fail "no $out.md / $out.json"
+(($(grep -c '^|' "$out.md") == 8)) || fail "expected a header, a rule and 6 rows in $out.md: $(cat "$out.md")"
+eval "$mpirun_cmd -np 2 \"$build/echo_eval\" \"$run\" --tp 2 --batches 2 --set comm.allreduce=exact --json \"$work/exact.json\"" \
+  >"$work/exact.log" 2>&1 || { cat "$work/exact.log"; fail "echo_eval by hand"; }
+"$PY" - "$out.json" "$out.md" "$work/exact.json" <<'PY' || fail "comm_eval.py's table disagrees (above)"
+import json, sys
+rows, md, exact = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), json.load(open(sys.argv[3]))
+assert len(rows) == 6, f"{len(rows)} rows"
+ref = rows[0]
+assert ref["allreduce"] == "exact" and ref["loss"] == exact["loss"], (ref["loss"], exact["loss"])
+by = {r["setting"]: r for r in rows}
+assert by["Echo 4-bit"]["bits"] == 4 and by["Echo 8-bit"]["bits"] == 8 and by["4-bit, no compensation"]["compensator"] is False
+assert by["Echo 4-bit, early sites 8-bit"]["early_site_8bit"] is True
+for r in rows:
+    line = f"| {r['setting']} | {r['loss']:.6f} | {r['ppl']:.4f} | {r['loss'] - ref['loss']:+.6f} | " \
+           f"{100 * (r['ppl'] - ref['ppl']) / ref['ppl']:+.3f} % |"
+    assert line in md, f"missing row: {line}"
+worst8 = max(abs(by[s]["loss"] - ref["loss"]) for s in ("Echo 8-bit", "8-bit, no compensation"))
+assert worst8 < abs(by["4-bit, no compensation"]["loss"] - ref["loss"]), "8-bit is not closer to 16-bit than 4-bit"
+assert all(r["loss"] != ref["loss"] for r in rows[1:]), "a quantized row equals the exact one: did --set apply?"
+print("rows ok")
+PY
+msg=$("$PY" "$src/scripts/comm_eval.py" "$work/no-such-run" --out "$work/x" 2>&1) && fail "a missing checkpoint was accepted"
+[[ $msg == *no-such-run* ]] || fail "the message does not name the missing checkpoint: $msg"
+echo "ok: comm_eval.py table of 6 settings"
