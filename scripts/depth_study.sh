@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The depth study of docs/results.md: 16-bit, Echo 4-bit, 4-bit without compensation and Echo
 # 8-bit (configs/depth/*.yaml) at 2, 4, 8 and 16 layers, seeds 1, 2, 3, tp = 4 on oversubscribed
-# CPU ranks: 48 runs of 300 steps, about 90 minutes on 2 cores.
+# CPU ranks: 48 runs of 300 steps, about 70 minutes on 2 cores.
 #   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--echo-train PATH]
 # It goes depth by depth (all settings and seeds of 2 layers, then 4, ...) so that a study cut
 # short is complete for the smaller depths; run it again to finish it: scripts/sweep.py skips
