@@ -2,7 +2,7 @@
 # The eta and learning-rate sweeps of docs/results.md, through scripts/sweep.py:
 #   Echo 4-bit over comm.compensator.eta (configs/depth/grids/eta-seeds.yaml), and 16-bit and
 #   Echo 4-bit over optim.lr (configs/depth/grids/lr-seeds.yaml); 2 layers, tp = 4 on
-#   oversubscribed CPU ranks, 3 seeds: 30 runs of 300 steps, about 25 minutes on 2 cores.
+#   oversubscribed CPU ranks, 3 seeds: 30 runs of 300 steps, about 35 minutes on 2 cores.
 #   bash scripts/eta_lr_study.sh [--out-root runs/sweeps] [--echo-train PATH]
 # Finished runs are skipped and unfinished ones resumed, so a study cut short is finished by
 # running it again. At the end scripts/plot.py --sweep draws OUT_ROOT/eta.png and OUT_ROOT/lr.png
