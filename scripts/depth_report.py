@@ -28,7 +28,7 @@ from metrics import MetricsError, mean_std, read_metrics  # noqa: E402
 
 LABELS = {"bf16": "16-bit (exact)", "echo4": "Echo 4-bit", "nocomp4": "4-bit, no compensation",
           "echo8": "Echo 8-bit"}
-POINT = re.compile(r"^layers=(\d+)_seed=(\d+)$")
+POINT = re.compile(r"^layers=(\d+)_seed=(\d+)(?:_steps=\d+)?$")  # depth_study.sh --steps adds _steps=N
 
 
 class ReportError(Exception):

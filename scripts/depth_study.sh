@@ -2,7 +2,9 @@
 # The depth study of docs/results.md: 16-bit, Echo 4-bit, 4-bit without compensation and Echo
 # 8-bit (configs/depth/*.yaml) at 2, 4, 8 and 16 layers, seeds 1, 2, 3, tp = 4 on oversubscribed
 # CPU ranks: 48 runs of 300 steps, about 70 minutes on 2 cores.
-#   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--echo-train PATH]
+#   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--steps N] [--echo-train PATH]
+# --steps N trains N steps instead of the configs' 300 (the cosine schedule stretches with it);
+# give it its own --out-root, as a finished 300-step run would otherwise count as done.
 # It goes depth by depth (all settings and seeds of 2 layers, then 4, ...) so that a study cut
 # short is complete for the smaller depths; run it again to finish it: scripts/sweep.py skips
 # finished runs and resumes unfinished ones from their last checkpoint. At the end
@@ -14,11 +16,13 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/depth
 layers="2 4 8 16"
 echo_train=$repo/build/echo_train
+steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out-root) out_root=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
     --echo-train) echo_train=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
     *) echo "depth_study.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +36,7 @@ trap 'rm -rf "$grid_dir"' EXIT
 status=0
 for depth in $layers; do
   printf 'model.layers: [%s]\nrun.seed: [1, 2, 3]\n' "$depth" > "$grid_dir/layers-$depth.yaml"
+  [[ -z $steps ]] || printf 'train.steps: [%s]\n' "$steps" >> "$grid_dir/layers-$depth.yaml"
   for setting in $settings; do
     echo "== depth $depth, $setting"
     "$PY" "$repo/scripts/sweep.py" "$repo/configs/depth/$setting.yaml" "$grid_dir/layers-$depth.yaml" \

@@ -27,6 +27,7 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  virtual std::string device_model() const = 0;  // "cpu", "NVIDIA H200" (for the MFU peak)
   // The dtype of activations and of the weight copies the ops read, for master weights of
   // `master` (CPU: master itself, f32 or f64; CUDA: bf16), and of the per-row statistics saved
   // for backward (RMSNorm's rstd, the log-sum-exps; CPU: master; CUDA: f32). Gradients, master
@@ -44,6 +45,16 @@ class Backend {
   virtual Tensor to_host(const Tensor& src) = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
+  // Scratch the backend allocates by itself for attention over (batch, seq, heads, kv_heads,
+  // head_dim) in the activation dtype (CUDA: the materialized scores; CPU: none).
+  virtual size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                 int64_t head_dim) const = 0;
+  // Start-up check (model/memory_plan.h): `bytes` (described by `what`) must fit in the
+  // device's free memory, else an InputError names both; the CUDA backend then keeps that much
+  // in its memory pool, so step 1 allocates from it. CPU: nothing to check.
+  virtual void reserve(size_t bytes, const std::string& what) = 0;
+  // The most bytes of this backend's tensors in use at once so far (for the log against the plan).
+  virtual size_t peak_bytes_in_use() const = 0;
 
   // ---- GEMM -----------------------------------------------------------------------------------
   // c = alpha * op(a) * op(b) + beta * c on 2-D views; op(a) is (m, k): a is (m, k), or (k, m)

@@ -3,6 +3,7 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <optional>
 
@@ -176,6 +177,29 @@ Storage::~Storage() {
   if (deleter_ && data_) deleter_(data_);
 }
 
+namespace {
+std::atomic<size_t> g_host_live{0}, g_host_peak{0};
+
+void count_host_allocation(size_t nbytes) {
+  const size_t live = g_host_live.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  size_t peak = g_host_peak.load(std::memory_order_relaxed);
+  while (live > peak && !g_host_peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+HostMemoryStats host_memory_stats() { return {g_host_live.load(), g_host_peak.load()}; }
+void reset_host_memory_peak() { g_host_peak.store(g_host_live.load()); }
+
+std::string format_bytes(size_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) v /= 1024, ++u;
+  return fmt::format("{:.{}f} {}", v, v < 10 ? 2 : 1, units[u]);
+}
+
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   if (nbytes == 0) return std::make_shared<Storage>(nullptr, 0, device, Deleter{});
   if (device == Device::cuda)
@@ -184,8 +208,11 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   void* p = ::operator new (rounded, std::align_val_t{kHostAlignment}, std::nothrow);
   ECHO_CHECK(p != nullptr, "host allocation of {} bytes failed", nbytes);
-  return std::make_shared<Storage>(p, nbytes, device,
-                                   [](void* q) { ::operator delete (q, std::align_val_t{kHostAlignment}); });
+  count_host_allocation(nbytes);
+  return std::make_shared<Storage>(p, nbytes, device, [nbytes](void* q) {
+    g_host_live.fetch_sub(nbytes, std::memory_order_relaxed);
+    ::operator delete (q, std::align_val_t{kHostAlignment});
+  });
 }
 
 // ---- Tensor: construction -------------------------------------------------------------------

@@ -36,6 +36,17 @@ void cuda_copy_2d(void* dst, size_t dst_pitch, Device dst_device, const void* sr
                   size_t width, size_t height);
 }  // namespace detail
 
+// Bytes of host tensor storage alive now and the most alive at once since the last reset
+// (requested sizes, before alignment). The memory-plan test measures the model's real peak
+// with it (model/memory_plan.h).
+struct HostMemoryStats {
+  size_t live = 0, peak = 0;
+};
+HostMemoryStats host_memory_stats();
+void reset_host_memory_peak();  // peak = live
+// "512 B", "3.00 KiB", "1.25 GiB": three significant digits, binary units.
+std::string format_bytes(size_t bytes);
+
 // "(2, 3)"; "()" for a scalar.
 std::string format_shape(const std::vector<int64_t>& shape);
 

@@ -67,6 +67,11 @@ template <class T>
 double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
   check_batch(b);
   const int64_t n = b.num_tokens(), H = shape_.hidden;
+  // The last forward's tensors go before this one allocates (an evaluation keeps them, as a
+  // forward without backward), so one micro-batch's activations are alive at a time
+  // (model/memory_plan.h counts exactly that).
+  release_forward_state();
+  final_hidden_ = {};
   batch_ = b;
   // The batch goes to the device once: tokens, targets and the positions within each sequence.
   std::vector<int32_t> positions(n);
@@ -191,7 +196,15 @@ void Qwen3Model<T>::backward(T loss_scale) {
     be_.add_inplace(params_.grad(p.k_norm), norm_grad(l, true));
   }
 
+  release_forward_state();
+}
+
+template <class T>
+void Qwen3Model<T>::release_forward_state() {
+  tokens_ = {}, targets_ = {}, positions_ = {};
   acts_.clear();
+  final_norm_out_ = {}, final_rstd_ = {}, logits_ = {}, ce_lse_ = {}, norm_grads_ = {};
+  // final_hidden_ stays: final_hidden() reads it after the pass (a view of the residual stream).
   have_acts_ = false;
 }
 

@@ -97,6 +97,8 @@ class Qwen3Model {
   void layer_forward(int64_t l, Tensor& x, LayerActs& a);
   void layer_backward(int64_t l, Tensor& dx, LayerActs& a, int& site);
   void check_batch(const Batch& batch) const;
+  // Drops what a forward saved (batch, activations, logits) except the final hidden state.
+  void release_forward_state();
   // This backward's q_norm (k = false) or k_norm gradient of layer l, before the TP sum.
   Tensor norm_grad(int64_t l, bool k) {
     return norm_grads_.slice(0, 2 * l + (k ? 1 : 0), 2 * l + (k ? 2 : 1)).view({shape_.head_dim});

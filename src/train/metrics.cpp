@@ -38,9 +38,27 @@ DevicePeak cpu_peak() {
                       cores, mhz / 1e3, peak / 1e9, int8 / 1e9)};
 }
 
-double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int num_nodes) {
+DevicePeak gpu_peak(const std::string& device_model) {
+  struct Known {
+    const char* match;  // a substring of cudaDeviceProp::name
+    double bf16, int8;
+  };
+  // Most specific first: "H100 PCIe" before "H100".
+  static const Known kKnown[] = {{"H100 PCIe", 756e12, 1513e12}, {"H200", 989e12, 1979e12},
+                                 {"H100", 989e12, 1979e12},      {"B200", 2250e12, 4500e12},
+                                 {"A100", 312e12, 624e12},       {"L40S", 362e12, 733e12}};
+  for (const Known& k : kKnown)
+    if (device_model.find(k.match) != std::string::npos)
+      return {k.bf16, k.int8,
+              fmt::format("GPU peak of one {} (data sheet, dense): {:.0f} bf16 TFLOP/s, {:.0f} int8 TOP/s",
+                          device_model, k.bf16 / 1e12, k.int8 / 1e12)};
+  return {0, 0, fmt::format("nothing: no peak is known for the GPU '{}', so MFU is reported as 0", device_model)};
+}
+
+double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int units) {
+  if (peak.flops_per_s <= 0) return 0;
   const double ideal = fp_flops / peak.flops_per_s + (int8_ops > 0 ? int8_ops / peak.int8_ops_per_s : 0.0);
-  return ideal / (seconds * num_nodes);
+  return ideal / (seconds * units);
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append)

@@ -27,10 +27,17 @@ struct DevicePeak {
 // CPU: cores × clock (from /proc/cpuinfo) × 32 fp32 FLOP/cycle (two 8-wide FMA units) and
 // × 128 int8 ops/cycle (one 512-bit VNNI unit: 64 multiply-adds).
 DevicePeak cpu_peak();
+// One GPU, from its model name (cudaDeviceProp::name): the dense bf16 and int8 tensor-core
+// peaks of the vendor's data sheet (H100/H200 SXM 989/1979 TFLOP/TOP/s, H100 PCIe 756/1513,
+// A100 312/624, L40S 362/733, B200 2250/4500). flops_per_s stands for the bf16 peak here (the
+// CUDA backend's GEMMs run in bf16). An unknown model gives zero peaks (MFU not reported) and
+// says so in the description.
+DevicePeak gpu_peak(const std::string& device_model);
 
 // Model FLOPs utilisation of one step: the time the hardware would need at its peaks (the
 // INT8 projections against the int8 peak, everything else against fp32) over the time taken.
-double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int num_nodes);
+// `units`: how many of what the peak describes the job runs on (CPU: nodes; CUDA: GPUs).
+double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int units);
 
 class MetricsLog {
  public:

@@ -25,16 +25,20 @@ namespace {
 
 double mean_over(const dist::Communicator& comm, double value) { return comm.sum_in_rank_order(value) / comm.size(); }
 
-// Nodes in the job (ranks sharing memory form one node): the MFU peak is per node.
-int count_nodes(const dist::Communicator& world) {
+// How many of what the MFU peak describes the job runs on: nodes for the CPU peak (ranks sharing
+// memory form one node), GPUs for a GPU's (ranks of a node take devices local_rank % count, so
+// a node uses min(its ranks, its devices)).
+int count_peak_units(const dist::Communicator& world, Device device) {
   MPI_Comm local;
   MPI_CHECK(MPI_Comm_split_type(world.get(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local));
-  int local_rank = 0;
+  int local_rank = 0, local_size = 1;
   MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
   MPI_Comm_free(&local);
-  int leader = local_rank == 0 ? 1 : 0, nodes = 0;
-  MPI_CHECK(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, world.get()));
-  return nodes;
+  const int per_node = device == Device::cuda ? std::min(local_size, std::max(1, cuda_device_count())) : 1;
+  int mine = local_rank == 0 ? per_node : 0, units = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &units, 1, MPI_INT, MPI_SUM, world.get()));
+  return units;
 }
 
 // Weights of the block projections that linear.projections puts in int8.
@@ -91,6 +95,14 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
+  // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
+  memory_plan_ = model::plan_memory(
+      shape_, model::make_qwen3_plan(shape_),
+      {DType::f32, backend_->activation_dtype(DType::f32), backend_->statistic_dtype(DType::f32),
+       cfg.train.micro_batch, cfg.data.seq_len, /*optimizer=*/true,
+       backend_->workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape_.heads_local(),
+                                 shape_.kv_heads_local(), shape_.head_dim)});
+  backend_->reserve(memory_plan_.total(), fmt::format("training this model (per rank: {})", memory_plan_.describe()));
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_, backend_.get());
   model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
@@ -144,11 +156,12 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
     config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
   }
-  peak_ = cpu_peak();
+  peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();
   logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
             num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, blocks_->name(), num_micro_, cfg.train.micro_batch,
             cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
+  logger->info("memory per rank, planned: {}", memory_plan_.describe());
 }
 
 double Trainer::train_step(int64_t step, bool telemetry) {
@@ -215,7 +228,7 @@ TrainResult Trainer::run(int64_t stop_after) {
           ? 6.0 * static_cast<double>(int8_projection_params(model_->plan(), cfg_.linear.projection_list())) *
                 tokens_per_step
           : 0.0;
-  const int num_nodes = count_nodes(world_.world);
+  const int peak_units = count_peak_units(world_.world, backend_->device());
   // A signal during start-up (echo_train installs the handler first): stop before any step;
   // there is nothing new to save.
   if (stop.requested(world_.world)) {
@@ -238,6 +251,9 @@ TrainResult Trainer::run(int64_t stop_after) {
     // Every check below gives the same verdict on every rank (the values are reduced), and all
     // come before this step can be saved: a diverged step never becomes a checkpoint.
     ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
+    if (step == start_step_)
+      logger->info("memory: at most {} of tensors in use through step {} ({} planned)",
+                   format_bytes(backend_->peak_bytes_in_use()), step + 1, format_bytes(memory_plan_.total()));
     grad_sync_->average_over_dp(model_->params());
     const double norm = grad_sync_->global_norm(model_->params());
     ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());
@@ -251,7 +267,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     result.last_loss = loss;
 
     StepMetrics m{step + 1, loss, lr, norm, tokens_per_step / secs, secs * 1e3,
-                  mfu(flops_per_step - int8_per_step, int8_per_step, secs, peak_, num_nodes)};
+                  mfu(flops_per_step - int8_per_step, int8_per_step, secs, peak_, peak_units)};
     if (world_.layout.rank == 0) {
       if (cfg_.train.log_interval > 0 && (step + 1) % cfg_.train.log_interval == 0) {
         const double eta = elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total - step - 1);

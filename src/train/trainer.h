@@ -11,6 +11,7 @@
 #include "data/data_loader.h"
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
+#include "model/memory_plan.h"
 #include "model/qwen3_model.h"
 #include "train/adamw.h"
 #include "train/gradients.h"
@@ -43,6 +44,7 @@ class Trainer {
   config::Config cfg_;
   const dist::World& world_;
   model::ModelShape shape_;
+  model::MemoryPlan memory_plan_;  // per rank, checked at start-up and logged against the peak
   std::unique_ptr<backend::Backend> backend_;  // of run.device; everything below computes on it
   std::unique_ptr<comm::AllReduce> blocks_, edge_;
   std::unique_ptr<model::CommTpOps> tp_ops_;

@@ -33,6 +33,13 @@ grep -q '^| 4 | 1.00 ± 2.83 % (n=2) |$' "$md" || fail "depth-4 gap row wrong: $
 grep -q 'echo4/layers=4_seed=3 (step 3)' "$md" || fail "the unfinished run is not listed"
 [[ $(head -c 8 "$work/study/depth-gap.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
   fail "depth-gap.png missing or not a PNG"
+# The same study with the point names of depth_study.sh --steps (layers=L_seed=S_steps=N).
+for d in "$work"/study/*/layers=*; do
+  rel=${d#"$work/study/"}
+  mkdir -p "$work/long/${rel%/*}" && cp -r "$d" "$work/long/${rel}_steps=1200"
+done
+"$PY" "$src/scripts/depth_report.py" "$work/long" >/dev/null 2>&1 || fail "depth_report.py refused _steps=N points"
+grep -q '^| 2 | 0.67 ± 0.58 % |$' "$work/long/depth-gap.md" || fail "_steps=N points: depth-2 gap row wrong"
 rm -rf "$work/study/bf16"
 msg=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) && fail "a study without its baseline was accepted"
 [[ $msg == *"baseline setting 'bf16'"* ]] || fail "the message does not name the missing baseline: $msg"

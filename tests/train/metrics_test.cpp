@@ -34,6 +34,19 @@ TEST(Metrics, MfuWeighsInt8WorkAgainstTheInt8Peak) {
   EXPECT_NE(cpu.description.find("GFLOP/s"), std::string::npos);
 }
 
+TEST(Metrics, GpuPeakComesFromTheModelName) {
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H200").flops_per_s, 989e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H100 80GB HBM3").int8_ops_per_s, 1979e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H100 PCIe").flops_per_s, 756e12) << "the PCIe part, not the SXM one";
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA A100-SXM4-80GB").flops_per_s, 312e12);
+  const DevicePeak unknown = gpu_peak("Radeon 9000");
+  EXPECT_EQ(unknown.flops_per_s, 0);
+  EXPECT_NE(unknown.description.find("Radeon 9000"), std::string::npos);
+  EXPECT_EQ(mfu(1e12, 0, 1.0, unknown, 1), 0) << "no peak, no MFU (not inf)";
+  // 4 H200s running 989 TFLOP of model work in 2 s: 1/8 of their peak.
+  EXPECT_DOUBLE_EQ(mfu(989e12, 0, 2.0, gpu_peak("NVIDIA H200"), 4), 0.125);
+}
+
 TEST(Metrics, ProgressLineShowsStepLossRateAndEta) {
   StepMetrics m{120, 3.45678, 3e-4, 0.5, 12345, 250, 0.1};
   const std::string line = progress_line(m, 1000, 3723);

@@ -11,6 +11,7 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
   std::string name() const override { return "cpu"; }
+  std::string device_model() const override { return "cpu"; }
   DType activation_dtype(DType master) const override { return master; }
   DType statistic_dtype(DType master) const override { return master; }
 
@@ -18,6 +19,9 @@ class CpuBackend final : public Backend {
   void copy_from(Tensor& dst, const Tensor& src) override;
   Tensor to_host(const Tensor& src) override;
   void synchronize() override {}
+  size_t workspace_bytes(int64_t, int64_t, int64_t, int64_t, int64_t) const override { return 0; }
+  void reserve(size_t, const std::string&) override {}
+  size_t peak_bytes_in_use() const override { return host_memory_stats().peak; }
 
   void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
             Tensor& c) override;

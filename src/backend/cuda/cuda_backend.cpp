@@ -47,6 +47,11 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda; }
   std::string name() const override { return fmt::format("cuda:{}", device_); }
+  std::string device_model() const override {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    return prop.name;
+  }
   DType activation_dtype(DType master) const override {
     ECHO_CHECK(master == DType::f32, "the CUDA backend trains fp32 master weights, got {}", master);
     return DType::bf16;
@@ -83,6 +88,33 @@ class CudaBackend final : public Backend {
   void copy_from(Tensor& dst, const Tensor& src) override { dst.copy_from(src); }
   Tensor to_host(const Tensor& src) override { return src.to(Device::cpu); }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim) const override {
+    return cuda::attention_workspace_bytes(batch, seq, heads, kv_heads, head_dim, DType::bf16);
+  }
+  void reserve(size_t bytes, const std::string& what) override {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    ECHO_INPUT_CHECK(bytes + kHeadroom <= free_bytes,
+                     "{} does not fit on {}: it needs {} bytes ({}) plus {} for cuBLASLt, NCCL and the "
+                     "runtime, and {} of {} bytes are free; a smaller train.micro_batch or data.seq_len, or a "
+                     "larger parallel.tp, needs less",
+                     what, name(), bytes, format_bytes(bytes), format_bytes(kHeadroom), free_bytes, total_bytes);
+    // One allocation of the whole plan, freed at once: with the release threshold raised the
+    // pool keeps it, and the tensors of step 1 are carved from it (peak_bytes_in_use and the
+    // pool's reserved size in the log show whether it had to grow).
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
+    CUDA_CHECK(cudaFreeAsync(p, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  size_t peak_bytes_in_use() const override {
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    uint64_t high = 0;
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    return static_cast<size_t>(high);
+  }
 
   void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
             Tensor& c) override {
@@ -164,6 +196,9 @@ class CudaBackend final : public Backend {
     }
     return attention_ws_;
   }
+
+  // What the plan does not count: cuBLASLt's workspace, NCCL's buffers, the runtime's own.
+  static constexpr size_t kHeadroom = size_t{512} << 20;
 
   int device_;
   cudaStream_t stream_ = nullptr;

@@ -225,7 +225,7 @@ struct Target {
 };
 
 Target make_target(std::string name, const model::ParamSpec* spec, Tensor& dest) {
-  Target t{std::move(name), spec, {}};
+  Target t{std::move(name), spec, {}, nullptr, {}};
   if (dest.is_cpu()) {
     t.out = host_span<float>(dest);
   } else {

@@ -1,0 +1,42 @@
+// What one rank allocates to train a Qwen3Model, in bytes, from the shapes alone (docs/design.md
+// §2.1, Memory): the trainer checks it against the device's free memory before anything is
+// allocated, so a model that cannot fit is refused at start-up, naming the bytes, instead of
+// failing in the middle of step 1. The activation term is the exact peak of the live tensors
+// of one micro-batch's forward + backward as Qwen3Model allocates them (bf16 linears; INT8
+// linears keep extra quantized operands that are not counted); memory_plan_test measures the
+// CPU backend's real peak and asserts it equals this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/model_shape.h"
+#include "model/tp_plan.h"
+
+namespace echo::model {
+
+struct MemoryPlan {
+  int64_t local_parameters = 0;  // this rank's shard of every parameter (tied weights once)
+  size_t weights = 0;            // master weights
+  size_t gradients = 0;
+  size_t compute_copies = 0;     // weights in the activation dtype; 0 when they alias the masters
+  size_t optimizer = 0;          // AdamW first and second moments (f32)
+  size_t activations = 0;        // peak of one micro-batch's forward + backward
+  size_t workspace = 0;          // the backend's own scratch (CUDA: attention scores)
+  size_t total() const { return weights + gradients + compute_copies + optimizer + activations + workspace; }
+  // "weights 1.2 GiB, gradients ..., total 9.8 GiB"
+  std::string describe() const;
+};
+
+struct MemoryPlanInput {
+  DType master = DType::f32, activation = DType::f32, statistic = DType::f32;
+  int64_t micro_batch = 1, seq = 1;
+  bool optimizer = true;   // training (AdamW moments); false for evaluation
+  size_t workspace = 0;    // from Backend::workspace_bytes
+};
+
+MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const MemoryPlanInput& in);
+
+}  // namespace echo::model

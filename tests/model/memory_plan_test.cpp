@@ -1,0 +1,92 @@
+// model::plan_memory against what the CPU backend really allocates: the parameter and gradient
+// bytes, and the peak of live tensor bytes over a forward + backward, measured with the
+// host allocation counter, must equal the plan exactly, in several shapes (GQA, tied and untied
+// embeddings, batch and sequence). This is what the CUDA start-up check relies on.
+#include "model/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "model_test_util.h"
+#include "model/tp_ops.h"
+
+namespace echo::model {
+namespace {
+
+struct Case {
+  int layers, heads, kv_heads, hidden, ffn;
+  bool tied;
+  int64_t batch, seq;
+};
+
+class MemoryPlanMatchesTheCpuBackend : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MemoryPlanMatchesTheCpuBackend, ParametersAndPeakActivations) {
+  const Case c = GetParam();
+  config::ModelConfig cfg = testing::tiny_config(c.layers, c.heads, c.kv_heads);
+  cfg.hidden = c.hidden;
+  cfg.ffn = c.ffn;
+  cfg.tie_embeddings = c.tied;
+  const ModelShape shape = make_model_shape(cfg, 1, 0);
+  ExactTpOps<float> solo;
+  auto cpu = backend::make_backend(Device::cpu);
+  MemoryPlanInput in;
+  in.micro_batch = c.batch;
+  in.seq = c.seq;
+  const MemoryPlan plan = plan_memory(shape, make_qwen3_plan(shape), in);
+
+  const size_t before_model = host_memory_stats().live;
+  Qwen3Model<float> model(shape, solo, cpu.get());
+  model.init_weights(3);
+  const size_t after_model = host_memory_stats().live;
+  EXPECT_EQ(after_model - before_model, plan.weights + plan.gradients + plan.compute_copies);
+  EXPECT_EQ(plan.compute_copies, 0u) << "the CPU backend computes on the master weights";
+
+  // Two micro-batches: after the first, only its final hidden state stays alive, and the next
+  // forward drops it first; the plan counts from a model holding no pass.
+  const size_t final_hidden = static_cast<size_t>(c.batch * c.seq * shape.hidden) * sizeof(float);
+  for (int step = 0; step < 2; ++step) {
+    const auto batch = testing::random_batch(c.batch, c.seq, shape.vocab, 40 + step);
+    const size_t idle = host_memory_stats().live - (step == 0 ? 0 : final_hidden);
+    EXPECT_EQ(idle, after_model) << "step " << step << ": nothing else outlives a pass";
+    reset_host_memory_peak();
+    model.forward_backward(batch.view());
+    const HostMemoryStats after = host_memory_stats();
+    EXPECT_EQ(after.peak - idle, plan.activations) << "step " << step << ": " << plan.describe();
+    EXPECT_EQ(after.live, idle + final_hidden) << "after backward only the final hidden state stays";
+  }
+  // An evaluation forward (no backward) holds no more than a training pass.
+  const auto batch = testing::random_batch(c.batch, c.seq, shape.vocab, 99);
+  reset_host_memory_peak();
+  const size_t idle = host_memory_stats().live - final_hidden;
+  model.forward(batch.view(), false);
+  EXPECT_LT(host_memory_stats().peak - idle, plan.activations);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanMatchesTheCpuBackend,
+                         ::testing::Values(Case{2, 4, 2, 16, 24, false, 2, 8},   // GQA, FFN wider
+                                           Case{3, 2, 2, 32, 40, true, 3, 5},    // MHA, tied, odd seq
+                                           Case{1, 4, 1, 16, 64, false, 1, 16},  // MQA, FFN-heavy
+                                           Case{2, 8, 4, 16, 16, true, 2, 7}));  // attention-heavy
+
+TEST(MemoryPlan, DevicePrecisionAndWorkspaceAddUp) {
+  const ModelShape shape = make_model_shape(testing::tiny_config(2, 4, 2), 2, 1);
+  MemoryPlanInput in;
+  in.activation = DType::bf16;
+  in.micro_batch = 2;
+  in.seq = 8;
+  in.workspace = 1000;
+  const MemoryPlan p = plan_memory(shape, make_qwen3_plan(shape), in);
+  const size_t np = static_cast<size_t>(p.local_parameters);
+  EXPECT_EQ(p.weights, 4 * np);
+  EXPECT_EQ(p.compute_copies, 2 * np) << "bf16 copies of the fp32 masters";
+  EXPECT_EQ(p.optimizer, 8 * np);
+  EXPECT_EQ(p.total(), p.weights + p.gradients + p.compute_copies + p.optimizer + p.activations + 1000);
+  in.optimizer = false;
+  EXPECT_EQ(plan_memory(shape, make_qwen3_plan(shape), in).optimizer, 0u);
+  EXPECT_EQ(echo::format_bytes(512), "512 B");
+  EXPECT_EQ(echo::format_bytes(3 * 1024), "3.00 KiB");
+  EXPECT_EQ(echo::format_bytes(size_t{5} << 30), "5.00 GiB");
+}
+
+}  // namespace
+}  // namespace echo::model
