@@ -205,7 +205,7 @@ stage_loss_parity() {
         results+=("tp$tp $dev: exit $rc")
         sub "tp$tp $dev: exit $rc: $(grep -aiE 'error|refused|fail' "$SD/tp$tp-$dev.log" | head -1 | cut -c1-110)"
       else
-        sub "tp$tp $dev: final loss $(grep -a '"loss"' "$SD/tp$tp-$dev/metrics.jsonl" | tail -1 | grep -oE '"loss": *[0-9.eE+-]+' | sed 's/.*: *//')"
+        sub "tp$tp $dev: final loss $(grep -a '"loss"' "$SD/tp$tp-$dev/metrics.jsonl" | tail -1 | grep -oE '"loss": *[0-9.eE+-]+' | sed 's/.*: *//'); $(grep -aoE 'memory: at most .*planned\)' "$SD/tp$tp-$dev.log" | head -1)"
       fi
     done
     if [[ -f "$SD/tp$tp-cpu/metrics.jsonl" && -f "$SD/tp$tp-cuda/metrics.jsonl" ]]; then
