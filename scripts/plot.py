@@ -193,17 +193,25 @@ def plot_telemetry(run, label, out_path):
     plt.close(fig)
 
 
-def read_depth_csv(path):
-    """The rows of echo_depth --csv: one dict per (case, eta, coefficients, N)."""
+def read_csv_rows(path, need, what):
+    """The rows of a CSV file as dicts; a file without rows or without every column of `need` is
+    refused as not being `what`, naming the columns it needs."""
     import csv
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise PlotError(f"{path}: {e.strerror}")
-    need = {"case", "eta", "beta1", "beta2", "a", "mu_w", "sites", "max_s_over_q", "bound"}
     if not rows or not need <= set(rows[0]):
-        raise PlotError(f"{path}: not an echo_depth CSV (needs the columns {', '.join(sorted(need))})")
+        columns = ", ".join(rows[0]) if rows else "none"
+        raise PlotError(f"{path}: not {what} (needs the columns {', '.join(sorted(need))}; has: {columns})")
+    return rows
+
+
+def read_depth_csv(path):
+    """The rows of echo_depth --csv: one dict per (case, eta, coefficients, N)."""
+    need = {"case", "eta", "beta1", "beta2", "a", "mu_w", "sites", "max_s_over_q", "bound"}
+    rows = read_csv_rows(path, need, "an echo_depth CSV")
     out = []
     for r in rows:
         try:
@@ -256,15 +264,7 @@ def plot_depth(records, out_path):
 
 def read_sweep_csv(path, key):
     """{x: [final validation loss of each finished point]} from a sweep.py results.csv."""
-    import csv
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise PlotError(f"{path}: {e.strerror}")
-    if not rows or key not in rows[0] or "final_val_loss" not in rows[0]:
-        columns = ", ".join(rows[0]) if rows else "none"
-        raise PlotError(f"{path}: not a sweep.py results.csv with a '{key}' column (columns: {columns})")
+    rows = read_csv_rows(path, {key, "final_val_loss"}, f"a sweep.py results.csv with a '{key}' column")
     out = {}
     for r in rows:
         if r.get("status") != "done" or not r["final_val_loss"]:
@@ -278,19 +278,24 @@ def read_sweep_csv(path, key):
     return out
 
 
+def sweep_points(d):
+    """[(x, mean, sample std or None, n)] of {x: [losses]}, sorted by x: what plot_sweep draws and
+    main prints."""
+    return [(x, *mean_std(d[x])) for x in sorted(d)]
+
+
 def plot_sweep(series, key, out_path):
     """Final validation loss (mean +- one sample std over seeds) against the swept key, one line
     per (label, {x: [losses]}) in series; n < 3 seeds at a point is written beside it."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     xs_all = sorted({x for _, d in series for x in d})
     for label, d in series:
-        xs = sorted(d)
-        means = [float(np.mean(d[x])) for x in xs]
-        stds = [float(np.std(d[x], ddof=1)) if len(d[x]) > 1 else 0.0 for x in xs]
-        ax.errorbar(xs, means, yerr=stds, fmt="o-", capsize=4, lw=1.6, ms=5, label=label)
-        for x, m, v in zip(xs, means, (d[x] for x in xs)):
-            if len(v) < 3:
-                ax.annotate(f"n={len(v)}", (x, m), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        pts = sweep_points(d)
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] or 0.0 for p in pts], fmt="o-",
+                    capsize=4, lw=1.6, ms=5, label=label)
+        for x, m, _, n in pts:
+            if n < 3:
+                ax.annotate(f"n={n}", (x, m), textcoords="offset points", xytext=(4, 4), fontsize=7)
     if xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 4:
         ax.set_xscale("log")
     ax.set_xticks(xs_all)
@@ -341,8 +346,7 @@ def main(argv):
             print(f"plot: {e}", file=sys.stderr)
             return 1
         for label, d in series:
-            for x in sorted(d):
-                m, sd, n = mean_std(d[x])
+            for x, m, sd, n in sweep_points(d):
                 print(f"{label}: {args.sweep_x}={x:g}: final val loss {m:.4f}"
                       + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})")
         print(f"wrote {path}")
