@@ -30,20 +30,22 @@ import tempfile
 
 from launch import default_tool, launcher
 
+
+def echo(bits, compensated, early_site_8bit=False):
+    """The overrides of one Echo row (everything not named comes from the checkpoint's config)."""
+    return {"comm.allreduce": "echo", "comm.bits": str(bits), "comm.compensator.enabled": str(compensated).lower(),
+            "comm.early_site_8bit": str(early_site_8bit).lower()}
+
+
 # (label, config overrides). Early-site 8-bit: the sites of the first half of the layers at 8 bits,
 # the rest at 4 (comm.early_site_8bit, the paper's Sec. 7.2 serving variant).
 ROWS = [
     ("16-bit (exact)", {"comm.allreduce": "exact"}),
-    ("Echo 8-bit", {"comm.allreduce": "echo", "comm.bits": "8", "comm.compensator.enabled": "true",
-                    "comm.early_site_8bit": "false"}),
-    ("8-bit, no compensation", {"comm.allreduce": "echo", "comm.bits": "8", "comm.compensator.enabled": "false",
-                                "comm.early_site_8bit": "false"}),
-    ("Echo 4-bit, early sites 8-bit", {"comm.allreduce": "echo", "comm.bits": "4",
-                                       "comm.compensator.enabled": "true", "comm.early_site_8bit": "true"}),
-    ("Echo 4-bit", {"comm.allreduce": "echo", "comm.bits": "4", "comm.compensator.enabled": "true",
-                    "comm.early_site_8bit": "false"}),
-    ("4-bit, no compensation", {"comm.allreduce": "echo", "comm.bits": "4", "comm.compensator.enabled": "false",
-                                "comm.early_site_8bit": "false"}),
+    ("Echo 8-bit", echo(8, True)),
+    ("8-bit, no compensation", echo(8, False)),
+    ("Echo 4-bit, early sites 8-bit", echo(4, True, early_site_8bit=True)),
+    ("Echo 4-bit", echo(4, True)),
+    ("4-bit, no compensation", echo(4, False)),
 ]
 
 
