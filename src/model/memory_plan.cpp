@@ -31,7 +31,7 @@ ActivationCounts count_activations(const ModelShape& s, int64_t n) {
 
 MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const MemoryPlanInput& in) {
   MemoryPlan p;
-  for (const auto& spec : plan.params) p.local_parameters += spec.local_numel(shape.tp);
+  p.local_parameters = local_parameter_count(plan, shape.tp);
   const size_t np = static_cast<size_t>(p.local_parameters);
   const size_t m = dtype_size(in.master), a = dtype_size(in.activation), st = dtype_size(in.statistic);
   p.weights = np * m;

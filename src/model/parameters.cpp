@@ -24,8 +24,7 @@ ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, ba
     : shape_(&shape), backend_(&backend) {
   constexpr DType dtype = master_dtype<T>();
   const DType compute_dtype = backend.activation_dtype(dtype);
-  int64_t total = 0;
-  for (const auto& spec : plan.params) total += spec.local_numel(shape.tp);
+  const int64_t total = local_parameter_count(plan, shape.tp);
   values_ = backend.zeros({total}, dtype);
   grads_ = backend.zeros({total}, dtype);
   if (compute_dtype != dtype) compute_values_ = backend.zeros({total}, compute_dtype);

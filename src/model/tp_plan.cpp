@@ -75,4 +75,10 @@ Qwen3Plan make_qwen3_plan(const ModelShape& s) {
   return plan;
 }
 
+int64_t local_parameter_count(const Qwen3Plan& plan, int tp) {
+  int64_t total = 0;
+  for (const auto& spec : plan.params) total += spec.local_numel(tp);
+  return total;
+}
+
 }  // namespace echo::model

@@ -47,5 +47,8 @@ struct Qwen3Plan {
 };
 
 Qwen3Plan make_qwen3_plan(const ModelShape& shape);
+// Elements of this rank's shard of every parameter (a tied embedding once): the length of the
+// flat value and gradient buffers of ParameterSet, and what model/memory_plan.h sizes.
+int64_t local_parameter_count(const Qwen3Plan& plan, int tp);
 
 }  // namespace echo::model
