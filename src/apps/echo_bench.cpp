@@ -1,8 +1,9 @@
 // echo_bench: the all-reduce benchmark, read like nccl-tests. For each message size it times
-// the chosen implementation and, in the same run, the exact 16-bit all-reduce and the MPI
-// library's own fp32 MPI_Allreduce; it reports bytes on the wire, the error against the exact
-// fp32 sum and whether every rank's output is bitwise identical.
-//   mpirun -np 4 echo_bench --sizes 1K..256M --impl echo --bits 4 --compensate --json out.jsonl
+// the chosen implementation and, in the same run, the exact 16-bit all-reduce over the same
+// transport and the MPI library's own fp32 MPI_Allreduce; it reports bytes on the wire, the
+// error against the exact fp32 sum, whether every rank's output is bitwise identical, and where
+// the implementation's time went (quantize, reduce, copy, decode, wait).
+//   mpirun -np 4 echo_bench --sizes 1K..256M --impl echo --bits 4 --transport shm --json out.jsonl
 // A size is the byte size of the 16-bit message (n = size / 2 values), as in the paper.
 #include <CLI/CLI.hpp>
 #include <mpi.h>
@@ -47,6 +48,7 @@ struct Options {
   std::string quantizer = "asym_zero_aware";
   bool compensate = false;
   std::string direction = "forward";
+  std::string transport = "mpi";
   int iters = 20;
   int warmup = 5;
   std::string json;
@@ -55,17 +57,26 @@ struct Options {
 struct Row {
   size_t bytes = 0, count = 0, wire_bytes = 0, exact_wire_bytes = 0;
   LatencyStats impl, exact16, mpi;
+  comm::EngineTimes split;  // the implementation's engine over the timed calls (rank 0)
   double max_rel_err = 0;
   bool identical = false;
 };
 
+comm::TransportOptions transport_of(const Options& o) {
+  comm::TransportOptions t;
+  t.kind = o.transport == "shm" ? comm::TransportKind::shm : comm::TransportKind::mpi;
+  return t;
+}
+
 std::unique_ptr<comm::AllReduce> make_impl(const Options& o, const dist::Communicator& c) {
-  if (o.impl == "exact") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::bf16);
-  if (o.impl == "exact_fp32") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::fp32);
+  if (o.impl == "exact") return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::bf16, transport_of(o));
+  if (o.impl == "exact_fp32")
+    return std::make_unique<comm::ExactAllReduce>(c, comm::ExactPrecision::fp32, transport_of(o));
   ECHO_INPUT_CHECK(o.impl == "echo", "--impl '{}' is not one of exact, exact_fp32, echo", o.impl);
   comm::EchoOptions e;
   e.quant = {config::parse<QuantPolicy>(o.quantizer), o.bits, o.group_size};
   e.compensate = o.compensate;
+  e.transport = transport_of(o);
   return std::make_unique<comm::EchoAllReduce>(c, e);
 }
 
@@ -105,7 +116,9 @@ Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl
   MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, c.get());
   row.identical = lo == hi;
 
+  if (impl.engine()) impl.engine()->reset_times();
   row.impl = time_collective(c.get(), o.warmup, o.iters, restore, run(impl));
+  if (impl.engine()) row.split = impl.engine()->times();
   row.exact16 = time_collective(c.get(), o.warmup, o.iters, restore, run(exact16));
   row.mpi = time_collective(c.get(), o.warmup, o.iters, restore, [&] {
     MPI_Allreduce(MPI_IN_PLACE, work.data(), static_cast<int>(row.count), MPI_FLOAT, MPI_SUM, c.get());
@@ -117,6 +130,15 @@ Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl
 }
 
 double gbps(size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0; }
+
+// Mean microseconds per call of each part (warm-up calls included), rank 0's view.
+double per_call_us(double seconds, const comm::EngineTimes& t) { return t.calls > 0 ? 1e6 * seconds / t.calls : 0.0; }
+
+nlohmann::json split_json(const comm::EngineTimes& t) {
+  return {{"quantize", per_call_us(t.encode_s, t)}, {"reduce", per_call_us(t.reduce_s, t)},
+          {"copy", per_call_us(t.copy_s, t)},       {"decode", per_call_us(t.decode_s, t)},
+          {"wait", per_call_us(t.wait_s, t)}};
+}
 
 nlohmann::json to_json(const Options& o, int P, const Row& r) {
   const double bus = 2.0 * (P - 1) / P;
@@ -137,6 +159,8 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
           {"busbw_gbps", gbps(r.bytes, r.impl.median_us) * bus},
           {"exact_median_us", r.exact16.median_us},
           {"mpi_allreduce_fp32_median_us", r.mpi.median_us},
+          {"transport", o.transport},
+          {"split_us_per_call", split_json(r.split)},
           {"speedup_vs_exact", r.exact16.median_us / r.impl.median_us},
           {"max_rel_err", r.max_rel_err},
           {"ranks_identical", r.identical},
@@ -146,23 +170,29 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
 
 void print_header(const Options& o, int P, const MachineInfo& machine) {
   std::printf("%s", machine_header(machine).c_str());
-  std::printf("# echo_bench: impl=%s bits=%d group_size=%d quantizer=%s compensate=%d direction=%s P=%d iters=%d warmup=%d\n",
-              o.impl.c_str(), o.bits, o.group_size, o.quantizer.c_str(), o.compensate, o.direction.c_str(), P, o.iters,
-              o.warmup);
+  std::printf(
+      "# echo_bench: impl=%s transport=%s bits=%d group_size=%d quantizer=%s compensate=%d direction=%s P=%d iters=%d "
+      "warmup=%d\n",
+      o.impl.c_str(), o.transport.c_str(), o.bits, o.group_size, o.quantizer.c_str(), o.compensate,
+      o.direction.c_str(), P, o.iters, o.warmup);
   std::printf("# size = bytes of the 16-bit message; times are the slowest rank's; busbw = algbw * 2(P-1)/P\n");
-  std::printf("# exact16 = our 16-bit all-reduce, mpi32 = MPI_Allreduce on fp32, both timed in this run\n");
-  std::printf("#%9s %10s %12s %6s %10s %10s %10s %8s %8s %10s %10s %8s %10s %5s\n", "size", "count", "wire(B)", "wire/16",
-              "median(us)", "p10(us)", "p90(us)", "algbw", "busbw", "exact16(us)", "mpi32(us)", "speedup", "max_relerr",
-              "ident");
+  std::printf("# exact16 = our 16-bit all-reduce over the same transport, mpi32 = MPI_Allreduce on fp32, both timed in this run\n");
+  std::printf("# split = rank 0's microseconds per call: quantize / reduce / copy / decode / wait (mpi: copy = the collectives)\n");
+  std::printf("#%9s %10s %12s %6s %10s %10s %10s %8s %8s %10s %10s %8s %10s %5s  %s\n", "size", "count", "wire(B)",
+              "wire/16", "median(us)", "p10(us)", "p90(us)", "algbw", "busbw", "exact16(us)", "mpi32(us)", "speedup",
+              "max_relerr", "ident", "split q/r/c/d/w (us)");
 }
 
 void print_row(int P, const Row& r) {
   const double alg = gbps(r.bytes, r.impl.median_us), bus = alg * 2.0 * (P - 1) / P;
-  std::printf(" %9s %10zu %12zu %6.3f %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %10.1f %8.2f %10.3e %5s\n",
+  const comm::EngineTimes& t = r.split;
+  std::printf(" %9s %10zu %12zu %6.3f %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %10.1f %8.2f %10.3e %5s  %.0f/%.0f/%.0f/%.0f/%.0f\n",
               format_size(r.bytes).c_str(), r.count, r.wire_bytes,
               static_cast<double>(r.wire_bytes) / std::max<size_t>(1, r.exact_wire_bytes), r.impl.median_us,
               r.impl.p10_us, r.impl.p90_us, alg, bus, r.exact16.median_us, r.mpi.median_us,
-              r.exact16.median_us / r.impl.median_us, r.max_rel_err, r.identical ? "yes" : "NO");
+              r.exact16.median_us / r.impl.median_us, r.max_rel_err, r.identical ? "yes" : "NO",
+              per_call_us(t.encode_s, t), per_call_us(t.reduce_s, t), per_call_us(t.copy_s, t),
+              per_call_us(t.decode_s, t), per_call_us(t.wait_s, t));
   std::fflush(stdout);
 }
 
@@ -198,6 +228,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--group-size", o.group_size, "values per quantization group (power of two)")->capture_default_str();
   app.add_option("--quantizer", o.quantizer, "symmetric | asym_naive | asym_zero_aware")->capture_default_str();
   app.add_flag("--compensate", o.compensate, "run the error-feedback compensator");
+  app.add_option("--transport", o.transport, "mpi | shm: how the bytes travel (shm: the pipelined shared-memory protocol)")
+      ->check(CLI::IsMember({"mpi", "shm"}))
+      ->capture_default_str();
   app.add_option("--direction", o.direction, "forward | backward (backward adds the 2^e rescale)")
       ->check(CLI::IsMember({"forward", "backward"}))
       ->capture_default_str();
@@ -222,7 +255,8 @@ int bench_main(int argc, char** argv) {
   const MachineInfo machine = describe_machine();
   check_memory(sizes, world);
   auto impl = make_impl(o, world);
-  comm::ExactAllReduce exact16(world, comm::ExactPrecision::bf16), exact32(world, comm::ExactPrecision::fp32);
+  comm::ExactAllReduce exact16(world, comm::ExactPrecision::bf16, transport_of(o)),
+      exact32(world, comm::ExactPrecision::fp32);
   std::ofstream json;
   if (world.rank() == 0 && !o.json.empty()) {
     json.open(o.json);

@@ -1,6 +1,7 @@
 // Tensor entry point of the all-reduce interface and the site names used in errors and logs.
 #include "comm/all_reduce.h"
 
+#include "comm/segment_reduce.h"
 #include "core/error.h"
 
 namespace echo::comm {
@@ -23,6 +24,10 @@ void AllReduce::all_reduce(Tensor& x, Site site) {
   Tensor host = x.to(Device::cpu).to(DType::f32);
   all_reduce(std::span<float>(host.data<float>(), static_cast<size_t>(host.numel())), site);
   x.copy_from(host.to(x.dtype()));
+}
+
+std::string describe(const AllReduce& ar) {
+  return ar.engine() ? ar.name() + " over " + ar.engine()->transport() : ar.name();
 }
 
 }  // namespace echo::comm

@@ -13,6 +13,8 @@
 
 namespace echo::comm {
 
+class SegmentReduce;
+
 enum class Direction : uint8_t { forward, backward };
 const char* to_string(Direction d);
 
@@ -37,6 +39,12 @@ class AllReduce {
   virtual std::string name() const = 0;
   // Bytes this rank sends for one call on n elements at the given site.
   virtual size_t wire_bytes_per_rank(size_t n, Site site) const = 0;
+  // The host engine that moves the bytes (its transport and time split), null where the
+  // implementation has none (NCCL).
+  virtual SegmentReduce* engine() const { return nullptr; }
 };
+
+// "echo over shm", "exact over mpi", "nccl (bf16)": the implementation and its transport, for logs.
+std::string describe(const AllReduce& ar);
 
 }  // namespace echo::comm

@@ -1,6 +1,7 @@
-// Exact 16-bit and fp32 all-reduce over the two-phase engine.
+// Exact 16-bit and fp32 all-reduce over the mpi or shm engine.
 #include "comm/exact_all_reduce.h"
 
+#include "comm/two_phase_reduce.h"
 #include "core/error.h"
 
 namespace echo::comm {
@@ -12,8 +13,9 @@ void check_output(size_t bad, Site site, const char* what) {
              what, to_string(site), bad, bad == 1 ? "entry" : "entries");
 }
 
-ExactAllReduce::ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision)
-    : engine_(comm), precision_(precision) {
+ExactAllReduce::ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision,
+                               const TransportOptions& transport)
+    : engine_(make_segment_reduce(comm, transport)), precision_(precision) {
   if (precision_ == ExactPrecision::bf16)
     codec_ = std::make_unique<Bf16Codec>();
   else
@@ -21,13 +23,13 @@ ExactAllReduce::ExactAllReduce(const dist::Communicator& comm, ExactPrecision pr
 }
 
 void ExactAllReduce::all_reduce(std::span<float> x, Site site) {
-  check_output(engine_.run(x, *codec_), site, precision_ == ExactPrecision::bf16 ? "exact bf16" : "exact fp32");
+  check_output(engine_->run(x, *codec_, site), site, precision_ == ExactPrecision::bf16 ? "exact bf16" : "exact fp32");
 }
 
 std::string ExactAllReduce::name() const { return precision_ == ExactPrecision::bf16 ? "exact" : "exact_fp32"; }
 
 size_t ExactAllReduce::wire_bytes_per_rank(size_t n, Site) const {
-  return TwoPhaseReduce::wire_bytes_per_rank(n, engine_.comm().size(), engine_.comm().rank(), *codec_);
+  return TwoPhaseReduce::wire_bytes_per_rank(n, engine_->comm().size(), engine_->comm().rank(), *codec_);
 }
 
 }  // namespace echo::comm

@@ -1,13 +1,13 @@
 // The exact baselines: `bf16` is the 16-bit all-reduce Echo is measured against (values
 // rounded to bf16, summed in fp32, the sum rounded to bf16, identical on every rank) and
-// `fp32` sums without rounding. Both move their values through the same two-phase engine as
-// Echo, so a benchmark compares codecs, not algorithms.
+// `fp32` sums without rounding. Both move their values through the same engine as
+// Echo (segment_reduce.h), so a benchmark compares codecs, not algorithms.
 #pragma once
 
 #include <memory>
 
 #include "comm/all_reduce.h"
-#include "comm/two_phase_reduce.h"
+#include "comm/segment_reduce.h"
 
 namespace echo::comm {
 
@@ -15,15 +15,16 @@ enum class ExactPrecision { bf16, fp32 };
 
 class ExactAllReduce final : public AllReduce {
  public:
-  ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision);
+  ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision, const TransportOptions& transport = {});
 
   using AllReduce::all_reduce;
   void all_reduce(std::span<float> x, Site site) override;
   std::string name() const override;
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
+  SegmentReduce* engine() const override { return engine_.get(); }
 
  private:
-  TwoPhaseReduce engine_;
+  std::unique_ptr<SegmentReduce> engine_;
   ExactPrecision precision_;
   std::unique_ptr<SegmentCodec> codec_;
 };

@@ -23,11 +23,26 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers) {
   o.backward = cfg.backward;
   o.backward_rescale = cfg.backward_rescale;
   o.telemetry = cfg.telemetry_interval > 0;
+  o.transport = transport_options_from(cfg);
   return o;
 }
 
+TransportOptions transport_options_from(const config::CommConfig& cfg) {
+  // NOTE: cuda_ipc is planned; refuse rather than silently fall back to something slower. With
+  // run.device = cuda the host transports serve device tensors through host copies
+  // (AllReduce::all_reduce(Tensor&)).
+  ECHO_CHECK(cfg.transport != config::Transport::cuda_ipc,
+             "'comm.transport' = cuda_ipc is not available in this version; use mpi, shm or auto");
+  TransportOptions t;
+  t.kind = cfg.transport == config::Transport::mpi   ? TransportKind::mpi
+           : cfg.transport == config::Transport::shm ? TransportKind::shm
+                                                     : TransportKind::automatic;
+  t.peer_timeout_s = cfg.peer_timeout_s;
+  return t;
+}
+
 std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
-                                                 config::Device device) {
+                                                 config::Device device, const TransportOptions& transport) {
 #ifdef ECHO_NCCL
   if (device == config::Device::cuda && group.size() > 1) {
     if (ranks_have_distinct_gpus(group))
@@ -39,21 +54,17 @@ std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group
 #else
   (void)device;
 #endif
-  return std::make_unique<ExactAllReduce>(group, precision);
+  return std::make_unique<ExactAllReduce>(group, precision, transport);
 }
 
 std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config::Device device,
                                            const dist::Communicator& tp, int num_layers) {
-  // NOTE: only the MPI transport exists so far; cuda_ipc (and NCCL for exact) are planned. Refuse
-  // rather than silently fall back to something slower. With run.device = cuda the MPI transport
-  // serves device tensors through host copies (AllReduce::all_reduce(Tensor&)).
-  ECHO_CHECK(cfg.transport != config::Transport::cuda_ipc,
-             "'comm.transport' = cuda_ipc is not available in this version; use mpi or auto");
+  const TransportOptions transport = transport_options_from(cfg);
   switch (cfg.allreduce) {
     case config::AllReduceKind::exact:
-      return make_exact_all_reduce(tp, ExactPrecision::bf16, device);
+      return make_exact_all_reduce(tp, ExactPrecision::bf16, device, transport);
     case config::AllReduceKind::exact_fp32:
-      return make_exact_all_reduce(tp, ExactPrecision::fp32, device);
+      return make_exact_all_reduce(tp, ExactPrecision::fp32, device, transport);
     case config::AllReduceKind::echo:
       return std::make_unique<EchoAllReduce>(tp, echo_options_from(cfg, num_layers));
     case config::AllReduceKind::two_collective:

@@ -18,10 +18,13 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers);
 
 // The exact sum over group at `precision`: NCCL when device is cuda, the build has NCCL and every
 // rank of the group drives its own GPU (NCCL refuses two ranks on one device; the log says when
-// it falls back); otherwise the MPI two-phase ExactAllReduce, host-staged for device tensors.
-// Collective over group.
+// it falls back); otherwise ExactAllReduce over the given transport, host-staged for device
+// tensors. Collective over group.
 std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
-                                                 config::Device device);
+                                                 config::Device device, const TransportOptions& transport = {});
+
+// comm.transport and comm.peer_timeout_s as the host engines take them (cuda_ipc is refused).
+TransportOptions transport_options_from(const config::CommConfig& cfg);
 
 // tp is the tensor-parallel communicator the block sites reduce over; it must outlive the result.
 std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config::Device device,

@@ -13,14 +13,18 @@
 #include <vector>
 
 #include "comm/codec.h"
+#include "comm/segment_reduce.h"
 #include "comm/segments.h"
 #include "dist/communicator.h"
 
 namespace echo::comm {
 
-class TwoPhaseReduce {
+class TwoPhaseReduce final : public SegmentReduce {
  public:
   explicit TwoPhaseReduce(const dist::Communicator& comm) : comm_(comm) {}
+
+  size_t run(std::span<float> x, const SegmentCodec& codec, Site) override { return run(x, codec); }
+  const char* transport() const override { return "mpi"; }
 
   // x <- sum over ranks, in place. Returns the number of bad output entries (poisoned
   // groups or non-finite values), the same number on every rank.
@@ -30,7 +34,7 @@ class TwoPhaseReduce {
   // each of the P-1 peers.
   static size_t wire_bytes_per_rank(size_t n, int num_ranks, int rank, const SegmentCodec& codec);
 
-  const dist::Communicator& comm() const { return comm_; }
+  const dist::Communicator& comm() const override { return comm_; }
 
  private:
   const dist::Communicator& comm_;

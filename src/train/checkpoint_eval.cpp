@@ -244,7 +244,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
     load_hf_weights(ckpt.path, model.params(), world);
   if (rank == 0)
     logger->info("{} ({}{}): tp {} dp {}, all-reduce {}, {} x {} global batches of {} x {} tokens on {}", ckpt.path,
-                 rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp, blocks->name(),
+                 rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp, comm::describe(*blocks),
                  cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb, cfg.data.seq_len, prefix);
 
   const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};

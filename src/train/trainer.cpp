@@ -158,7 +158,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   }
   peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();
   logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
-            num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, blocks_->name(), num_micro_, cfg.train.micro_batch,
+            num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, comm::describe(*blocks_), num_micro_, cfg.train.micro_batch,
             cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());

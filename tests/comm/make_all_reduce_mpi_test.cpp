@@ -56,6 +56,17 @@ TEST(MakeAllReduce, EdgeAllReduceIsExactUnlessTheConfigSaysOtherwise) {
   EXPECT_EQ(make_edge_all_reduce(cfg, tp), nullptr) << "an exact run has nothing to quantize";
 }
 
+TEST(MakeAllReduce, AutoChoosesTheSharedMemoryTransportOnOneNode) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  config::CommConfig cfg;
+  EXPECT_EQ(describe(*make_all_reduce(cfg, config::Device::cpu, tp, 2)), "echo over shm");
+  cfg.transport = config::Transport::mpi;
+  EXPECT_EQ(describe(*make_all_reduce(cfg, config::Device::cpu, tp, 2)), "echo over mpi");
+  cfg.transport = config::Transport::shm;
+  cfg.allreduce = config::AllReduceKind::exact;
+  EXPECT_EQ(describe(*make_all_reduce(cfg, config::Device::cpu, tp, 2)), "exact over shm");
+}
+
 TEST(MakeAllReduce, UnavailableTransportsAreRefusedWithAReason) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   config::CommConfig cfg;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../support/mpi_util.h"
 #include "../support/test_data.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/echo/quantize.h"
@@ -18,6 +19,8 @@
 namespace echo::comm {
 namespace {
 
+using echo::testing::identical_on_all_ranks;
+using echo::testing::on_group;
 using echo::testing::random_normal;
 
 // Communicators of every size this run can form: the world, and the first 1 and 3 ranks.
@@ -29,30 +32,10 @@ std::vector<int> group_sizes() {
   return sizes;
 }
 
-// Runs body(comm) on the ranks of the first `size` world ranks; the others wait.
-template <class F>
-void on_group(int size, F body) {
-  auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
-  const bool member = world.rank() < size;
-  auto group = world.split(member ? 0 : 1, world.rank());
-  if (member) body(group);
-  world.barrier();
-}
-
 std::vector<std::vector<float>> contributions(int num_ranks, size_t n, uint64_t seed, float mean = 0.3f) {
   std::vector<std::vector<float>> xs;
   for (int r = 0; r < num_ranks; ++r) xs.push_back(random_normal(n, seed, r, mean, 1.0f + 0.25f * r));
   return xs;
-}
-
-// Every rank's output gathered and compared bit for bit with rank 0's.
-bool identical_on_all_ranks(const std::vector<float>& y, const dist::Communicator& comm) {
-  std::vector<float> all(y.size() * comm.size());
-  MPI_Allgather(y.data(), static_cast<int>(y.size()), MPI_FLOAT, all.data(), static_cast<int>(y.size()), MPI_FLOAT,
-                comm.get());
-  for (int r = 1; r < comm.size(); ++r)
-    if (std::memcmp(all.data(), all.data() + r * y.size(), y.size() * sizeof(float)) != 0) return false;
-  return true;
 }
 
 const size_t kLengths[] = {1, 2, 127, 129, 1000, 4096, 12345};

@@ -169,6 +169,7 @@ TEST(ConfigKeys, KeepEveryNameOfTheContract) {
                           "parallel.tp",
                           "comm.allreduce",
                           "comm.transport",
+                          "comm.peer_timeout_s",
                           "comm.bits",
                           "comm.group_size",
                           "comm.quantizer",
@@ -399,7 +400,7 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
 TEST_F(ConfigFile, UnknownKeyNamesFileLineKeyAndKnownKeys) {
   const std::string error = load_error({"run:", "  seed: 1", "comm:", "  bits: 4", "  bitz: 8"});
   EXPECT_THAT(error, StartsWith(at(5) + "unknown key 'comm.bitz'"));
-  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, bits, group_size,"));
+  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, bits, group_size,"));
   EXPECT_THAT(
       load_error({"comm:", "  compensator: {eta: 0.5, etta: 0.4}"}),
       StartsWith(at(2) + "unknown key 'comm.compensator.etta' (known keys in 'comm.compensator': enabled, eta"));
@@ -641,6 +642,13 @@ TEST_F(ConfigFile, CudaIpcNeedsTheCudaDevice) {
   EXPECT_THAT(load_error({"run: {seed: 3}", "comm:", "  transport: cuda_ipc"}),
               StartsWith(at(3) + "'comm.transport' = cuda_ipc needs 'run.device' = cuda, got 'run.device' = cpu"));
   EXPECT_NO_THROW(load_config(write("ok.yaml", {"run: {device: cuda}", "comm: {transport: cuda_ipc}"})));
+}
+
+TEST_F(ConfigFile, ShmTransportAndItsPeerTimeout) {
+  const Config c = load_config(write("shm.yaml", {"comm: {transport: shm, peer_timeout_s: 2.5}"}));
+  EXPECT_EQ(c.comm.transport, Transport::shm);
+  EXPECT_DOUBLE_EQ(c.comm.peer_timeout_s, 2.5);
+  EXPECT_THAT(load_error({"comm:", "  peer_timeout_s: 0"}), StartsWith(at(2) + "'comm.peer_timeout_s' = 0"));
 }
 
 TEST_F(ConfigFile, MinLrMustNotExceedLr) {

@@ -1,7 +1,12 @@
-// This process's place in MPI_COMM_WORLD, for multi-rank tests.
+// This process's place in MPI_COMM_WORLD, and sub-groups of it, for multi-rank tests.
 #pragma once
 
 #include <mpi.h>
+
+#include <cstring>
+#include <vector>
+
+#include "dist/communicator.h"
 
 namespace echo::testing {
 
@@ -15,6 +20,26 @@ inline int world_rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
+}
+
+// Runs body(group) on a new communicator of the first `size` world ranks; the others wait.
+template <class F>
+void on_group(int size, F body) {
+  auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
+  const bool member = world.rank() < size;
+  auto group = world.split(member ? 0 : 1, world.rank());
+  if (member) body(group);
+  world.barrier();
+}
+
+// Every rank's output gathered and compared bit for bit with rank 0's.
+inline bool identical_on_all_ranks(const std::vector<float>& y, const dist::Communicator& comm) {
+  std::vector<float> all(y.size() * comm.size());
+  MPI_Allgather(y.data(), static_cast<int>(y.size()), MPI_FLOAT, all.data(), static_cast<int>(y.size()), MPI_FLOAT,
+                comm.get());
+  for (int r = 1; r < comm.size(); ++r)
+    if (std::memcmp(all.data(), all.data() + r * y.size(), y.size() * sizeof(float)) != 0) return false;
+  return true;
 }
 
 }  // namespace echo::testing

@@ -8,6 +8,7 @@
 #include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
 #include "core/error.h"
+#include "comm/two_phase_reduce.h"
 #include "dist/mpi_check.h"
 
 namespace echo::comm {
@@ -20,8 +21,8 @@ std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator&) { return
 EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& options)
     : options_(options),
       policy_{options.quant.bits, options.early_site_8bit, options.num_layers},
-      engine_(comm),
-      exact_(comm, ExactPrecision::bf16),
+      engine_(make_segment_reduce(comm, options.transport)),
+      exact_(comm, ExactPrecision::bf16, options.transport),
       forward_{Compensator(options.coeffs), {}},
       backward_{Compensator(options.coeffs), {}} {
   validate(options_.quant);  // bits and group size, up front
@@ -58,7 +59,7 @@ void EchoAllReduce::all_reduce(Tensor& x, Site site) {
   if (!x.is_cuda() || options_.telemetry || !quantized(site.direction)) return AllReduce::all_reduce(x, site);
   if (options_.num_layers > 0) policy_.layer_of(site);  // range check of the site index
   use_path(site, Path::device);
-  if (!device_) device_ = make_device_echo(engine_.comm());
+  if (!device_) device_ = make_device_echo(engine_->comm());
   ECHO_CHECK(device_ != nullptr, "a device tensor reached the Echo all-reduce at {} but the build has no CUDA",
              to_string(site));
   DeviceEchoCall call;
@@ -78,7 +79,7 @@ size_t EchoAllReduce::wire_bytes_per_rank(size_t n, Site site) const {
   if (!quantized(site.direction)) return exact_.wire_bytes_per_rank(n, site);
   QuantSpec spec = options_.quant;
   spec.bits = bits_for(site);
-  return TwoPhaseReduce::wire_bytes_per_rank(n, engine_.comm().size(), engine_.comm().rank(), QuantCodec(spec));
+  return TwoPhaseReduce::wire_bytes_per_rank(n, engine_->comm().size(), engine_->comm().rank(), QuantCodec(spec));
 }
 
 int EchoAllReduce::group_rescale_exponent(std::span<const float> x_comp, Site site) {
@@ -89,7 +90,7 @@ int EchoAllReduce::group_rescale_exponent(std::span<const float> x_comp, Site si
     local = std::max(local, a);
   }
   float gmax = 0.0f;
-  MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, engine_.comm().get()));
+  MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, engine_->comm().get()));
   ECHO_CHECK(std::isfinite(gmax), "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)",
              to_string(site));
   return rescale_exponent(gmax);
@@ -117,24 +118,24 @@ void EchoAllReduce::all_reduce(std::span<float> x, Site site) {
 
   QuantSpec spec = options_.quant;
   spec.bits = bits_for(site);
-  check_output(engine_.run(x, QuantCodec(spec)), site, "Echo quantized");
+  check_output(engine_->run(x, QuantCodec(spec), site), site, "Echo quantized");
   if (exponent != 0)
     for (float& v : x) v = scale_pow2(v, -exponent);
 
-  if (options_.compensate) st.compensator.update(x_comp_, x, engine_.comm().size());
+  if (options_.compensate) st.compensator.update(x_comp_, x, engine_->comm().size());
   if (options_.telemetry) gather_telemetry(x_saved_, x, site, spec.bits, exponent);
 }
 
 void EchoAllReduce::gather_telemetry(std::span<const float> x, std::span<const float> y, Site site, int bits,
                                      int exponent) {
   const size_t n = x.size();
-  const float p = static_cast<float>(engine_.comm().size());
+  const float p = static_cast<float>(engine_->comm().size());
   tele_.resize(2 * n);
   for (size_t i = 0; i < n; ++i) {
     tele_[i] = x_comp_[i] - y[i] / p;  // u, as the compensator forms it
     tele_[n + i] = x[i];
   }
-  check_output(engine_.run(tele_, Fp32Codec()), site, "telemetry");
+  check_output(engine_->run(tele_, Fp32Codec(), site), site, "telemetry");
   state(site.direction).telemetry.record(site, bits, exponent, tele_.data() + n, tele_.data(), y.data(), n);
 }
 

@@ -3,7 +3,7 @@
 // policy and optional error telemetry. At each site, on each rank:
 //   c  = η·(a·m1 + (1-a)·m2);  x' = x + c
 //   backward only: e from max|x'| over the group; x' <- x'·2^e
-//   ŷ  = QAR(x') over MPI (TwoPhaseReduce with the group quantizer); backward: ŷ <- ŷ·2^-e
+//   ŷ  = QAR(x') (the group quantizer over the mpi or shm engine, segment_reduce.h); backward: ŷ <- ŷ·2^-e
 //   u  = x' - ŷ/P in original units;  m_j <- β_j·m_j + (1-β_j)·u
 // The compensator state is per direction and reset by begin_pass(). A direction whose
 // quantization is disabled falls back to the exact 16-bit all-reduce.
@@ -21,7 +21,7 @@
 #include "comm/echo/device_qar.h"
 #include "comm/echo/telemetry.h"
 #include "comm/exact_all_reduce.h"
-#include "comm/two_phase_reduce.h"
+#include "comm/segment_reduce.h"
 #include "core/quant_spec.h"
 
 namespace echo::comm {
@@ -36,6 +36,7 @@ struct EchoOptions {
   bool backward = true;        // quantize backward sites (else exact 16-bit)
   bool backward_rescale = true;
   bool telemetry = false;
+  TransportOptions transport;  // how the quantized bytes travel (segment_reduce.h)
 };
 
 class EchoAllReduce final : public AllReduce {
@@ -47,6 +48,7 @@ class EchoAllReduce final : public AllReduce {
   void all_reduce(std::span<float> x, Site site) override;
   std::string name() const override { return "echo"; }
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
+  SegmentReduce* engine() const override { return engine_.get(); }
 
   int bits_for(Site site) const;
   // Telemetry costs one exact fp32 all-reduce per site: the trainer turns it on for the
@@ -77,7 +79,7 @@ class EchoAllReduce final : public AllReduce {
 
   EchoOptions options_;
   BitPolicy policy_;
-  TwoPhaseReduce engine_;
+  std::unique_ptr<SegmentReduce> engine_;
   ExactAllReduce exact_;
   PassState forward_, backward_;
   std::unique_ptr<DeviceEcho> device_;  // made at the first device tensor

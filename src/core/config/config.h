@@ -19,7 +19,7 @@ namespace echo::config {
 
 enum class Device : uint8_t { cpu, cuda };
 enum class AllReduceKind : uint8_t { exact, exact_fp32, echo, two_collective };
-enum class Transport : uint8_t { mpi, cuda_ipc, automatic };
+enum class Transport : uint8_t { mpi, shm, cuda_ipc, automatic };
 enum class LinearMode : uint8_t { bf16, int8 };
 enum class BackwardRounding : uint8_t { rtne, sr_independent, s3r };
 enum class ThresholdMode : uint8_t { per_token, per_example, independent };
@@ -39,7 +39,7 @@ struct EnumNames<AllReduceKind> {
 };
 template <>
 struct EnumNames<Transport> {
-  static constexpr std::array<std::string_view, 3> kNames{"mpi", "cuda_ipc", "auto"};
+  static constexpr std::array<std::string_view, 4> kNames{"mpi", "shm", "cuda_ipc", "auto"};
 };
 template <>
 struct EnumNames<LinearMode> {
@@ -158,6 +158,7 @@ struct CompensatorConfig {
 struct CommConfig {
   AllReduceKind allreduce = AllReduceKind::echo;
   Transport transport = Transport::automatic;
+  double peer_timeout_s = 300;  // shm: a wait for a peer longer than this is an error naming the peer
   int bits = 4;
   int group_size = 128;
   QuantPolicy quantizer = QuantPolicy::asym_zero_aware;

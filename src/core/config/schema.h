@@ -103,7 +103,10 @@ template <class V>
 void visit(CommConfig& c, V& v) {
   v.field("allreduce", c.allreduce,
           "exact (16-bit bf16 wire, fp32 sum) | exact_fp32 | echo (quantized, Echo) | two_collective");
-  v.field("transport", c.transport, "mpi | cuda_ipc | auto: how quantized bytes travel");
+  v.field("transport", c.transport,
+          "mpi | shm | cuda_ipc | auto: how the all-reduce bytes travel (auto: shm when the TP group is on one node)");
+  v.field("peer_timeout_s", c.peer_timeout_s, "seconds a shm wait for a peer lasts before it is an error naming the peer",
+          greater_than(0));
   v.field("bits", c.bits, "4 | 8: bits per code", one_of({4, 8}));
   v.field("group_size", c.group_size, "values per quantization group, a power of two", power_of_two(2, 1 << 20));
   v.field("quantizer", c.quantizer, "symmetric | asym_naive | asym_zero_aware");

@@ -1,0 +1,74 @@
+// Polling peer flags with backoff and a timeout.
+#include "comm/p2p/peer_flags.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <thread>
+
+#include "comm/p2p/p2p_geometry.h"
+#include "core/error.h"
+
+namespace echo::comm::p2p {
+
+void write_header(uint64_t* header, const CallHeader& h) {
+  std::atomic_ref<uint64_t> seq(header[kHeaderSeq]);
+  seq.store(0, std::memory_order_relaxed);  // "being written": never a valid call number
+  std::atomic_thread_fence(std::memory_order_release);
+  std::atomic_ref<uint64_t>(header[kHeaderN]).store(h.n, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(header[kHeaderWire]).store(h.wire, std::memory_order_relaxed);
+  seq.store(h.seq, std::memory_order_release);
+}
+
+bool read_header(uint64_t* header, CallHeader& out) {
+  std::atomic_ref<uint64_t> seq(header[kHeaderSeq]);
+  const uint64_t s1 = seq.load(std::memory_order_acquire);
+  out.n = std::atomic_ref<uint64_t>(header[kHeaderN]).load(std::memory_order_relaxed);
+  out.wire = std::atomic_ref<uint64_t>(header[kHeaderWire]).load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t s2 = seq.load(std::memory_order_relaxed);
+  out.seq = s1;
+  return s1 != 0 && s1 == s2;
+}
+
+void check_same_call(uint64_t* peer_header, const CallHeader& mine, int peer, const WaitContext& ctx) {
+  CallHeader theirs;
+  if (!read_header(peer_header, theirs) || theirs.seq != mine.seq) return;
+  ECHO_CHECK(theirs.n == mine.n && theirs.wire == mine.wire,
+             "shm all-reduce at {}: rank {} called with {} elements ({} encoded bytes), this rank with {} ({} bytes): "
+             "every rank of the group must reduce a tensor of the same length with the same codec",
+             ctx.site, peer, theirs.n, theirs.wire, mine.n, mine.wire);
+}
+
+double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, const CallHeader& mine, int peer,
+                     const char* stage, const WaitContext& ctx) {
+  uint64_t value = observe(flag);
+  if (value == expected) return 0.0;
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  for (uint64_t polls = 1;; ++polls) {
+    value = observe(flag);
+    if (value == expected) break;
+    ECHO_CHECK(value < expected,
+               "shm all-reduce at {}: rank {} is out of step in the {} stage (flag {} where {} was expected): the "
+               "ranks of the group made different sequences of calls",
+               ctx.site, peer, stage, value, expected);
+    if (polls % 64 == 0) {
+      check_same_call(peer_header, mine, peer, ctx);
+      const double waited = std::chrono::duration<double>(clock::now() - start).count();
+      ECHO_CHECK(ctx.timeout_s <= 0 || waited < ctx.timeout_s,
+                 "shm all-reduce at {}: timed out after {:.1f} s in the {} stage waiting for rank {} (comm.peer_timeout_s "
+                 "= {}); that rank stopped, crashed or made a different call",
+                 ctx.site, waited, stage, peer, ctx.timeout_s);
+    }
+    // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:
+    // yield at once, and sleep once the wait is long.
+    if (polls < 4096)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return std::chrono::duration<double>(clock::now() - start).count();
+}
+
+}  // namespace echo::comm::p2p

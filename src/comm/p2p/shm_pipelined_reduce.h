@@ -1,0 +1,48 @@
+// The pipelined peer-to-peer all-reduce on CPU ranks of one node (docs/design.md §7,
+// "Pipelined peer-to-peer transport"; Echo paper Sec. 4.2 and Appendix C), over a ShmWorkspace.
+// Per round of tiles, on every rank:
+//   push    encode each tile of every segment this rank does not own straight into the owner's
+//           recv slot; publish the owner's push flag (tile, me) = base + 1
+//   reduce  per tile of its own segment: the own values (codec.load_own), then each peer's copy
+//           in rank order as its push flag arrives, summed in fp32; encode the sum once
+//   gather  copy the encoded sum into every peer's gather slot; publish gather flag (tile, me)
+//   tail    decode every owner's sum as its gather flag arrives, into x
+// Ranks run ahead of one another: a rank reduces tile 0 while a slower peer still pushes tile 5.
+// Element for element this is TwoPhaseReduce's arithmetic in its order, so both give the same
+// bits. A round reuses the slots of the previous one only after this rank's tail has seen every
+// owner's gather, which each owner publishes after it has read its recv slots.
+#pragma once
+
+#include <memory>
+
+#include "comm/p2p/peer_flags.h"
+#include "comm/p2p/pipeline_schedule.h"
+#include "comm/p2p/shm_workspace.h"
+#include "comm/segment_reduce.h"
+#include "comm/two_phase_reduce.h"
+
+namespace echo::comm::p2p {
+
+class ShmPipelinedReduce final : public SegmentReduce {
+ public:
+  ShmPipelinedReduce(const dist::Communicator& comm, std::shared_ptr<ShmWorkspace> workspace, double peer_timeout_s);
+
+  size_t run(std::span<float> x, const SegmentCodec& codec, Site site) override;
+  const dist::Communicator& comm() const override { return comm_; }
+  const char* transport() const override { return "shm"; }
+
+  size_t cached_schedules() const { return schedules_.size(); }
+
+ private:
+  size_t run_round(std::span<float> x, const SegmentCodec& codec, const PipelineSchedule& s, int round,
+                   const CallHeader& call, const WaitContext& ctx);
+
+  const dist::Communicator& comm_;
+  std::shared_ptr<ShmWorkspace> ws_;
+  double peer_timeout_s_;
+  ScheduleCache schedules_;
+  TwoPhaseReduce fallback_;  // for a codec whose one group does not fit a slot
+  std::vector<float> sum_;   // the owner's fp32 sum of one tile
+};
+
+}  // namespace echo::comm::p2p

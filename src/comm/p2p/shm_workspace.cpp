@@ -1,0 +1,102 @@
+// MPI shared-memory regions, the start-up probe and the per-group registry.
+#include "comm/p2p/shm_workspace.h"
+
+#include <cstring>
+#include <exception>
+#include <map>
+#include <tuple>
+
+#include "comm/p2p/peer_flags.h"
+#include "dist/mpi_check.h"
+
+namespace echo::comm::p2p {
+
+namespace {
+
+constexpr uint64_t kProbe = 0xec40'5a3d'0000'0000ull;
+
+// Every rank's verdict, AND-ed: all ranks take the same branch.
+bool all_ranks(bool ok, MPI_Comm comm) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm));
+  return all != 0;
+}
+
+// The live workspaces, per communicator and geometry.
+using Key = std::tuple<MPI_Comm, int, int, size_t>;
+std::map<Key, std::weak_ptr<ShmWorkspace>>& registry() {
+  static std::map<Key, std::weak_ptr<ShmWorkspace>> live;
+  return live;
+}
+
+}  // namespace
+
+std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& group, P2pGeometry geometry,
+                                                      std::string* why) {
+  geometry.ranks = group.size();
+  const Key key{group.get(), geometry.ranks, geometry.tiles, geometry.slot_bytes};
+  if (auto live = registry()[key].lock()) return live;
+  auto fail = [&](std::string reason) -> std::shared_ptr<ShmWorkspace> {
+    if (why) *why = std::move(reason);
+    return nullptr;
+  };
+
+  // Same node? Every rank sees the same answer, but agree anyway.
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(group.get(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL, &node));
+  int node_size = 0;
+  MPI_CHECK(MPI_Comm_size(node, &node_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  if (!all_ranks(node_size == group.size(), group.get()))
+    return fail("the ranks of the group are not all on one node");
+
+  std::shared_ptr<ShmWorkspace> ws(new ShmWorkspace());
+  ws->geometry_ = geometry;
+  ws->rank_ = group.rank();
+  void* base = nullptr;
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(geometry.region_bytes()), 1, MPI_INFO_NULL, group.get(),
+                                         &base, &ws->win_);
+  if (!all_ranks(rc == MPI_SUCCESS, group.get())) {
+    if (rc == MPI_SUCCESS) MPI_Win_free(&ws->win_);
+    ws->win_ = MPI_WIN_NULL;
+    return fail(fmt::format("MPI_Win_allocate_shared of {} bytes per rank failed", geometry.region_bytes()));
+  }
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, ws->win_));
+  ws->regions_.resize(static_cast<size_t>(group.size()));
+  for (int p = 0; p < group.size(); ++p) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    void* ptr = nullptr;
+    MPI_CHECK(MPI_Win_shared_query(ws->win_, p, &size, &disp, &ptr));
+    ws->regions_[static_cast<size_t>(p)] = static_cast<uint8_t*>(ptr);
+  }
+  std::memset(base, 0, geometry.region_bytes());
+
+  // The probe: a real write into every peer's region, read back by the peer.
+  MPI_CHECK(MPI_Win_sync(ws->win_));
+  group.barrier();
+  for (int p = 0; p < group.size(); ++p) publish(ws->push_flag(p, 0, ws->rank_), kProbe | static_cast<uint64_t>(ws->rank_));
+  MPI_CHECK(MPI_Win_sync(ws->win_));
+  group.barrier();
+  MPI_CHECK(MPI_Win_sync(ws->win_));
+  bool ok = true;
+  for (int s = 0; s < group.size(); ++s) ok = ok && observe(ws->push_flag(ws->rank_, 0, s)) == (kProbe | static_cast<uint64_t>(s));
+  for (int s = 0; s < group.size(); ++s) publish(ws->push_flag(ws->rank_, 0, s), 0);
+  MPI_CHECK(MPI_Win_sync(ws->win_));
+  if (!all_ranks(ok, group.get())) return fail("the shared-memory probe read back wrong values");  // frees the window
+  registry()[key] = ws;
+  return ws;
+}
+
+ShmWorkspace::~ShmWorkspace() {
+  if (win_ == MPI_WIN_NULL) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // NOTE: MPI_Win_free is collective. While an exception unwinds, the other ranks are not coming
+  // (main aborts the job), so leave the window to the process's exit rather than hang in it.
+  if (finalized || std::uncaught_exceptions() > 0) return;
+  MPI_Win_unlock_all(win_);
+  MPI_Win_free(&win_);
+}
+
+}  // namespace echo::comm::p2p

@@ -1,0 +1,20 @@
+// Choosing the engine of the host all-reduces: shm on one node, MPI otherwise.
+#include "comm/segment_reduce.h"
+
+#include "comm/p2p/shm_pipelined_reduce.h"
+#include "comm/two_phase_reduce.h"
+#include "core/log.h"
+
+namespace echo::comm {
+
+std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& group, const TransportOptions& options) {
+  if (options.kind == TransportKind::mpi || group.size() == 1) return std::make_unique<TwoPhaseReduce>(group);
+  std::string why;
+  auto ws = p2p::ShmWorkspace::for_group(group, p2p::P2pGeometry{}, &why);
+  if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s);
+  if (options.kind == TransportKind::shm && group.rank() == 0)
+    ECHO_INFO("comm", "comm.transport = shm is not possible for this group ({}): using the mpi transport", why);
+  return std::make_unique<TwoPhaseReduce>(group);
+}
+
+}  // namespace echo::comm

@@ -1,0 +1,237 @@
+// The pipelined shared-memory all-reduce against the MPI two-phase engine, which the QAR tests
+// check against hand-computed sums: every codec, P = 2, 3, 4, lengths from 1 to many rounds,
+// and bit-for-bit equal outputs. Then the faults: a rank that never arrives and a rank that
+// calls with another length are errors naming the peer, not hangs or wrong sums; and a stress
+// of thousands of back-to-back calls of changing shapes and codecs.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "../support/mpi_util.h"
+#include "../support/test_data.h"
+#include "comm/echo/echo_all_reduce.h"
+#include "comm/p2p/shm_pipelined_reduce.h"
+#include "comm/two_phase_reduce.h"
+#include "core/error.h"
+
+namespace echo::comm {
+namespace {
+
+using echo::testing::identical_on_all_ranks;
+using echo::testing::on_group;
+using echo::testing::random_normal;
+using p2p::P2pGeometry;
+using p2p::ShmPipelinedReduce;
+using p2p::ShmWorkspace;
+
+// Groups of 2, 3 and 4 ranks where the world has them.
+std::vector<int> group_sizes() {
+  std::vector<int> sizes = {2};
+  if (echo::testing::world_size() >= 4) sizes.insert(sizes.end(), {3, 4});
+  return sizes;
+}
+
+// A small geometry, so that a few thousand elements already take several rounds.
+P2pGeometry small_geometry() {
+  P2pGeometry g;
+  g.tiles = 2;
+  g.slot_bytes = 1024;
+  return g;
+}
+
+std::unique_ptr<ShmPipelinedReduce> make_shm(const dist::Communicator& group, P2pGeometry geometry,
+                                             double timeout_s = 60) {
+  std::string why;
+  auto ws = ShmWorkspace::for_group(group, geometry, &why);
+  EXPECT_NE(ws, nullptr) << "the ranks of one test run share a node, yet: " << why;
+  if (!ws) return nullptr;
+  return std::make_unique<ShmPipelinedReduce>(group, std::move(ws), timeout_s);
+}
+
+struct NamedCodec {
+  std::string name;
+  std::unique_ptr<SegmentCodec> codec;
+};
+
+std::vector<NamedCodec> every_codec() {
+  std::vector<NamedCodec> c;
+  c.push_back({"fp32", std::make_unique<Fp32Codec>()});
+  c.push_back({"bf16", std::make_unique<Bf16Codec>()});
+  for (int bits : {4, 8})
+    for (QuantPolicy policy : {QuantPolicy::asym_zero_aware, QuantPolicy::symmetric, QuantPolicy::asym_naive}) {
+      QuantSpec spec;
+      spec.bits = bits;
+      spec.policy = policy;
+      spec.group_size = bits == 4 ? 128 : 32;
+      c.push_back({"q" + std::to_string(bits) + "/" + std::to_string(static_cast<int>(policy)),
+                   std::make_unique<QuantCodec>(spec)});
+    }
+  QuantSpec big;  // one group (8 KiB) larger than a small slot: served by the MPI fallback
+  big.bits = 8;
+  big.group_size = 8192;
+  c.push_back({"q8/g8192", std::make_unique<QuantCodec>(big)});
+  return c;
+}
+
+// Runs one input through both engines and returns whether they agree bit for bit.
+void expect_same_bits(SegmentReduce& shm, TwoPhaseReduce& mpi, const SegmentCodec& codec, size_t n, uint64_t seed,
+                      const std::string& what) {
+  const auto& comm = mpi.comm();
+  const std::vector<float> x = random_normal(n, seed, comm.rank(), 0.2f, 1.0f + 0.5f * comm.rank());
+  std::vector<float> a = x, b = x;
+  const size_t bad_shm = shm.run(a, codec, {3, Direction::forward});
+  const size_t bad_mpi = mpi.run(b, codec);
+  EXPECT_EQ(bad_shm, bad_mpi) << what;
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << what << ": shm and mpi outputs differ";
+  EXPECT_TRUE(identical_on_all_ranks(a, comm)) << what;
+  EXPECT_NE(std::memcmp(a.data(), x.data(), n * sizeof(float)), 0) << what << ": the sum must change x";
+}
+
+TEST(ShmPipelinedReduce, EqualsTheMpiEngineBitForBitForEveryCodecAndGroupSize) {
+  const auto codecs = every_codec();
+  for (int size : group_sizes()) {
+    on_group(size, [&](const dist::Communicator& group) {
+      for (const P2pGeometry& geometry : {small_geometry(), P2pGeometry{}}) {
+        auto shm = make_shm(group, geometry);
+        ASSERT_NE(shm, nullptr);
+        TwoPhaseReduce mpi(group);
+        for (const auto& c : codecs)
+          for (size_t n : {size_t{1}, size_t{127}, size_t{129}, size_t{1000}, size_t{12345}, size_t{70001}})
+            expect_same_bits(*shm, mpi, *c.codec, n, 7 * n + size,
+                             "P=" + std::to_string(size) + " slot=" + std::to_string(geometry.slot_bytes) +
+                                 " codec=" + c.name + " n=" + std::to_string(n));
+      }
+    });
+  }
+}
+
+TEST(ShmPipelinedReduce, AGroupSpanningRoundsUsesTheCachedSchedule) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto shm = make_shm(group, small_geometry());
+    ASSERT_NE(shm, nullptr);
+    TwoPhaseReduce mpi(group);
+    Bf16Codec bf16;
+    for (int repeat = 0; repeat < 3; ++repeat)
+      for (size_t n : {size_t{4000}, size_t{900}})
+        expect_same_bits(*shm, mpi, bf16, n, 100 + repeat, "repeat " + std::to_string(repeat));
+    EXPECT_EQ(shm->cached_schedules(), 2u) << "two shapes, one codec: two schedules";
+    const auto& t = shm->times();
+    EXPECT_GT(t.encode_s + t.reduce_s + t.copy_s + t.decode_s, 0.0);
+  });
+}
+
+// Echo over shm equals Echo over MPI through whole passes: compensator, backward rescale,
+// telemetry (an fp32 reduce), and the exact fallback of a direction, sharing one workspace.
+TEST(ShmPipelinedReduce, EchoPassesAreIdenticalOverBothTransports) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    EchoOptions o;
+    o.quant.bits = 4;
+    o.num_layers = 3;
+    o.early_site_8bit = true;
+    o.telemetry = true;
+    o.backward = true;
+    EchoOptions shm_o = o;
+    shm_o.transport.kind = TransportKind::shm;
+    EchoAllReduce via_mpi(group, o), via_shm(group, shm_o);
+    for (int step = 0; step < 3; ++step)
+      for (Direction d : {Direction::forward, Direction::backward}) {
+        via_mpi.begin_pass(d);
+        via_shm.begin_pass(d);
+        for (int site = 0; site < 6; ++site) {
+          const float scale = d == Direction::backward ? 1e-6f : 1.0f;
+          std::vector<float> x = random_normal(3000, 40 + step, 10 * site + group.rank(), 0.1f, scale);
+          std::vector<float> y = x;
+          via_mpi.all_reduce(std::span<float>(x), {site, d});
+          via_shm.all_reduce(std::span<float>(y), {site, d});
+          ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0)
+              << "step " << step << " " << to_string(Site{site, d});
+        }
+        ASSERT_EQ(via_mpi.telemetry(d).size(), via_shm.telemetry(d).size());
+      }
+  });
+}
+
+TEST(ShmPipelinedReduce, ThousandsOfCallsOfChangingShapesStayExact) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto shm = make_shm(group, small_geometry(), 30);
+    ASSERT_NE(shm, nullptr);
+    TwoPhaseReduce mpi(group);
+    const auto codecs = every_codec();
+    std::mt19937 shapes(12345);  // the same sequence on every rank
+    const auto start = std::chrono::steady_clock::now();
+    for (int call = 0; call < 3000; ++call) {
+      const size_t n = 1 + shapes() % 3000;
+      const auto& c = codecs[shapes() % codecs.size()];
+      std::vector<float> x = random_normal(n, call, group.rank());
+      if (call % 50 == 0) {
+        expect_same_bits(*shm, mpi, *c.codec, n, call, "call " + std::to_string(call));
+      } else {
+        shm->run(x, *c.codec, {0, Direction::forward});
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 240.0) << "3000 small calls should take seconds, even oversubscribed";
+  });
+}
+
+// Expects body to throw an echo::Error whose message holds every piece of `pieces`.
+template <class F>
+void expect_error_with(F body, std::vector<std::string> pieces) {
+  try {
+    body();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShmPipelinedReduce, ARankThatNeverArrivesIsATimeoutNamingItNotAHang) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto shm = make_shm(group, small_geometry(), 1.0);
+    ASSERT_NE(shm, nullptr);
+    const int absent = group.size() - 1;
+    Bf16Codec bf16;
+    std::vector<float> x = random_normal(5000, 1, group.rank());
+    if (group.rank() != absent) {
+      const auto start = std::chrono::steady_clock::now();
+      expect_error_with([&] { shm->run(x, bf16, {5, Direction::backward}); },
+                        {"backward site 5", "timed out", "rank " + std::to_string(absent), "push"});
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(waited, 30.0);
+    }
+    group.barrier();  // the absent rank waits here until the others gave up
+  });
+}
+
+TEST(ShmPipelinedReduce, ARankCallingWithAnotherLengthIsAnErrorNamingIt) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto shm = make_shm(group, small_geometry(), 20.0);
+    ASSERT_NE(shm, nullptr);
+    Bf16Codec bf16;
+    const size_t n = group.rank() == 0 ? 1000 : 1024;
+    std::vector<float> x = random_normal(n, 2, group.rank());
+    expect_error_with([&] { shm->run(x, bf16, {1, Direction::forward}); },
+                      {"forward site 1", "called with", "same length"});
+    group.barrier();
+  });
+}
+
+TEST(ShmWorkspace, OneWorkspacePerGroupAndGeometry) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto a = ShmWorkspace::for_group(group, small_geometry());
+    auto b = ShmWorkspace::for_group(group, small_geometry());
+    auto c = ShmWorkspace::for_group(group, P2pGeometry{});
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a, b) << "engines of one group share the flags and the call counter";
+    EXPECT_NE(a, c);
+    // Every rank reaches every peer's region: the address table points at distinct regions.
+    for (int p = 1; p < group.size(); ++p) EXPECT_NE(a->region(p), a->region(p - 1));
+  });
+}
+
+}  // namespace
+}  // namespace echo::comm
