@@ -17,6 +17,15 @@ namespace {
 // aliasing with the wire and vectorizes, and no call allocates.
 constexpr size_t kChunk = 256;
 
+// NOTE: the hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time
+// (GCC function multiversioning), since the build targets the baseline ISA. Every op rounds once
+// (no FMA contraction, -ffp-contract=off), so all clones give the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define ECHO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ECHO_SIMD_CLONES
+#endif
+
 #if defined(__GNUC__)
 // NOTE: without fast-math GCC will not vectorize a float min/max reduction (x < m ? x : m is not
 // MIN_EXPR under NaN and signed-zero rules), so the lanes are explicit GCC/Clang vectors of 16
@@ -43,7 +52,7 @@ struct LaneStats {
   }
 };
 
-GroupStats group_stats(const float* x, size_t len) {
+ECHO_SIMD_CLONES GroupStats group_stats(const float* x, size_t len) {
   const float inf = bits_float(0x7f800000u);
   LaneStats a{{inf, inf, inf, inf}, {-inf, -inf, -inf, -inf}, {0, 0, 0, 0}};
   LaneStats b = a;
@@ -67,7 +76,7 @@ GroupStats group_stats(const float* x, size_t len) {
 #endif
 
 // Codes of x[0, len) into codes[0, len) (one per byte), len <= kChunk.
-void encode_chunk(const float* x, size_t len, const CodeMap& map, uint8_t* codes) {
+ECHO_SIMD_CLONES void encode_chunk(const float* x, size_t len, const CodeMap& map, uint8_t* codes) {
   const CodeMap m = map;  // a local copy: the byte stores below may not alias it
   for (size_t i = 0; i < len; ++i) codes[i] = static_cast<uint8_t>(encode_code(x[i], m));
 }
