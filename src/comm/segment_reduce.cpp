@@ -3,14 +3,19 @@
 
 #include "comm/p2p/shm_pipelined_reduce.h"
 #include "comm/two_phase_reduce.h"
+#include "core/error.h"
 #include "core/log.h"
 
 namespace echo::comm {
 
+size_t SegmentReduce::run_fused(std::span<float>, const SegmentCodec&, Site site, TileHooks&) {
+  ECHO_FAIL("the {} transport cannot fuse the site's work into its pipeline (at {})", transport(), to_string(site));
+}
+
 std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& group, const TransportOptions& options) {
   if (options.kind == TransportKind::mpi || group.size() == 1) return std::make_unique<TwoPhaseReduce>(group);
   std::string why;
-  auto ws = p2p::ShmWorkspace::for_group(group, p2p::P2pGeometry{}, &why);
+  auto ws = p2p::ShmWorkspace::for_group(group, options.geometry, &why);
   if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s);
   if (options.kind == TransportKind::shm && group.rank() == 0)
     ECHO_INFO("comm", "comm.transport = shm is not possible for this group ({}): using the mpi transport", why);

@@ -11,6 +11,7 @@
 
 #include "comm/all_reduce.h"
 #include "comm/codec.h"
+#include "comm/p2p/p2p_geometry.h"
 #include "dist/communicator.h"
 
 namespace echo::comm {
@@ -27,6 +28,20 @@ struct EngineTimes {
   int calls = 0;
 };
 
+// What an Echo site does to each value around the exchange (docs/design.md §8, fused
+// compensator): an engine that can fuse calls load() where it reads a tile of x to encode it (the
+// compensated, rescaled x' is never written to memory) and finish() where it has decoded the
+// tile's sum (unscale, compensator update, output), both on tile-sized buffers.
+class TileHooks {
+ public:
+  virtual ~TileHooks() = default;
+  // out[0, n) = the values to send for x[begin, begin + n).
+  virtual void load(const float* x, size_t begin, size_t n, float* out) const = 0;
+  // y[0, n) is the decoded sum of x[begin, begin + n), which still holds this rank's input; writes
+  // the site's output there.
+  virtual void finish(float* x, size_t begin, size_t n, const float* y) = 0;
+};
+
 class SegmentReduce {
  public:
   virtual ~SegmentReduce() = default;
@@ -35,6 +50,13 @@ class SegmentReduce {
   virtual size_t run(std::span<float> x, const SegmentCodec& codec, Site site) = 0;
   virtual const dist::Communicator& comm() const = 0;
   virtual const char* transport() const = 0;
+
+  // The largest `local` over the group (the backward rescale's one scalar), the same on every rank.
+  virtual float group_max(float local, Site site) = 0;
+  // run() with the site's per-tile work fused into the pipeline, where the engine can (else
+  // false: the caller runs the unfused steps around run()).
+  virtual bool fuses_tiles() const { return false; }
+  virtual size_t run_fused(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks& hooks);
 
   const EngineTimes& times() const { return times_; }
   void reset_times() { times_ = {}; }
@@ -48,6 +70,7 @@ enum class TransportKind { mpi, shm, automatic };
 struct TransportOptions {
   TransportKind kind = TransportKind::mpi;
   double peer_timeout_s = 300;  // shm: how long a wait for a peer lasts before it is an error
+  p2p::P2pGeometry geometry;    // shm: tiles per round and slot size (ranks is the group's)
 };
 
 // The engine for `group`. shm (and automatic) need every rank of the group on one node; where that

@@ -18,6 +18,12 @@ size_t TwoPhaseReduce::wire_bytes_per_rank(size_t n, int num_ranks, int rank, co
   return total;
 }
 
+float TwoPhaseReduce::group_max(float local, Site) {
+  float global = 0.0f;
+  MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_FLOAT, MPI_MAX, comm_.get()));
+  return global;
+}
+
 size_t TwoPhaseReduce::run(std::span<float> x, const SegmentCodec& codec) {
   const int P = comm_.size();
   const int me = comm_.rank();

@@ -25,6 +25,7 @@ class TwoPhaseReduce final : public SegmentReduce {
 
   size_t run(std::span<float> x, const SegmentCodec& codec, Site) override { return run(x, codec); }
   const char* transport() const override { return "mpi"; }
+  float group_max(float local, Site site) override;
 
   // x <- sum over ranks, in place. Returns the number of bad output entries (poisoned
   // groups or non-finite values), the same number on every rank.

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "comm/p2p/shm_pipelined_reduce.h"
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
+#include "core/hd.h"
 
 namespace echo::comm {
 namespace {
@@ -152,6 +154,63 @@ TEST(ShmPipelinedReduce, EchoPassesAreIdenticalOverBothTransports) {
         }
         ASSERT_EQ(via_mpi.telemetry(d).size(), via_shm.telemetry(d).size());
       }
+  });
+}
+
+// The fused compensator and rescale (FusedEchoSite inside the shm pipeline) against the unfused
+// reference on the same transport and over MPI: bit for bit through passes of both directions,
+// with gradients small enough that the rescale exponent matters, over several rounds of tiles.
+TEST(ShmPipelinedReduce, FusedSitesEqualTheUnfusedReferenceBitForBit) {
+  for (int size : group_sizes()) {
+    on_group(size, [&](const dist::Communicator& group) {
+      EchoOptions o;
+      o.quant.bits = 4;
+      o.num_layers = 3;
+      o.early_site_8bit = true;
+      EchoOptions fused = o, unfused = o;
+      fused.transport.kind = unfused.transport.kind = TransportKind::shm;
+      fused.transport.geometry = unfused.transport.geometry = small_geometry();
+      unfused.fuse = false;
+      EchoAllReduce via_mpi(group, o), via_fused(group, fused), via_unfused(group, unfused);
+      for (int step = 0; step < 2; ++step)
+        for (Direction d : {Direction::forward, Direction::backward}) {
+          for (EchoAllReduce* ar : {&via_mpi, &via_fused, &via_unfused}) ar->begin_pass(d);
+          for (int site = 0; site < 6; ++site) {
+            const float scale = d == Direction::backward ? 3e-7f : 1.0f;
+            const std::vector<float> x = random_normal(5000, 60 + step, 10 * site + group.rank(), 0.1f, scale);
+            std::vector<float> a = x, b = x, c = x;
+            via_mpi.all_reduce(std::span<float>(a), {site, d});
+            via_fused.all_reduce(std::span<float>(b), {site, d});
+            via_unfused.all_reduce(std::span<float>(c), {site, d});
+            const std::string where = "P=" + std::to_string(size) + " step " + std::to_string(step) + " " +
+                                      to_string(Site{site, d});
+            ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << where << ": fused vs mpi";
+            ASSERT_EQ(std::memcmp(b.data(), c.data(), b.size() * sizeof(float)), 0) << where << ": fused vs unfused";
+          }
+          // The compensator state, not only the outputs, is the same.
+          const auto& m_mpi = via_mpi.compensator(d).m1();
+          const auto& m_fused = via_fused.compensator(d).m1();
+          ASSERT_EQ(m_mpi.size(), m_fused.size());
+          EXPECT_EQ(std::memcmp(m_mpi.data(), m_fused.data(), m_mpi.size() * sizeof(float)), 0);
+          EXPECT_NE(m_fused[0], 0.0f);
+        }
+    });
+  }
+}
+
+TEST(ShmPipelinedReduce, GroupMaxEqualsMpiMaxAcrossBackToBackCalls) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto shm = make_shm(group, small_geometry());
+    ASSERT_NE(shm, nullptr);
+    TwoPhaseReduce mpi(group);
+    for (int call = 0; call < 200; ++call) {
+      // Back to back with no exchange between them: the two header slots must not be overrun.
+      float local = random_normal(1, call, group.rank())[0] * 100.0f;
+      if (call % 37 == 5 && group.rank() == group.size() - 1) local = std::numeric_limits<float>::infinity();
+      const float a = shm->group_max(local, {call % 4, Direction::backward});
+      const float b = mpi.group_max(local, {call % 4, Direction::backward});
+      ASSERT_EQ(float_bits(a), float_bits(b)) << "call " << call;
+    }
   });
 }
 

@@ -7,16 +7,20 @@ namespace echo::comm {
 
 void Compensator::reset() { sized_ = false; }
 
-void Compensator::apply(std::span<const float> x, std::span<float> x_comp, const char* site_name) {
+void Compensator::prepare(size_t n, const char* site_name) {
   if (!sized_) {
-    m1_.assign(x.size(), 0.0f);
-    m2_.assign(x.size(), 0.0f);
+    m1_.assign(n, 0.0f);
+    m2_.assign(n, 0.0f);
     sized_ = true;
   }
-  ECHO_CHECK(x.size() == m1_.size(),
+  ECHO_CHECK(n == m1_.size(),
              "the compensator at {} got {} elements but this pass started with {}: every site of a pass must "
              "all-reduce tensors of one size",
-             site_name, x.size(), m1_.size());
+             site_name, n, m1_.size());
+}
+
+void Compensator::apply(std::span<const float> x, std::span<float> x_comp, const char* site_name) {
+  prepare(x.size(), site_name);
   for (size_t i = 0; i < x.size(); ++i) x_comp[i] = compensate(x[i], m1_[i], m2_[i], coeffs_);
 }
 

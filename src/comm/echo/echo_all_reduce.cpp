@@ -82,24 +82,32 @@ size_t EchoAllReduce::wire_bytes_per_rank(size_t n, Site site) const {
   return TwoPhaseReduce::wire_bytes_per_rank(n, engine_->comm().size(), engine_->comm().rank(), QuantCodec(spec));
 }
 
-int EchoAllReduce::group_rescale_exponent(std::span<const float> x_comp, Site site) {
-  float local = 0.0f;
-  for (float v : x_comp) {
-    // NOTE: a non-finite value becomes +inf here, never NaN: MPI_MAX need not propagate NaN.
-    const float a = std::isfinite(v) ? std::fabs(v) : std::numeric_limits<float>::infinity();
-    local = std::max(local, a);
-  }
-  float gmax = 0.0f;
-  MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, engine_->comm().get()));
+int EchoAllReduce::group_rescale_exponent(float local_absmax, Site site) {
+  // NOTE: absmax_step maps a non-finite value to +inf, never NaN: MPI_MAX need not propagate NaN.
+  const float gmax = engine_->group_max(local_absmax, site);
   ECHO_CHECK(std::isfinite(gmax), "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)",
              to_string(site));
   return rescale_exponent(gmax);
+}
+
+void EchoAllReduce::fused_all_reduce(std::span<float> x, Site site, const QuantSpec& spec) {
+  const std::string site_name = to_string(site);
+  Compensator& comp = state(site.direction).compensator;
+  comp.prepare(x.size(), site_name.c_str());
+  FusedEchoSite hooks(comp, engine_->comm().size());
+  if (site.direction == Direction::backward && options_.backward_rescale)
+    hooks.set_exponent(group_rescale_exponent(hooks.local_absmax(x), site));
+  check_output(engine_->run_fused(x, QuantCodec(spec), site, hooks), site, "Echo quantized");
 }
 
 void EchoAllReduce::all_reduce(std::span<float> x, Site site) {
   if (!quantized(site.direction)) return exact_.all_reduce(x, site);
   if (options_.num_layers > 0) policy_.layer_of(site);  // range check of the site index
   use_path(site, Path::host);
+  QuantSpec spec = options_.quant;
+  spec.bits = bits_for(site);
+  if (options_.fuse && options_.compensate && !options_.telemetry && engine_->fuses_tiles())
+    return fused_all_reduce(x, site, spec);
   PassState& st = state(site.direction);
   const std::string site_name = to_string(site);
 
@@ -111,13 +119,15 @@ void EchoAllReduce::all_reduce(std::span<float> x, Site site) {
   else
     std::copy(x.begin(), x.end(), x_comp_.begin());
 
-  const int exponent =
-      (site.direction == Direction::backward && options_.backward_rescale) ? group_rescale_exponent(x_comp_, site) : 0;
+  int exponent = 0;
+  if (site.direction == Direction::backward && options_.backward_rescale) {
+    float local = 0.0f;
+    for (float v : x_comp_) local = absmax_step(local, v);
+    exponent = group_rescale_exponent(local, site);
+  }
   // Element by element: 2^e overflows fp32 for the tiniest gradients (e up to 159).
   for (size_t i = 0; i < x.size(); ++i) x[i] = scale_pow2(x_comp_[i], exponent);
 
-  QuantSpec spec = options_.quant;
-  spec.bits = bits_for(site);
   check_output(engine_->run(x, QuantCodec(spec), site), site, "Echo quantized");
   if (exponent != 0)
     for (float& v : x) v = scale_pow2(v, -exponent);

@@ -19,6 +19,7 @@
 #include "comm/echo/bit_policy.h"
 #include "comm/echo/compensator.h"
 #include "comm/echo/device_qar.h"
+#include "comm/echo/fused_echo_site.h"
 #include "comm/echo/telemetry.h"
 #include "comm/exact_all_reduce.h"
 #include "comm/segment_reduce.h"
@@ -37,6 +38,9 @@ struct EchoOptions {
   bool backward_rescale = true;
   bool telemetry = false;
   TransportOptions transport;  // how the quantized bytes travel (segment_reduce.h)
+  // Compensator and rescale inside the pipeline, tile by tile, where the transport can
+  // (fused_echo_site.h; shm). Same bits either way; false is the unfused reference.
+  bool fuse = true;
 };
 
 class EchoAllReduce final : public AllReduce {
@@ -74,7 +78,8 @@ class EchoAllReduce final : public AllReduce {
   const PassState& state(Direction d) const { return d == Direction::forward ? forward_ : backward_; }
   bool quantized(Direction d) const { return d == Direction::forward ? options_.forward : options_.backward; }
   void use_path(Site site, Path path);
-  int group_rescale_exponent(std::span<const float> x_comp, Site site);
+  int group_rescale_exponent(float local_absmax, Site site);
+  void fused_all_reduce(std::span<float> x, Site site, const QuantSpec& spec);
   void gather_telemetry(std::span<const float> x, std::span<const float> y, Site site, int bits, int exponent);
 
   EchoOptions options_;

@@ -20,6 +20,14 @@ ECHO_HD int rescale_exponent(float gmax) {
   return 11 - ex;
 }
 
+// The running max of |v| that picks e: a non-finite v counts as +inf, never NaN, so the group max
+// (MPI_MAX or the shm max) carries it and the caller reports it.
+ECHO_HD float absmax_step(float acc, float v) {
+  const uint32_t magnitude = float_bits(v) & 0x7fffffffu;
+  const float a = bits_float(magnitude >= 0x7f800000u ? 0x7f800000u : magnitude);  // |v|, NaN -> +inf
+  return a > acc ? a : acc;
+}
+
 // x·2^e rounded once, exactly ldexpf(x, e), for any e. Where 2^e is a normal float this is one
 // multiply by it (exact unless the result is denormal, then rounded once like ldexpf); else
 // ldexpf, which does not overflow on the way for x·2^159 of a denormal x.

@@ -5,7 +5,8 @@
 // both index them with this header, so the byte layout is one definition for both.
 //
 // Region of one rank (offsets in bytes, 64-byte aligned):
-//   header        kHeaderBytes         the rank's current call (seq, n, wire bytes) and a probe word
+//   header        kHeaderBytes         the rank's current call (seq, n, wire bytes), a probe word, and
+//                                      its contribution to the last two group maxima (seq, value)
 //   push flags    [tiles][ranks] u64   flag (t, s): sender s wrote tile t of this rank's segment
 //   gather flags  [tiles][ranks] u64   flag (t, o): owner o wrote tile t of its encoded sum here
 //   recv slots    [ranks][tiles] slot  sender s's encoded copy of tile t of this rank's segment
@@ -23,7 +24,14 @@
 namespace echo::comm::p2p {
 
 // The header words of a region.
-enum HeaderWord : int { kHeaderSeq = 0, kHeaderN = 1, kHeaderWire = 2, kHeaderProbe = 3 };
+enum HeaderWord : int {
+  kHeaderSeq = 0,
+  kHeaderN = 1,
+  kHeaderWire = 2,
+  kHeaderProbe = 3,
+  kHeaderMaxSeq = 4,  // + 2 * (max number % 2): two slots, so a rank may start the next max
+  kHeaderMaxValue = 5,  // while a slower peer still reads this one
+};
 constexpr size_t kHeaderBytes = 64;
 
 // A call's flags hold base + stage; the host raises base by kStagesPerRound for every round, so

@@ -40,7 +40,7 @@ void check_same_call(uint64_t* peer_header, const CallHeader& mine, int peer, co
              ctx.site, peer, theirs.n, theirs.wire, mine.n, mine.wire);
 }
 
-double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, const CallHeader& mine, int peer,
+double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, const CallHeader* mine, int peer,
                      const char* stage, const WaitContext& ctx) {
   uint64_t value = observe(flag);
   if (value == expected) return 0.0;
@@ -54,7 +54,7 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
                "ranks of the group made different sequences of calls",
                ctx.site, peer, stage, value, expected);
     if (polls % 64 == 0) {
-      check_same_call(peer_header, mine, peer, ctx);
+      if (mine) check_same_call(peer_header, *mine, peer, ctx);
       const double waited = std::chrono::duration<double>(clock::now() - start).count();
       ECHO_CHECK(ctx.timeout_s <= 0 || waited < ctx.timeout_s,
                  "shm all-reduce at {}: timed out after {:.1f} s in the {} stage waiting for rank {} (comm.peer_timeout_s "

@@ -33,13 +33,13 @@ struct WaitContext {
   double timeout_s = 300;  // 0 or less: wait forever
 };
 
-// Waits until *flag == expected. `peer_header` is the peer's header, checked against `mine` while
-// waiting; the wait throws on a length or codec mismatch, on a flag that ran past `expected`
+// Waits until *flag == expected. `peer_header` is the peer's header, checked against `mine` (unless
+// null) while waiting; the wait throws on a length or codec mismatch, on a flag that ran past `expected`
 // (the peer is out of step) and on timeout. Returns the seconds spent waiting.
 // Throws when the peer's header shows the same call with another length or codec.
 void check_same_call(uint64_t* peer_header, const CallHeader& mine, int peer, const WaitContext& ctx);
 
-double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, const CallHeader& mine, int peer,
+double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, const CallHeader* mine, int peer,
                      const char* stage, const WaitContext& ctx);
 
 }  // namespace echo::comm::p2p

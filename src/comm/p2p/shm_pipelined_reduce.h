@@ -7,6 +7,9 @@
 //           in rank order as its push flag arrives, summed in fp32; encode the sum once
 //   gather  copy the encoded sum into every peer's gather slot; publish gather flag (tile, me)
 //   tail    decode every owner's sum as its gather flag arrives, into x
+// run_fused() lets an Echo site work on each tile where it is read and written (TileHooks): x'
+// is formed as a tile is pushed or loaded by its owner, and the sum finished (unscaled, the
+// compensator updated) as it is decoded, with no pass over the whole tensor.
 // Ranks run ahead of one another: a rank reduces tile 0 while a slower peer still pushes tile 5.
 // Element for element this is TwoPhaseReduce's arithmetic in its order, so both give the same
 // bits. A round reuses the slots of the previous one only after this rank's tail has seen every
@@ -30,19 +33,26 @@ class ShmPipelinedReduce final : public SegmentReduce {
   size_t run(std::span<float> x, const SegmentCodec& codec, Site site) override;
   const dist::Communicator& comm() const override { return comm_; }
   const char* transport() const override { return "shm"; }
+  float group_max(float local, Site site) override;
+  bool fuses_tiles() const override { return true; }
+  size_t run_fused(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks& hooks) override;
 
   size_t cached_schedules() const { return schedules_.size(); }
 
  private:
+  size_t run_pipeline(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks* hooks);
   size_t run_round(std::span<float> x, const SegmentCodec& codec, const PipelineSchedule& s, int round,
-                   const CallHeader& call, const WaitContext& ctx);
+                   const CallHeader& call, const WaitContext& ctx, TileHooks* hooks);
+  // The values to encode for a tile: x itself, or what the hooks load into staged_.
+  const float* tile_values(std::span<float> x, const Tile& tile, TileHooks* hooks);
 
   const dist::Communicator& comm_;
   std::shared_ptr<ShmWorkspace> ws_;
   double peer_timeout_s_;
   ScheduleCache schedules_;
   TwoPhaseReduce fallback_;  // for a codec whose one group does not fit a slot
-  std::vector<float> sum_;   // the owner's fp32 sum of one tile
+  std::vector<float> sum_;     // the owner's fp32 sum of one tile
+  std::vector<float> staged_;  // fused: one tile of x' (loaded) or of the decoded sum
 };
 
 }  // namespace echo::comm::p2p

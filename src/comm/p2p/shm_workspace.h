@@ -42,6 +42,7 @@ class ShmWorkspace {
 
   // Call numbers and round bases, the same sequence on every rank of the group.
   uint64_t next_call() { return ++calls_; }
+  uint64_t next_max() { return ++maxes_; }
   uint64_t next_round_base() { return (rounds_++) * kStagesPerRound; }
 
  private:
@@ -52,7 +53,7 @@ class ShmWorkspace {
   int rank_ = 0;
   MPI_Win win_ = MPI_WIN_NULL;
   std::vector<uint8_t*> regions_;
-  uint64_t calls_ = 0, rounds_ = 0;
+  uint64_t calls_ = 0, rounds_ = 0, maxes_ = 0;
 };
 
 }  // namespace echo::comm::p2p
