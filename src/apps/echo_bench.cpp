@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -56,7 +57,7 @@ struct Options {
 
 struct Row {
   size_t bytes = 0, count = 0, wire_bytes = 0, exact_wire_bytes = 0;
-  LatencyStats impl, exact16, mpi;
+  LatencyStats impl, exact16, mpi, copy;
   comm::EngineTimes split;  // the implementation's engine over the timed calls (rank 0)
   double max_rel_err = 0;
   bool identical = false;
@@ -123,6 +124,11 @@ Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl
   row.mpi = time_collective(c.get(), o.warmup, o.iters, restore, [&] {
     MPI_Allreduce(MPI_IN_PLACE, work.data(), static_cast<int>(row.count), MPI_FLOAT, MPI_SUM, c.get());
   });
+  // The memory ceiling: every rank copies its fp32 input at once, as an all-reduce must at least
+  // read x and write the sum over it.
+  row.copy = time_collective(c.get(), o.warmup, o.iters, [] {}, [&] {
+    std::memcpy(ref.data(), input.data(), row.count * sizeof(float));
+  });
   const size_t wire = impl.wire_bytes_per_rank(row.count, site), wire16 = exact16.wire_bytes_per_rank(row.count, site);
   MPI_Allreduce(&wire, &row.wire_bytes, 1, MPI_UINT64_T, MPI_MAX, c.get());
   MPI_Allreduce(&wire16, &row.exact_wire_bytes, 1, MPI_UINT64_T, MPI_MAX, c.get());
@@ -160,6 +166,8 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
           {"exact_median_us", r.exact16.median_us},
           {"mpi_allreduce_fp32_median_us", r.mpi.median_us},
           {"transport", o.transport},
+          {"copy_median_us", r.copy.median_us},
+          {"fraction_of_copy", r.copy.median_us / r.impl.median_us},
           {"split_us_per_call", split_json(r.split)},
           {"speedup_vs_exact", r.exact16.median_us / r.impl.median_us},
           {"max_rel_err", r.max_rel_err},
@@ -177,20 +185,24 @@ void print_header(const Options& o, int P, const MachineInfo& machine) {
       o.direction.c_str(), P, o.iters, o.warmup);
   std::printf("# size = bytes of the 16-bit message; times are the slowest rank's; busbw = algbw * 2(P-1)/P\n");
   std::printf("# exact16 = our 16-bit all-reduce over the same transport, mpi32 = MPI_Allreduce on fp32, both timed in this run\n");
+  std::printf("# copy = every rank memcpy's its fp32 input at once (the memory ceiling); of_copy = copy / median\n");
   std::printf("# split = rank 0's microseconds per call: quantize / reduce / copy / decode / wait (mpi: copy = the collectives)\n");
-  std::printf("#%9s %10s %12s %6s %10s %10s %10s %8s %8s %10s %10s %8s %10s %5s  %s\n", "size", "count", "wire(B)",
-              "wire/16", "median(us)", "p10(us)", "p90(us)", "algbw", "busbw", "exact16(us)", "mpi32(us)", "speedup",
-              "max_relerr", "ident", "split q/r/c/d/w (us)");
+  std::printf("#%9s %10s %12s %6s %10s %10s %10s %8s %8s %10s %10s %8s %9s %7s %10s %5s  %s\n", "size", "count",
+              "wire(B)", "wire/16", "median(us)", "p10(us)", "p90(us)", "algbw", "busbw", "exact16(us)", "mpi32(us)",
+              "speedup", "copy(us)", "of_copy", "max_relerr", "ident", "split q/r/c/d/w (us)");
 }
 
 void print_row(int P, const Row& r) {
   const double alg = gbps(r.bytes, r.impl.median_us), bus = alg * 2.0 * (P - 1) / P;
   const comm::EngineTimes& t = r.split;
-  std::printf(" %9s %10zu %12zu %6.3f %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %10.1f %8.2f %10.3e %5s  %.0f/%.0f/%.0f/%.0f/%.0f\n",
+  std::printf(
+      " %9s %10zu %12zu %6.3f %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %10.1f %8.2f %9.1f %7.3f %10.3e %5s  "
+      "%.0f/%.0f/%.0f/%.0f/%.0f\n",
               format_size(r.bytes).c_str(), r.count, r.wire_bytes,
               static_cast<double>(r.wire_bytes) / std::max<size_t>(1, r.exact_wire_bytes), r.impl.median_us,
               r.impl.p10_us, r.impl.p90_us, alg, bus, r.exact16.median_us, r.mpi.median_us,
-              r.exact16.median_us / r.impl.median_us, r.max_rel_err, r.identical ? "yes" : "NO",
+              r.exact16.median_us / r.impl.median_us, r.copy.median_us, r.copy.median_us / r.impl.median_us,
+              r.max_rel_err, r.identical ? "yes" : "NO",
               per_call_us(t.encode_s, t), per_call_us(t.reduce_s, t), per_call_us(t.copy_s, t),
               per_call_us(t.decode_s, t), per_call_us(t.wait_s, t));
   std::fflush(stdout);

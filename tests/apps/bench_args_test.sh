@@ -57,6 +57,16 @@ if [[ -n $avail_kib ]] && ((avail_kib < 26 * 1024 * 1024)); then
   refused "echo_bench size beyond memory" "GiB of host memory" "${bench[@]}" --sizes 1G
 fi
 runs "echo_bench machine" "$work/bench.jsonl" "${bench[@]}" --sizes 1K --iters 1 --warmup 0 --json "$work/bench.jsonl"
+refused "echo_bench unknown transport" "--transport: tcp not in {mpi,shm}" "${bench[@]}" --sizes 1K --transport tcp
+# Over shm with 2 ranks: every rank's output identical, the time split in the JSON.
+runs "echo_bench shm" "$work/shm.jsonl" "${mpirun[@]}" -np 2 "$build/echo_bench" --sizes 64K --iters 2 --warmup 1 \
+  --transport shm --json "$work/shm.jsonl"
+if grep -q '"transport":"shm"' "$work/shm.jsonl" && grep -q '"ranks_identical":true' "$work/shm.jsonl" &&
+   grep -q '"split_us_per_call":{"copy"' "$work/shm.jsonl" && grep -q '"fraction_of_copy"' "$work/shm.jsonl"; then
+  ok "echo_bench shm JSON"
+else
+  bad "echo_bench shm JSON lacks the transport, identity, split or copy ceiling" "$(cat "$work/shm.jsonl")"
+fi
 
 quant=("$build/echo_quant_bench")
 refused "echo_quant_bench negative mib" "--mib must be a whole number of MiB from 1 to 16384 (got '-1')" "${quant[@]}" --mib -1
