@@ -8,6 +8,7 @@
 #include "comm/echo/quantizer.h"
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/simd_clones.h"
 
 namespace echo::comm {
 
@@ -17,14 +18,6 @@ namespace {
 // aliasing with the wire and vectorizes, and no call allocates.
 constexpr size_t kChunk = 256;
 
-// NOTE: the hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time
-// (GCC function multiversioning), since the build targets the baseline ISA. Every op rounds once
-// (no FMA contraction, -ffp-contract=off), so all clones give the same bits.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ECHO_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ECHO_SIMD_CLONES
-#endif
 
 #if defined(__GNUC__)
 // NOTE: without fast-math GCC will not vectorize a float min/max reduction (x < m ? x : m is not
