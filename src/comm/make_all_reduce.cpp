@@ -38,6 +38,7 @@ TransportOptions transport_options_from(const config::CommConfig& cfg) {
            : cfg.transport == config::Transport::shm ? TransportKind::shm
                                                      : TransportKind::automatic;
   t.peer_timeout_s = cfg.peer_timeout_s;
+  t.threads = cfg.shm_threads;
   return t;
 }
 

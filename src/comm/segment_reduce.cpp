@@ -16,7 +16,7 @@ std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& gro
   if (options.kind == TransportKind::mpi || group.size() == 1) return std::make_unique<TwoPhaseReduce>(group);
   std::string why;
   auto ws = p2p::ShmWorkspace::for_group(group, options.geometry, &why);
-  if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s);
+  if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);
   if (options.kind == TransportKind::shm && group.rank() == 0)
     ECHO_INFO("comm", "comm.transport = shm is not possible for this group ({}): using the mpi transport", why);
   return std::make_unique<TwoPhaseReduce>(group);

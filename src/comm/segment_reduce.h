@@ -71,6 +71,7 @@ struct TransportOptions {
   TransportKind kind = TransportKind::mpi;
   double peer_timeout_s = 300;  // shm: how long a wait for a peer lasts before it is an error
   p2p::P2pGeometry geometry;    // shm: tiles per round and slot size (ranks is the group's)
+  int threads = 1;              // shm: threads per rank, each serving every threads-th tile slot
 };
 
 // The engine for `group`. shm (and automatic) need every rank of the group on one node; where that

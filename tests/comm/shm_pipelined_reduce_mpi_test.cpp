@@ -46,12 +46,12 @@ P2pGeometry small_geometry() {
 }
 
 std::unique_ptr<ShmPipelinedReduce> make_shm(const dist::Communicator& group, P2pGeometry geometry,
-                                             double timeout_s = 60) {
+                                             double timeout_s = 60, int threads = 1) {
   std::string why;
   auto ws = ShmWorkspace::for_group(group, geometry, &why);
   EXPECT_NE(ws, nullptr) << "the ranks of one test run share a node, yet: " << why;
   if (!ws) return nullptr;
-  return std::make_unique<ShmPipelinedReduce>(group, std::move(ws), timeout_s);
+  return std::make_unique<ShmPipelinedReduce>(group, std::move(ws), timeout_s, threads);
 }
 
 struct NamedCodec {
@@ -97,16 +97,18 @@ TEST(ShmPipelinedReduce, EqualsTheMpiEngineBitForBitForEveryCodecAndGroupSize) {
   const auto codecs = every_codec();
   for (int size : group_sizes()) {
     on_group(size, [&](const dist::Communicator& group) {
-      for (const P2pGeometry& geometry : {small_geometry(), P2pGeometry{}}) {
-        auto shm = make_shm(group, geometry);
-        ASSERT_NE(shm, nullptr);
-        TwoPhaseReduce mpi(group);
-        for (const auto& c : codecs)
-          for (size_t n : {size_t{1}, size_t{127}, size_t{129}, size_t{1000}, size_t{12345}, size_t{70001}})
-            expect_same_bits(*shm, mpi, *c.codec, n, 7 * n + size,
-                             "P=" + std::to_string(size) + " slot=" + std::to_string(geometry.slot_bytes) +
-                                 " codec=" + c.name + " n=" + std::to_string(n));
-      }
+      for (const P2pGeometry& geometry : {small_geometry(), P2pGeometry{}})
+        for (int threads : {1, 2}) {
+          auto shm = make_shm(group, geometry, 60, threads);
+          ASSERT_NE(shm, nullptr);
+          TwoPhaseReduce mpi(group);
+          for (const auto& c : codecs)
+            for (size_t n : {size_t{1}, size_t{127}, size_t{129}, size_t{1000}, size_t{12345}, size_t{70001}})
+              expect_same_bits(*shm, mpi, *c.codec, n, 7 * n + size,
+                               "P=" + std::to_string(size) + " slot=" + std::to_string(geometry.slot_bytes) +
+                                   " threads=" + std::to_string(threads) + " codec=" + c.name +
+                                   " n=" + std::to_string(n));
+        }
     });
   }
 }
@@ -170,6 +172,7 @@ TEST(ShmPipelinedReduce, FusedSitesEqualTheUnfusedReferenceBitForBit) {
       EchoOptions fused = o, unfused = o;
       fused.transport.kind = unfused.transport.kind = TransportKind::shm;
       fused.transport.geometry = unfused.transport.geometry = small_geometry();
+      fused.transport.threads = 2;  // the hooks run on two threads, each on its own tiles
       unfused.fuse = false;
       EchoAllReduce via_mpi(group, o), via_fused(group, fused), via_unfused(group, unfused);
       for (int step = 0; step < 2; ++step)
@@ -216,7 +219,7 @@ TEST(ShmPipelinedReduce, GroupMaxEqualsMpiMaxAcrossBackToBackCalls) {
 
 TEST(ShmPipelinedReduce, ThousandsOfCallsOfChangingShapesStayExact) {
   on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
-    auto shm = make_shm(group, small_geometry(), 30);
+    auto shm = make_shm(group, small_geometry(), 30, 2);
     ASSERT_NE(shm, nullptr);
     TwoPhaseReduce mpi(group);
     const auto codecs = every_codec();

@@ -170,6 +170,7 @@ TEST(ConfigKeys, KeepEveryNameOfTheContract) {
                           "comm.allreduce",
                           "comm.transport",
                           "comm.peer_timeout_s",
+                          "comm.shm_threads",
                           "comm.bits",
                           "comm.group_size",
                           "comm.quantizer",
@@ -400,7 +401,7 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
 TEST_F(ConfigFile, UnknownKeyNamesFileLineKeyAndKnownKeys) {
   const std::string error = load_error({"run:", "  seed: 1", "comm:", "  bits: 4", "  bitz: 8"});
   EXPECT_THAT(error, StartsWith(at(5) + "unknown key 'comm.bitz'"));
-  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, bits, group_size,"));
+  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, shm_threads, bits, group_size,"));
   EXPECT_THAT(
       load_error({"comm:", "  compensator: {eta: 0.5, etta: 0.4}"}),
       StartsWith(at(2) + "unknown key 'comm.compensator.etta' (known keys in 'comm.compensator': enabled, eta"));
@@ -649,6 +650,7 @@ TEST_F(ConfigFile, ShmTransportAndItsPeerTimeout) {
   EXPECT_EQ(c.comm.transport, Transport::shm);
   EXPECT_DOUBLE_EQ(c.comm.peer_timeout_s, 2.5);
   EXPECT_THAT(load_error({"comm:", "  peer_timeout_s: 0"}), StartsWith(at(2) + "'comm.peer_timeout_s' = 0"));
+  EXPECT_THAT(load_error({"comm:", "  shm_threads: 17"}), StartsWith(at(2) + "'comm.shm_threads' = 17"));
 }
 
 TEST_F(ConfigFile, MinLrMustNotExceedLr) {

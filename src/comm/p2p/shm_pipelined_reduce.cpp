@@ -2,17 +2,17 @@
 #include "comm/p2p/shm_pipelined_reduce.h"
 
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "core/hd.h"
 #include "core/stopwatch.h"
-#include "core/log.h"
 
 namespace echo::comm::p2p {
 
-
 ShmPipelinedReduce::ShmPipelinedReduce(const dist::Communicator& comm, std::shared_ptr<ShmWorkspace> workspace,
-                                       double peer_timeout_s)
+                                       double peer_timeout_s, int threads)
     : comm_(comm),
       ws_(std::move(workspace)),
       peer_timeout_s_(peer_timeout_s),
@@ -20,6 +20,10 @@ ShmPipelinedReduce::ShmPipelinedReduce(const dist::Communicator& comm, std::shar
       fallback_(comm) {
   ECHO_CHECK(ws_->geometry().ranks == comm.size(), "shm workspace made for {} ranks used by a group of {}",
              ws_->geometry().ranks, comm.size());
+  ECHO_CHECK(threads >= 1 && threads <= ws_->geometry().tiles,
+             "shm all-reduce threads = {} must lie in [1, {}] (the tiles of a round)", threads, ws_->geometry().tiles);
+  lanes_.resize(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) lanes_[static_cast<size_t>(i)].index = i;
 }
 
 size_t ShmPipelinedReduce::run(std::span<float> x, const SegmentCodec& codec, Site site) {
@@ -34,9 +38,8 @@ size_t ShmPipelinedReduce::run_fused(std::span<float> x, const SegmentCodec& cod
   // whole tensor is one tile of the MPI engine.
   const size_t group_bytes = codec.bytes(codec.granularity());
   if (!group_fits_slot(ws_->geometry(), group_bytes) || x.empty() || comm_.size() == 1) {
-    staged_.resize(x.size());
-    hooks.load(x.data(), 0, x.size(), staged_.data());
-    std::vector<float> y = staged_;
+    std::vector<float> y(x.size());
+    hooks.load(x.data(), 0, x.size(), y.data());
     const size_t bad = fallback_.run(y, codec);
     hooks.finish(x.data(), 0, x.size(), y.data());
     return bad;
@@ -69,89 +72,139 @@ size_t ShmPipelinedReduce::run_pipeline(std::span<float> x, const SegmentCodec& 
   const size_t group_bytes = codec.bytes(codec.granularity());
   const PipelineSchedule& s = schedules_.get(x.size(), codec.granularity(), group_bytes);
   const std::string site_name = to_string(site);
-  const WaitContext ctx{site_name.c_str(), peer_timeout_s_};
-  const CallHeader call{ws_->next_call(), x.size(), codec.bytes(x.size())};
-  write_header(ws_->header(ws_->rank()), call);
+  const Call call{x,
+                  codec,
+                  s,
+                  ws_->reserve_rounds(s.rounds),
+                  CallHeader{ws_->next_call(), x.size(), codec.bytes(x.size())},
+                  WaitContext{site_name.c_str(), peer_timeout_s_},
+                  hooks};
+  write_header(ws_->header(ws_->rank()), call.header);
   ++times_.calls;
+  if (lanes_.size() == 1) {
+    const size_t bad = run_lane(call, lanes_[0]);
+    add_lane_times();
+    return bad;
+  }
+
+  // Lanes 1.. on threads of their own, lane 0 here; the first error is rethrown after all joined.
+  std::vector<size_t> bad(lanes_.size(), 0);
+  std::vector<std::exception_ptr> errors(lanes_.size());
+  auto work = [&](size_t i) {
+    try {
+      bad[i] = run_lane(call, lanes_[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < lanes_.size(); ++i) threads.emplace_back(work, i);
+  work(0);
+  for (auto& t : threads) t.join();
+  add_lane_times();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  size_t total = 0;
+  for (size_t b : bad) total += b;
+  return total;
+}
+
+void ShmPipelinedReduce::add_lane_times() {
+  // Thread-seconds: with several lanes the parts add up to more than the call's wall time.
+  for (const Lane& lane : lanes_) {
+    times_.encode_s += lane.times.encode_s;
+    times_.reduce_s += lane.times.reduce_s;
+    times_.copy_s += lane.times.copy_s;
+    times_.decode_s += lane.times.decode_s;
+    times_.wait_s += lane.times.wait_s;
+  }
+}
+
+size_t ShmPipelinedReduce::run_lane(const Call& call, Lane& lane) {
+  if (lane.sum.size() < call.schedule.tile_elems) lane.sum.resize(call.schedule.tile_elems);
+  if (call.hooks && lane.staged.size() < call.schedule.tile_elems) lane.staged.resize(call.schedule.tile_elems);
+  lane.times = {};
   size_t bad = 0;
-  for (int r = 0; r < s.rounds; ++r) bad += run_round(x, codec, s, r, call, ctx, hooks);
+  for (int r = 0; r < call.schedule.rounds; ++r) bad += run_round(call, r, lane);
   return bad;
 }
 
-const float* ShmPipelinedReduce::tile_values(std::span<float> x, const Tile& tile, TileHooks* hooks) {
-  if (!hooks) return x.data() + tile.begin;
-  hooks->load(x.data(), tile.begin, tile.size, staged_.data());
-  return staged_.data();
+const float* ShmPipelinedReduce::tile_values(const Call& call, const Tile& tile, Lane& lane) {
+  if (!call.hooks) return call.x.data() + tile.begin;
+  call.hooks->load(call.x.data(), tile.begin, tile.size, lane.staged.data());
+  return lane.staged.data();
 }
 
-size_t ShmPipelinedReduce::run_round(std::span<float> x, const SegmentCodec& codec, const PipelineSchedule& s,
-                                     int round, const CallHeader& call, const WaitContext& ctx, TileHooks* hooks) {
+size_t ShmPipelinedReduce::run_round(const Call& call, int round, Lane& lane) {
   const P2pGeometry& g = ws_->geometry();
+  const PipelineSchedule& s = call.schedule;
+  const SegmentCodec& codec = call.codec;
   const int P = g.ranks, me = ws_->rank();
-  const uint64_t base = ws_->next_round_base();
+  const int first_slot = lane.index, slot_step = static_cast<int>(lanes_.size());
+  const uint64_t base = call.first_base + static_cast<uint64_t>(round) * kStagesPerRound;
+  EngineTimes& times = lane.times;
 
   // Push: every non-owned tile, encoded into its owner's region.
-  if (hooks && staged_.size() < s.tile_elems) staged_.resize(s.tile_elems);
   Stopwatch watch;
   for (int j = 0; j < P; ++j) {
     if (j == me) continue;
-    for (int t = 0; t < g.tiles; ++t) {
+    for (int t = first_slot; t < g.tiles; t += slot_step) {
       const Tile tile = s.tile(j, round, t);
       if (tile.size == 0) break;
-      codec.encode(tile_values(x, tile, hooks), tile.size, ws_->region(j) + g.recv_slot_offset(me, t));
+      codec.encode(tile_values(call, tile, lane), tile.size, ws_->region(j) + g.recv_slot_offset(me, t));
       publish(ws_->push_flag(j, t, me), base + kStagePush);
     }
   }
-  times_.encode_s += watch.lap();
+  times.encode_s += watch.lap();
 
   // Reduce and gather, tile by tile of the own segment, as the peers' copies arrive.
-  if (sum_.size() < s.tile_elems) sum_.resize(s.tile_elems);
-  for (int t = 0; t < g.tiles; ++t) {
+  for (int t = first_slot; t < g.tiles; t += slot_step) {
     const Tile tile = s.tile(me, round, t);
     if (tile.size == 0) break;
     watch.lap();
-    codec.load_own(tile_values(x, tile, hooks), tile.size, sum_.data());
+    codec.load_own(tile_values(call, tile, lane), tile.size, lane.sum.data());
     double waited = 0;
     for (int p = 0; p < P; ++p) {
       if (p == me) continue;
-      waited += wait_for_peer(ws_->push_flag(me, t, p), base + kStagePush, ws_->header(p), &call, p, "push", ctx);
+      waited += wait_for_peer(ws_->push_flag(me, t, p), base + kStagePush, ws_->header(p), &call.header, p, "push",
+                              call.ctx);
       // The peer wrote its header before its first push and cannot start another call before this
       // rank's gather, so its header is this call's: a different length or codec is caught here.
-      if (round == 0 && t == 0) check_same_call(ws_->header(p), call, p, ctx);
-      codec.decode_add(ws_->region(me) + g.recv_slot_offset(p, t), tile.size, sum_.data());
+      if (round == 0 && t == 0) check_same_call(ws_->header(p), call.header, p, call.ctx);
+      codec.decode_add(ws_->region(me) + g.recv_slot_offset(p, t), tile.size, lane.sum.data());
     }
-    times_.wait_s += waited;
-    times_.reduce_s += watch.lap() - waited;
+    times.wait_s += waited;
+    times.reduce_s += watch.lap() - waited;
     uint8_t* own_code = ws_->region(me) + g.gather_slot_offset(me, t);
-    codec.encode(sum_.data(), tile.size, own_code);
-    times_.encode_s += watch.lap();
+    codec.encode(lane.sum.data(), tile.size, own_code);
+    times.encode_s += watch.lap();
     const size_t bytes = codec.bytes(tile.size);
     for (int p = 0; p < P; ++p) {
       if (p == me) continue;
       std::memcpy(ws_->region(p) + g.gather_slot_offset(me, t), own_code, bytes);
       publish(ws_->gather_flag(p, t, me), base + kStageGather);
     }
-    times_.copy_s += watch.lap();
+    times.copy_s += watch.lap();
   }
 
   // Tail: every owner's encoded sum, the own one included, decoded into x.
   size_t bad = 0;
   for (int j = 0; j < P; ++j) {
-    for (int t = 0; t < g.tiles; ++t) {
+    for (int t = first_slot; t < g.tiles; t += slot_step) {
       const Tile tile = s.tile(j, round, t);
       if (tile.size == 0) break;
       if (j != me)
-        times_.wait_s +=
-            wait_for_peer(ws_->gather_flag(me, t, j), base + kStageGather, ws_->header(j), &call, j, "gather", ctx);
+        times.wait_s += wait_for_peer(ws_->gather_flag(me, t, j), base + kStageGather, ws_->header(j), &call.header, j,
+                                      "gather", call.ctx);
       watch.lap();
       const uint8_t* code = ws_->region(me) + g.gather_slot_offset(j, t);
-      if (hooks) {
-        bad += codec.decode(code, tile.size, staged_.data());
-        hooks->finish(x.data(), tile.begin, tile.size, staged_.data());
+      if (call.hooks) {
+        bad += codec.decode(code, tile.size, lane.staged.data());
+        call.hooks->finish(call.x.data(), tile.begin, tile.size, lane.staged.data());
       } else {
-        bad += codec.decode(code, tile.size, x.data() + tile.begin);
+        bad += codec.decode(code, tile.size, call.x.data() + tile.begin);
       }
-      times_.decode_s += watch.lap();
+      times.decode_s += watch.lap();
     }
   }
   return bad;

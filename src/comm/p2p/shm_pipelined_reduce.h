@@ -11,12 +11,16 @@
 // is formed as a tile is pushed or loaded by its owner, and the sum finished (unscaled, the
 // compensator updated) as it is decoded, with no pass over the whole tensor.
 // Ranks run ahead of one another: a rank reduces tile 0 while a slower peer still pushes tile 5.
+// With `threads` > 1 a rank splits the tile slots among its threads (slot t to thread t mod
+// threads); each runs every stage and round for its slots on its own, as every flag and slot
+// belongs to one (slot, peer) pair, so the threads never wait for one another.
 // Element for element this is TwoPhaseReduce's arithmetic in its order, so both give the same
 // bits. A round reuses the slots of the previous one only after this rank's tail has seen every
 // owner's gather, which each owner publishes after it has read its recv slots.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comm/p2p/peer_flags.h"
 #include "comm/p2p/pipeline_schedule.h"
@@ -28,7 +32,8 @@ namespace echo::comm::p2p {
 
 class ShmPipelinedReduce final : public SegmentReduce {
  public:
-  ShmPipelinedReduce(const dist::Communicator& comm, std::shared_ptr<ShmWorkspace> workspace, double peer_timeout_s);
+  ShmPipelinedReduce(const dist::Communicator& comm, std::shared_ptr<ShmWorkspace> workspace, double peer_timeout_s,
+                     int threads = 1);
 
   size_t run(std::span<float> x, const SegmentCodec& codec, Site site) override;
   const dist::Communicator& comm() const override { return comm_; }
@@ -40,19 +45,36 @@ class ShmPipelinedReduce final : public SegmentReduce {
   size_t cached_schedules() const { return schedules_.size(); }
 
  private:
+  // One thread's share of a call: the tile slots lane, lane + lanes, ...
+  struct Lane {
+    int index = 0;
+    std::vector<float> sum;     // the owner's fp32 sum of one tile
+    std::vector<float> staged;  // fused: one tile of x' (loaded) or of the decoded sum
+    EngineTimes times;
+  };
+  // What one call's rounds share.
+  struct Call {
+    std::span<float> x;
+    const SegmentCodec& codec;
+    const PipelineSchedule& schedule;
+    uint64_t first_base;
+    CallHeader header;
+    WaitContext ctx;
+    TileHooks* hooks;
+  };
   size_t run_pipeline(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks* hooks);
-  size_t run_round(std::span<float> x, const SegmentCodec& codec, const PipelineSchedule& s, int round,
-                   const CallHeader& call, const WaitContext& ctx, TileHooks* hooks);
-  // The values to encode for a tile: x itself, or what the hooks load into staged_.
-  const float* tile_values(std::span<float> x, const Tile& tile, TileHooks* hooks);
+  size_t run_lane(const Call& call, Lane& lane);
+  void add_lane_times();
+  size_t run_round(const Call& call, int round, Lane& lane);
+  // The values to encode for a tile: x itself, or what the hooks load into lane.staged.
+  const float* tile_values(const Call& call, const Tile& tile, Lane& lane);
 
   const dist::Communicator& comm_;
   std::shared_ptr<ShmWorkspace> ws_;
   double peer_timeout_s_;
   ScheduleCache schedules_;
   TwoPhaseReduce fallback_;  // for a codec whose one group does not fit a slot
-  std::vector<float> sum_;     // the owner's fp32 sum of one tile
-  std::vector<float> staged_;  // fused: one tile of x' (loaded) or of the decoded sum
+  std::vector<Lane> lanes_;  // one per thread; lane 0 runs on the caller's
 };
 
 }  // namespace echo::comm::p2p

@@ -43,7 +43,12 @@ class ShmWorkspace {
   // Call numbers and round bases, the same sequence on every rank of the group.
   uint64_t next_call() { return ++calls_; }
   uint64_t next_max() { return ++maxes_; }
-  uint64_t next_round_base() { return (rounds_++) * kStagesPerRound; }
+  // The flag base of the first of `rounds` rounds; round r of the call uses it + r·kStagesPerRound.
+  uint64_t reserve_rounds(int rounds) {
+    const uint64_t first = rounds_ * kStagesPerRound;
+    rounds_ += static_cast<uint64_t>(rounds);
+    return first;
+  }
 
  private:
   ShmWorkspace() = default;

@@ -159,6 +159,7 @@ struct CommConfig {
   AllReduceKind allreduce = AllReduceKind::echo;
   Transport transport = Transport::automatic;
   double peer_timeout_s = 300;  // shm: a wait for a peer longer than this is an error naming the peer
+  int shm_threads = 1;          // shm: threads per rank in the pipeline
   int bits = 4;
   int group_size = 128;
   QuantPolicy quantizer = QuantPolicy::asym_zero_aware;

@@ -107,6 +107,10 @@ void visit(CommConfig& c, V& v) {
           "mpi | shm | cuda_ipc | auto: how the all-reduce bytes travel (auto: shm when the TP group is on one node)");
   v.field("peer_timeout_s", c.peer_timeout_s, "seconds a shm wait for a peer lasts before it is an error naming the peer",
           greater_than(0));
+  v.field("shm_threads", c.shm_threads,
+          "shm: threads per rank in the pipeline, each serving its own tile slots (more than one pays only when "
+          "cores outnumber ranks)",
+          between(1, 16, "a round has 16 tiles per segment"));
   v.field("bits", c.bits, "4 | 8: bits per code", one_of({4, 8}));
   v.field("group_size", c.group_size, "values per quantization group, a power of two", power_of_two(2, 1 << 20));
   v.field("quantizer", c.quantizer, "symmetric | asym_naive | asym_zero_aware");
