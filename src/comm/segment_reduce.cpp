@@ -17,8 +17,9 @@ std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& gro
   std::string why;
   auto ws = p2p::ShmWorkspace::for_group(group, options.geometry, &why);
   if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);
-  if (options.kind == TransportKind::shm && group.rank() == 0)
-    ECHO_INFO("comm", "comm.transport = shm is not possible for this group ({}): using the mpi transport", why);
+  if (group.rank() == 0)
+    ECHO_INFO("comm", "comm.transport = {}: the shm transport is not possible for this group ({}); using mpi",
+              options.kind == TransportKind::shm ? "shm" : "auto", why);
   return std::make_unique<TwoPhaseReduce>(group);
 }
 

@@ -75,8 +75,7 @@ struct TransportOptions {
 };
 
 // The engine for `group`. shm (and automatic) need every rank of the group on one node; where that
-// or the workspace's probe fails, an explicit shm request logs why and uses mpi, as automatic does
-// silently.
+// or the workspace's probe fails, the log says why and the engine is mpi.
 std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& group, const TransportOptions& options);
 
 }  // namespace echo::comm
