@@ -2,11 +2,13 @@
 # The depth study of docs/results.md: 16-bit, Echo 4-bit, 4-bit without compensation and Echo
 # 8-bit (configs/depth/*.yaml) at 2, 4, 8 and 16 layers, seeds 1, 2, 3, tp = 4 on oversubscribed
 # CPU ranks: 48 runs of 300 steps, about 70 minutes on 2 cores.
-#   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--steps N] [--echo-train PATH]
+#   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--seeds "1 2 3"] [--steps N]
+#                               [--echo-train PATH]
 # --steps N trains N steps instead of the configs' 300 (the cosine schedule stretches with it);
 # give it its own --out-root, as a finished 300-step run would otherwise count as done.
-# It goes depth by depth (all settings and seeds of 2 layers, then 4, ...) so that a study cut
-# short is complete for the smaller depths; run it again to finish it: scripts/sweep.py skips
+# It goes depth by depth (2 layers, then 4, ...) and within a depth seed by seed (seed 1 of all
+# four settings, then seed 2, ...), so that a study cut short is complete for the smaller depths
+# and has whole paired seeds at the depth it stopped in; run it again to finish it: scripts/sweep.py skips
 # finished runs and resumes unfinished ones from their last checkpoint. At the end
 # scripts/depth_report.py writes OUT_ROOT/depth-gap.md (final validation loss, mean +- std
 # over seeds, and the gap to 16-bit per depth) and OUT_ROOT/depth-gap.png. The runs use a copy of
@@ -15,12 +17,14 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/depth
 layers="2 4 8 16"
+seeds="1 2 3"
 echo_train=$repo/build/echo_train
 steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out-root) out_root=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
     --echo-train) echo_train=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     *) echo "depth_study.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
@@ -34,14 +38,27 @@ grid_dir=$(mktemp -d)
 trap 'rm -rf "$grid_dir"' EXIT
 
 status=0
+sweep() {  # sweep SETTING GRID: the setting's points of GRID; sweep.py skips the finished ones
+  "$PY" "$repo/scripts/sweep.py" "$repo/configs/depth/$1.yaml" "$2" --out-root "$out_root/$1" \
+    --echo-train "$out_root/echo_train" || status=1
+}
+grid() {  # grid FILE DEPTH SEEDS...
+  local file=$1 depth=$2; shift 2
+  printf 'model.layers: [%s]\nrun.seed: [%s]\n' "$depth" "$(IFS=,; echo "$*" | sed 's/,/, /g')" > "$file"
+  [[ -z $steps ]] || printf 'train.steps: [%s]\n' "$steps" >> "$file"
+}
 for depth in $layers; do
-  printf 'model.layers: [%s]\nrun.seed: [1, 2, 3]\n' "$depth" > "$grid_dir/layers-$depth.yaml"
-  [[ -z $steps ]] || printf 'train.steps: [%s]\n' "$steps" >> "$grid_dir/layers-$depth.yaml"
-  for setting in $settings; do
-    echo "== depth $depth, $setting"
-    "$PY" "$repo/scripts/sweep.py" "$repo/configs/depth/$setting.yaml" "$grid_dir/layers-$depth.yaml" \
-      --out-root "$out_root/$setting" --echo-train "$out_root/echo_train" || status=1
+  for seed in $seeds; do
+    grid "$grid_dir/one.yaml" "$depth" "$seed"
+    for setting in $settings; do
+      echo "== depth $depth, seed $seed, $setting"
+      sweep "$setting" "$grid_dir/one.yaml"
+    done
   done
+  # The points are finished now (a failed one is tried once more): this writes each setting's
+  # results table over all the seeds.
+  grid "$grid_dir/all.yaml" "$depth" $seeds
+  for setting in $settings; do sweep "$setting" "$grid_dir/all.yaml" >/dev/null; done
 done
 "$PY" "$repo/scripts/depth_report.py" "$out_root" || status=1
 exit $status

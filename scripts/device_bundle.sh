@@ -39,7 +39,7 @@ done
 BUILD_DIR=${BUILD_DIR%/}
 BUNDLE=${ECHO_BUNDLE_DIR:-bundle}
 MPI_TESTS=(seam_golden_mpi_test trainer_mpi_test tp_mpi_test qar_mpi_test make_all_reduce_mpi_test world_mpi_test)
-TOOLS=(echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench echo_eval echo_prep)
+TOOLS=(echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench echo_ipc_bench echo_eval echo_prep)
 GLIBC_RE='/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux-x86-64|libcuda|libnvidia-[a-z-]*)\.so'
 CUDA_RE='/(libnccl|libcudart|libcublas|libcublasLt|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver)\.so'
 # Open MPI plugins for fabrics a single GPU machine does not use; their libraries are not shipped.

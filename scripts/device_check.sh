@@ -18,15 +18,16 @@
 #   6 benchmarks   echo_kernel_bench (kernels vs this GPU's copy and GEMM ceilings), the training
 #                  step at tp 1 on the GPU with Qwen3-0.6B's shape (echo_model_bench --adamw on
 #                  run.device cuda) beside scripts/torch_reference.py (the same step in PyTorch),
-#                  echo_bench (np 2), echo_quant_bench; JSON in OUT_DIR
+#                  echo_ipc_bench (np 2 on the one GPU: Table 2's rows, cuda_ipc vs two-collective, with
+#                  a count of wrong elements), echo_bench (np 2), echo_quant_bench; JSON in OUT_DIR
 # Logs and JSON go to OUT_DIR/<stage>/. Exit status 1 when any stage did not pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-# Seconds per stage; they sum to 450 (+ 5 s kill grace each): the whole check ends within 8 minutes.
+# Seconds per stage; they sum to 480 (+ 5 s kill grace each): the whole check ends within 8.5 minutes.
 T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-120} T_MPI=${ECHO_CHECK_T_MPI:-60}
-T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-120}
+T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-150}
 STAGES=(environment gpu_tests multi_rank loss_parity hf_load benchmarks)
 
 # --- context shared by the stages ---------------------------------------------------------
@@ -49,7 +50,7 @@ setup() {
       (cd "$BUILD" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p' | sed 's/_np[0-9]*$//' | awk '!seen[$0]++') \
         >"$BIN/tests.gpu" 2>/dev/null
       printf '%s\n' seam_golden_mpi_test trainer_mpi_test tp_mpi_test qar_mpi_test make_all_reduce_mpi_test world_mpi_test >"$BIN/tests.mpi"
-      for n in $(cat "$BIN/tests.gpu" "$BIN/tests.mpi") echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench; do
+      for n in $(cat "$BIN/tests.gpu" "$BIN/tests.mpi") echo_train echo_bench echo_quant_bench echo_model_bench echo_kernel_bench echo_ipc_bench; do
         f=$(find "$BUILD" -path '*/CMakeFiles' -prune -o -type f -name "$n" -perm -u+x -print 2>/dev/null | head -1)
         [[ -n "$f" ]] && ln -sf "$(cd "$(dirname "$f")" && pwd)/$n" "$BIN/$n"
       done
@@ -261,6 +262,10 @@ stage_benchmarks() {
   rc=0; timeout -k 5 35 python3 "$TORCH_REF" "$CONFIGS/qwen3-0.6b-bf16.yaml" --batch 2 --seq 2048 --iters 5 \
     --warmup 2 --json "$SD/torch_reference.json" >"$SD/torch_reference.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("torch_reference rc $rc")
+  # Table 2's rows on the one GPU, two ranks sharing it: cuda_ipc against the host-staged two-collective.
+  rc=0; timeout -k 5 30 "${MPIRUN[@]}" -np 2 "$BIN/echo_ipc_bench" --sizes 64M,256M --iters 10 --warmup 3 \
+    --peer-timeout 10 --json "$SD/echo_ipc_bench.jsonl" >"$SD/echo_ipc_bench.log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || fails+=("echo_ipc_bench rc $rc")
   rc=0; timeout -k 5 15 "${MPIRUN[@]}" -np 2 "$BIN/echo_bench" --sizes 1K..4M --iters 10 --warmup 2 --compensate \
     --json "$SD/echo_bench.jsonl" >"$SD/echo_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_bench rc $rc")
@@ -275,6 +280,7 @@ stage_benchmarks() {
   torch_tps=$(grep -aoE '[0-9]+ tokens/s  MFU [0-9.]+%' "$SD/torch_reference.log" | head -1)
   sub "0.6B step, tp 1, seq 2048: echo cuda ${gpu_tps:-?}; pytorch ${torch_tps:-?}"
   [[ -s "$SD/echo_kernel_bench.log" ]] && grep -aE 'ceiling|GB/s|TFLOP/s' "$SD/echo_kernel_bench.log" | while read -r l; do sub "$l"; done
+  [[ -s "$SD/echo_ipc_bench.log" ]] && grep -aE '^ *256M' "$SD/echo_ipc_bench.log" | while read -r l; do sub "ipc $l"; done
   if ((${#fails[@]})); then row FAIL "${fails[*]}"; else row PASS "JSON in $SD; model bench ${tps:-?} (CPU backend, np 2)"; fi
 }
 

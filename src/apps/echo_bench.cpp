@@ -26,6 +26,7 @@
 #include "core/hash.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
+#include "dist/world.h"
 
 namespace echo::bench {
 namespace {
@@ -219,11 +220,7 @@ void check_memory(const std::vector<size_t>& sizes, const dist::Communicator& wo
     ECHO_INPUT_CHECK(bytes >= 2, "size {} is smaller than one 16-bit value", bytes);
     largest = std::max(largest, bytes);
   }
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(world.get(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node);
-  int ranks_here = 1;
-  MPI_Comm_size(node, &ranks_here);
-  MPI_Comm_free(&node);
+  const int ranks_here = dist::node_place(world).local_size;
   const size_t need = largest * kHostBytesPerMessageByte * static_cast<size_t>(ranks_here);
   const size_t avail = available_memory_bytes();
   ECHO_INPUT_CHECK(avail == 0 || need <= avail,

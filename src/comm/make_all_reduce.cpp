@@ -28,15 +28,15 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers) {
 }
 
 TransportOptions transport_options_from(const config::CommConfig& cfg) {
-  // NOTE: cuda_ipc is planned; refuse rather than silently fall back to something slower. With
-  // run.device = cuda the host transports serve device tensors through host copies
-  // (AllReduce::all_reduce(Tensor&)).
-  ECHO_CHECK(cfg.transport != config::Transport::cuda_ipc,
-             "'comm.transport' = cuda_ipc is not available in this version; use mpi, shm or auto");
+  // cuda_ipc serves the device tensors of Echo's quantized sites (device_qar.h); host tensors
+  // take the host transports as under auto.
   TransportOptions t;
-  t.kind = cfg.transport == config::Transport::mpi   ? TransportKind::mpi
-           : cfg.transport == config::Transport::shm ? TransportKind::shm
-                                                     : TransportKind::automatic;
+  switch (cfg.transport) {
+    case config::Transport::mpi: t.kind = TransportKind::mpi; break;
+    case config::Transport::shm: t.kind = TransportKind::shm; break;
+    case config::Transport::cuda_ipc: t.kind = TransportKind::cuda_ipc; break;
+    case config::Transport::automatic: t.kind = TransportKind::automatic; break;
+  }
   t.peer_timeout_s = cfg.peer_timeout_s;
   t.threads = cfg.shm_threads;
   return t;

@@ -23,7 +23,7 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers);
 std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
                                                  config::Device device, const TransportOptions& transport = {});
 
-// comm.transport and comm.peer_timeout_s as the host engines take them (cuda_ipc is refused).
+// comm.transport and comm.peer_timeout_s as the host engines take them (cuda_ipc: device tensors of Echo sites, see device_qar.h).
 TransportOptions transport_options_from(const config::CommConfig& cfg);
 
 // tp is the tensor-parallel communicator the block sites reduce over; it must outlive the result.

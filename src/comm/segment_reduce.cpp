@@ -19,7 +19,8 @@ std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& gro
   if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);
   if (group.rank() == 0)
     ECHO_INFO("comm", "comm.transport = {}: the shm transport is not possible for this group ({}); using mpi",
-              options.kind == TransportKind::shm ? "shm" : "auto", why);
+              options.kind == TransportKind::shm ? "shm" : options.kind == TransportKind::cuda_ipc ? "cuda_ipc" : "auto",
+              why);
   return std::make_unique<TwoPhaseReduce>(group);
 }
 

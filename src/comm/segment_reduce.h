@@ -65,12 +65,13 @@ class SegmentReduce {
   EngineTimes times_;
 };
 
-enum class TransportKind { mpi, shm, automatic };
+// cuda_ipc moves device tensors (device_qar.h); for host tensors it is `automatic`.
+enum class TransportKind { mpi, shm, cuda_ipc, automatic };
 
 struct TransportOptions {
   TransportKind kind = TransportKind::mpi;
-  double peer_timeout_s = 300;  // shm: how long a wait for a peer lasts before it is an error
-  p2p::P2pGeometry geometry;    // shm: tiles per round and slot size (ranks is the group's)
+  double peer_timeout_s = 300;  // shm, cuda_ipc: how long a wait for a peer lasts before it is an error
+  p2p::P2pGeometry geometry;    // shm, cuda_ipc: tiles per round and slot size (ranks is the group's)
   int threads = 1;              // shm: threads per rank, each serving every threads-th tile slot
 };
 

@@ -32,13 +32,14 @@ World World::create(int tp, MPI_Comm base) {
   return w;
 }
 
-int node_local_rank(const Communicator& comm) {
+NodePlace node_place(const Communicator& comm) {
   MPI_Comm local;
   MPI_CHECK(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &local));
-  int rank = 0;
-  MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  return rank;
+  NodePlace place;
+  MPI_CHECK(MPI_Comm_rank(local, &place.local_rank));
+  MPI_CHECK(MPI_Comm_size(local, &place.local_size));
+  MPI_CHECK(MPI_Comm_free(&local));
+  return place;
 }
 
 }  // namespace echo::dist

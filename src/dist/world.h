@@ -28,8 +28,13 @@ struct World {
   static World create(int tp, MPI_Comm base = MPI_COMM_WORLD);
 };
 
-// This rank's index among the ranks of `comm` on its node (sharing memory): which GPU it takes.
+// Where this rank sits among the ranks of `comm` on its node (the ranks sharing its memory).
+struct NodePlace {
+  int local_rank = 0;  // which GPU it takes
+  int local_size = 1;  // ranks of comm on this node
+};
 // Collective over comm.
-int node_local_rank(const Communicator& comm);
+NodePlace node_place(const Communicator& comm);
+inline int node_local_rank(const Communicator& comm) { return node_place(comm).local_rank; }
 
 }  // namespace echo::dist

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_check.h"
+#include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/divergence.h"
 #include "train/evaluation.h"
@@ -29,14 +30,9 @@ double mean_over(const dist::Communicator& comm, double value) { return comm.sum
 // memory form one node), GPUs for a GPU's (ranks of a node take devices local_rank % count, so
 // a node uses min(its ranks, its devices)).
 int count_peak_units(const dist::Communicator& world, Device device) {
-  MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(world.get(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local));
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  const int per_node = device == Device::cuda ? std::min(local_size, std::max(1, cuda_device_count())) : 1;
-  int mine = local_rank == 0 ? per_node : 0, units = 0;
+  const dist::NodePlace place = dist::node_place(world);
+  const int per_node = device == Device::cuda ? std::min(place.local_size, std::max(1, cuda_device_count())) : 1;
+  int mine = place.local_rank == 0 ? per_node : 0, units = 0;
   MPI_CHECK(MPI_Allreduce(&mine, &units, 1, MPI_INT, MPI_SUM, world.get()));
   return units;
 }

@@ -67,19 +67,26 @@ TEST(MakeAllReduce, AutoChoosesTheSharedMemoryTransportOnOneNode) {
   EXPECT_EQ(describe(*make_all_reduce(cfg, config::Device::cpu, tp, 2)), "exact over shm");
 }
 
-TEST(MakeAllReduce, UnavailableTransportsAreRefusedWithAReason) {
+// cuda_ipc moves the device tensors of Echo's quantized sites; the host tensors of a CPU run take
+// the host transport auto would pick.
+TEST(MakeAllReduce, CudaIpcServesHostTensorsLikeAuto) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   config::CommConfig cfg;
   cfg.transport = config::Transport::cuda_ipc;
+  EXPECT_EQ(transport_options_from(cfg).kind, TransportKind::cuda_ipc);
+  EXPECT_EQ(describe(*make_all_reduce(cfg, config::Device::cpu, tp, 2)), "echo over shm");
+}
+
+TEST(MakeAllReduce, UnavailableAllReducesAreRefusedWithAReason) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  config::CommConfig cfg;
+  cfg.allreduce = config::AllReduceKind::two_collective;
   try {
     make_all_reduce(cfg, config::Device::cpu, tp, 2);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'comm.transport' = cuda_ipc"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'comm.allreduce' = two_collective"), std::string::npos) << e.what();
   }
-  cfg.transport = config::Transport::mpi;
-  cfg.allreduce = config::AllReduceKind::two_collective;
-  EXPECT_THROW(make_all_reduce(cfg, config::Device::cpu, tp, 2), Error);
 }
 
 }  // namespace echo::comm

@@ -291,7 +291,7 @@ TEST(ShmWorkspace, OneWorkspacePerGroupAndGeometry) {
     EXPECT_EQ(a, b) << "engines of one group share the flags and the call counter";
     EXPECT_NE(a, c);
     // Every rank reaches every peer's region: the address table points at distinct regions.
-    for (int p = 1; p < group.size(); ++p) EXPECT_NE(a->region(p), a->region(p - 1));
+    for (int p = 1; p < group.size(); ++p) EXPECT_NE(a->table().region(p), a->table().region(p - 1));
   });
 }
 

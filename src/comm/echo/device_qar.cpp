@@ -13,11 +13,13 @@
 #include <limits>
 
 #include "comm/echo/quantize.h"
+#include "comm/p2p/cuda_ipc_reduce.h"
 #include "comm/echo/rescale.h"
 #include "comm/exact_all_reduce.h"
 #include "comm/two_phase_layout.h"
 #include "compensator.cuh"
 #include "core/error.h"
+#include "core/log.h"
 #include "cuda_check.h"
 #include "dist/mpi_check.h"
 #include "quantize.cuh"
@@ -71,12 +73,14 @@ struct Counters {
 
 class CudaDeviceEcho final : public DeviceEcho {
  public:
-  explicit CudaDeviceEcho(const dist::Communicator& comm) : comm_(comm) {}
+  CudaDeviceEcho(const dist::Communicator& comm, const TransportOptions& transport)
+      : comm_(comm), transport_(transport) {}
 
   void begin_pass(Direction direction) override { state(direction).sized = false; }
   void all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) override;
   std::vector<float> m1(Direction direction) const override { return host_copy(state(direction), false); }
   std::vector<float> m2(Direction direction) const override { return host_copy(state(direction), true); }
+  const char* transport() const override { return !ipc_tried_ ? "unset" : ipc_ ? "cuda_ipc" : "mpi (host-staged)"; }
 
  private:
   // Like Compensator: the buffers keep their last values after a reset, as m1()/m2() show.
@@ -91,9 +95,14 @@ class CudaDeviceEcho final : public DeviceEcho {
   static std::vector<float> host_copy(const State& st, bool second);
   Counters* counters() { return reinterpret_cast<Counters*>(counters_.get(sizeof(Counters))); }
   int group_rescale_exponent(Site site);
-  size_t qar(float* y, size_t n, const QuantSpec& spec);
+  size_t qar(float* y, size_t n, const QuantSpec& spec, Site site);
+  size_t two_collective_qar(float* y, size_t n, const QuantSpec& spec);
+  p2p::CudaIpcReduce* ipc();
 
   const dist::Communicator& comm_;
+  TransportOptions transport_;
+  std::unique_ptr<p2p::CudaIpcReduce> ipc_;
+  bool ipc_tried_ = false;
   State forward_, backward_;
   DeviceBytes x_comp_, work_, counters_;
   DeviceBytes send_, recv_, own_code_, gathered_;
@@ -160,12 +169,34 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
   }
 
   // As on the CPU, a poisoned output throws before the compensator takes the update in.
-  check_output(qar(y, n, call.spec), site, "Echo quantized");
+  check_output(qar(y, n, call.spec, site), site, "Echo quantized");
   cuda::echo_finish(y, n, exponent, x_comp, static_cast<float>(comm_.size()), m1, m2, coeffs, x.raw(), bf16, kStream);
 }
 
+p2p::CudaIpcReduce* CudaDeviceEcho::ipc() {
+  if (!ipc_tried_) {  // the first call, on every rank at once: for_group is collective
+    ipc_tried_ = true;
+    if (transport_.kind == TransportKind::cuda_ipc && comm_.size() > 1) {
+      std::string why;
+      auto ws = p2p::CudaIpcWorkspace::for_group(comm_, transport_.geometry, &why);
+      if (ws)
+        ipc_ = std::make_unique<p2p::CudaIpcReduce>(comm_, std::move(ws), transport_.peer_timeout_s);
+      else if (comm_.rank() == 0)
+        ECHO_INFO("comm", "comm.transport = cuda_ipc is not possible for this group ({}); Echo's device sites are "
+                  "host-staged over MPI", why);
+    }
+  }
+  return ipc_.get();
+}
+
+size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec, Site site) {
+  p2p::CudaIpcReduce* pipelined = ipc();
+  if (pipelined != nullptr && pipelined->pipelines(n, spec)) return pipelined->run(y, n, spec, site);
+  return two_collective_qar(y, n, spec);
+}
+
 // TwoPhaseReduce::run with the QuantCodec, step for step, on device values (see there).
-size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec) {
+size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& spec) {
   const int P = comm_.size();
   const int me = comm_.rank();
   const TwoPhaseLayout L = make_two_phase_layout(n, P, me, static_cast<size_t>(spec.group_size),
@@ -218,8 +249,8 @@ size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec) {
 
 }  // namespace
 
-std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator& comm) {
-  return std::make_unique<CudaDeviceEcho>(comm);
+std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator& comm, const TransportOptions& transport) {
+  return std::make_unique<CudaDeviceEcho>(comm, transport);
 }
 
 }  // namespace echo::comm

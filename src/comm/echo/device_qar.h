@@ -1,4 +1,4 @@
-// Echo on a CUDA device, unpipelined (GitHub issue 9 §2): the per-site flow of EchoAllReduce
+// Echo on a CUDA device (GitHub issue 9 §2; pipelined over cuda_ipc, issue 11): the per-site flow of EchoAllReduce
 // (compensate, backward rescale, QAR, unscale, compensator update) on a contiguous f32 or bf16
 // device tensor, without host copies of the values. Only the packed quantized bytes cross the
 // host, because MPI here is not CUDA-aware: 4-bit bytes are about 1/8 of the fp32 values.
@@ -25,6 +25,7 @@
 
 #include "comm/all_reduce.h"
 #include "comm/echo/compensator_math.h"
+#include "comm/segment_reduce.h"
 #include "core/quant_spec.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
@@ -50,10 +51,16 @@ class DeviceEcho {
   // Host copies of the compensator state (empty before the pass's first compensated site).
   virtual std::vector<float> m1(Direction direction) const = 0;
   virtual std::vector<float> m2(Direction direction) const = 0;
+  // How the quantized bytes travel: "cuda_ipc" (the pipelined transport) or "mpi (host-staged)";
+  // "unset" before the first call.
+  virtual const char* transport() const = 0;
 };
 
 // The device path over the group; null when the build has no CUDA backend. Allocates nothing
-// on the device until its first call.
-std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator& comm);
+// on the device until its first call. With transport.kind == cuda_ipc the bytes go through the
+// pipelined CUDA IPC transport (p2p/cuda_ipc_reduce.h) where the workspace can be made (else the
+// log says why and they are host-staged over MPI), and a codec group too large for a slot is
+// host-staged; any other kind host-stages them.
+std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator& comm, const TransportOptions& transport);
 
 }  // namespace echo::comm

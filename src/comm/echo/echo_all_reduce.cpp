@@ -3,19 +3,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
-#include "core/error.h"
 #include "comm/two_phase_reduce.h"
-#include "dist/mpi_check.h"
+#include "core/error.h"
 
 namespace echo::comm {
 
 #ifndef ECHO_CUDA
 // Without the CUDA backend there are no device tensors; device_qar.cpp is not built.
-std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator&) { return nullptr; }
+std::unique_ptr<DeviceEcho> make_device_echo(const dist::Communicator&, const TransportOptions&) { return nullptr; }
 #endif
 
 EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& options)
@@ -59,7 +57,7 @@ void EchoAllReduce::all_reduce(Tensor& x, Site site) {
   if (!x.is_cuda() || options_.telemetry || !quantized(site.direction)) return AllReduce::all_reduce(x, site);
   if (options_.num_layers > 0) policy_.layer_of(site);  // range check of the site index
   use_path(site, Path::device);
-  if (!device_) device_ = make_device_echo(engine_->comm());
+  if (!device_) device_ = make_device_echo(engine_->comm(), options_.transport);
   ECHO_CHECK(device_ != nullptr, "a device tensor reached the Echo all-reduce at {} but the build has no CUDA",
              to_string(site));
   DeviceEchoCall call;

@@ -26,18 +26,19 @@ ShmPipelinedReduce::ShmPipelinedReduce(const dist::Communicator& comm, std::shar
   for (int i = 0; i < threads; ++i) lanes_[static_cast<size_t>(i)].index = i;
 }
 
+bool ShmPipelinedReduce::pipelines(std::span<const float> x, const SegmentCodec& codec) const {
+  // A codec group too large for a slot goes over MPI (same bits); so does a call with nothing to
+  // move, which needs no flags.
+  return group_fits_slot(ws_->geometry(), codec.bytes(codec.granularity())) && !x.empty() && comm_.size() > 1;
+}
+
 size_t ShmPipelinedReduce::run(std::span<float> x, const SegmentCodec& codec, Site site) {
-  const size_t group_bytes = codec.bytes(codec.granularity());
-  if (!group_fits_slot(ws_->geometry(), group_bytes)) return fallback_.run(x, codec);  // same bits, over MPI
-  if (x.empty() || comm_.size() == 1) return fallback_.run(x, codec);  // nothing to move: no flags
+  if (!pipelines(x, codec)) return fallback_.run(x, codec);
   return run_pipeline(x, codec, site, nullptr);
 }
 
 size_t ShmPipelinedReduce::run_fused(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks& hooks) {
-  // A codec group too large for a slot, or nothing to exchange, still runs tile by tile here: the
-  // whole tensor is one tile of the MPI engine.
-  const size_t group_bytes = codec.bytes(codec.granularity());
-  if (!group_fits_slot(ws_->geometry(), group_bytes) || x.empty() || comm_.size() == 1) {
+  if (!pipelines(x, codec)) {  // still tile by tile: the whole tensor is one tile of the MPI engine
     std::vector<float> y(x.size());
     hooks.load(x.data(), 0, x.size(), y.data());
     const size_t bad = fallback_.run(y, codec);
@@ -49,9 +50,9 @@ size_t ShmPipelinedReduce::run_fused(std::span<float> x, const SegmentCodec& cod
 
 float ShmPipelinedReduce::group_max(float local, Site site) {
   if (comm_.size() == 1) return local;
-  const uint64_t seq = ws_->next_max();
+  const uint64_t seq = ws_->table().next_max();
   const int slot = 2 * static_cast<int>(seq % 2);
-  uint64_t* mine = ws_->header(ws_->rank());
+  uint64_t* mine = ws_->table().header(ws_->rank());
   std::atomic_ref<uint64_t>(mine[kHeaderMaxValue + slot]).store(float_bits(local), std::memory_order_relaxed);
   publish(&mine[kHeaderMaxSeq + slot], seq);
   const std::string site_name = to_string(site);
@@ -59,7 +60,7 @@ float ShmPipelinedReduce::group_max(float local, Site site) {
   float global = local;
   for (int p = 0; p < comm_.size(); ++p) {
     if (p == ws_->rank()) continue;
-    uint64_t* theirs = ws_->header(p);
+    uint64_t* theirs = ws_->table().header(p);
     times_.wait_s += wait_for_peer(&theirs[kHeaderMaxSeq + slot], seq, theirs, nullptr, p, "max", ctx);
     const float v = bits_float(static_cast<uint32_t>(
         std::atomic_ref<uint64_t>(theirs[kHeaderMaxValue + slot]).load(std::memory_order_relaxed)));
@@ -69,17 +70,16 @@ float ShmPipelinedReduce::group_max(float local, Site site) {
 }
 
 size_t ShmPipelinedReduce::run_pipeline(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks* hooks) {
-  const size_t group_bytes = codec.bytes(codec.granularity());
-  const PipelineSchedule& s = schedules_.get(x.size(), codec.granularity(), group_bytes);
+  const PipelineSchedule& s = schedules_.get(x.size(), codec.granularity(), codec.bytes(codec.granularity()));
   const std::string site_name = to_string(site);
   const Call call{x,
                   codec,
                   s,
-                  ws_->reserve_rounds(s.rounds),
-                  CallHeader{ws_->next_call(), x.size(), codec.bytes(x.size())},
+                  ws_->table().reserve_rounds(s.rounds),
+                  CallHeader{ws_->table().next_call(), x.size(), codec.bytes(x.size())},
                   WaitContext{site_name.c_str(), peer_timeout_s_},
                   hooks};
-  write_header(ws_->header(ws_->rank()), call.header);
+  write_header(ws_->table().header(ws_->rank()), call.header);
   ++times_.calls;
   if (lanes_.size() == 1) {
     const size_t bad = run_lane(call, lanes_[0]);
@@ -151,8 +151,8 @@ size_t ShmPipelinedReduce::run_round(const Call& call, int round, Lane& lane) {
     for (int t = first_slot; t < g.tiles; t += slot_step) {
       const Tile tile = s.tile(j, round, t);
       if (tile.size == 0) break;
-      codec.encode(tile_values(call, tile, lane), tile.size, ws_->region(j) + g.recv_slot_offset(me, t));
-      publish(ws_->push_flag(j, t, me), base + kStagePush);
+      codec.encode(tile_values(call, tile, lane), tile.size, ws_->table().region(j) + g.recv_slot_offset(me, t));
+      publish(ws_->table().push_flag(j, t, me), base + kStagePush);
     }
   }
   times.encode_s += watch.lap();
@@ -166,23 +166,23 @@ size_t ShmPipelinedReduce::run_round(const Call& call, int round, Lane& lane) {
     double waited = 0;
     for (int p = 0; p < P; ++p) {
       if (p == me) continue;
-      waited += wait_for_peer(ws_->push_flag(me, t, p), base + kStagePush, ws_->header(p), &call.header, p, "push",
+      waited += wait_for_peer(ws_->table().push_flag(me, t, p), base + kStagePush, ws_->table().header(p), &call.header, p, "push",
                               call.ctx);
       // The peer wrote its header before its first push and cannot start another call before this
       // rank's gather, so its header is this call's: a different length or codec is caught here.
-      if (round == 0 && t == 0) check_same_call(ws_->header(p), call.header, p, call.ctx);
-      codec.decode_add(ws_->region(me) + g.recv_slot_offset(p, t), tile.size, lane.sum.data());
+      if (round == 0 && t == 0) check_same_call(ws_->table().header(p), call.header, p, call.ctx);
+      codec.decode_add(ws_->table().region(me) + g.recv_slot_offset(p, t), tile.size, lane.sum.data());
     }
     times.wait_s += waited;
     times.reduce_s += watch.lap() - waited;
-    uint8_t* own_code = ws_->region(me) + g.gather_slot_offset(me, t);
+    uint8_t* own_code = ws_->table().region(me) + g.gather_slot_offset(me, t);
     codec.encode(lane.sum.data(), tile.size, own_code);
     times.encode_s += watch.lap();
     const size_t bytes = codec.bytes(tile.size);
     for (int p = 0; p < P; ++p) {
       if (p == me) continue;
-      std::memcpy(ws_->region(p) + g.gather_slot_offset(me, t), own_code, bytes);
-      publish(ws_->gather_flag(p, t, me), base + kStageGather);
+      std::memcpy(ws_->table().region(p) + g.gather_slot_offset(me, t), own_code, bytes);
+      publish(ws_->table().gather_flag(p, t, me), base + kStageGather);
     }
     times.copy_s += watch.lap();
   }
@@ -194,10 +194,10 @@ size_t ShmPipelinedReduce::run_round(const Call& call, int round, Lane& lane) {
       const Tile tile = s.tile(j, round, t);
       if (tile.size == 0) break;
       if (j != me)
-        times.wait_s += wait_for_peer(ws_->gather_flag(me, t, j), base + kStageGather, ws_->header(j), &call.header, j,
+        times.wait_s += wait_for_peer(ws_->table().gather_flag(me, t, j), base + kStageGather, ws_->table().header(j), &call.header, j,
                                       "gather", call.ctx);
       watch.lap();
-      const uint8_t* code = ws_->region(me) + g.gather_slot_offset(j, t);
+      const uint8_t* code = ws_->table().region(me) + g.gather_slot_offset(j, t);
       if (call.hooks) {
         bad += codec.decode(code, tile.size, lane.staged.data());
         call.hooks->finish(call.x.data(), tile.begin, tile.size, lane.staged.data());

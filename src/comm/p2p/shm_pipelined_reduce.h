@@ -62,6 +62,8 @@ class ShmPipelinedReduce final : public SegmentReduce {
     WaitContext ctx;
     TileHooks* hooks;
   };
+  // Whether a call goes through the pipeline (else through the MPI engine, with the same bits).
+  bool pipelines(std::span<const float> x, const SegmentCodec& codec) const;
   size_t run_pipeline(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks* hooks);
   size_t run_lane(const Call& call, Lane& lane);
   void add_lane_times();

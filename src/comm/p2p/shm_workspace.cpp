@@ -8,6 +8,7 @@
 
 #include "comm/p2p/peer_flags.h"
 #include "dist/mpi_check.h"
+#include "dist/world.h"
 
 namespace echo::comm::p2p {
 
@@ -51,8 +52,8 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
     return fail("the ranks of the group are not all on one node");
 
   std::shared_ptr<ShmWorkspace> ws(new ShmWorkspace());
-  ws->geometry_ = geometry;
-  ws->rank_ = group.rank();
+  ws->table_ = RegionTable(geometry, group.rank());
+  RegionTable& t = ws->table_;
   void* base = nullptr;
   const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(geometry.region_bytes()), 1, MPI_INFO_NULL, group.get(),
                                          &base, &ws->win_);
@@ -62,26 +63,26 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
     return fail(fmt::format("MPI_Win_allocate_shared of {} bytes per rank failed", geometry.region_bytes()));
   }
   MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, ws->win_));
-  ws->regions_.resize(static_cast<size_t>(group.size()));
   for (int p = 0; p < group.size(); ++p) {
     MPI_Aint size = 0;
     int disp = 0;
     void* ptr = nullptr;
     MPI_CHECK(MPI_Win_shared_query(ws->win_, p, &size, &disp, &ptr));
-    ws->regions_[static_cast<size_t>(p)] = static_cast<uint8_t*>(ptr);
+    t.set_region(p, static_cast<uint8_t*>(ptr));
   }
   std::memset(base, 0, geometry.region_bytes());
 
   // The probe: a real write into every peer's region, read back by the peer.
   MPI_CHECK(MPI_Win_sync(ws->win_));
   group.barrier();
-  for (int p = 0; p < group.size(); ++p) publish(ws->push_flag(p, 0, ws->rank_), kProbe | static_cast<uint64_t>(ws->rank_));
+  const int me = group.rank();
+  for (int p = 0; p < group.size(); ++p) publish(t.push_flag(p, 0, me), kProbe | static_cast<uint64_t>(me));
   MPI_CHECK(MPI_Win_sync(ws->win_));
   group.barrier();
   MPI_CHECK(MPI_Win_sync(ws->win_));
   bool ok = true;
-  for (int s = 0; s < group.size(); ++s) ok = ok && observe(ws->push_flag(ws->rank_, 0, s)) == (kProbe | static_cast<uint64_t>(s));
-  for (int s = 0; s < group.size(); ++s) publish(ws->push_flag(ws->rank_, 0, s), 0);
+  for (int s = 0; s < group.size(); ++s) ok = ok && observe(t.push_flag(me, 0, s)) == (kProbe | static_cast<uint64_t>(s));
+  for (int s = 0; s < group.size(); ++s) publish(t.push_flag(me, 0, s), 0);
   MPI_CHECK(MPI_Win_sync(ws->win_));
   if (!all_ranks(ok, group.get())) return fail("the shared-memory probe read back wrong values");  // frees the window
   registry()[key] = ws;

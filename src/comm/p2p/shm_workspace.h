@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "comm/p2p/p2p_geometry.h"
+#include "comm/p2p/region_table.h"
 #include "dist/communicator.h"
 
 namespace echo::comm::p2p {
@@ -29,36 +29,17 @@ class ShmWorkspace {
   ShmWorkspace(const ShmWorkspace&) = delete;
   ShmWorkspace& operator=(const ShmWorkspace&) = delete;
 
-  const P2pGeometry& geometry() const { return geometry_; }
-  int rank() const { return rank_; }
-  uint8_t* region(int rank) const { return regions_[static_cast<size_t>(rank)]; }
-  uint64_t* header(int rank) const { return reinterpret_cast<uint64_t*>(region(rank)); }
-  uint64_t* push_flag(int rank, int tile_slot, int sender) const {
-    return flags(rank, geometry_.push_flags_offset()) + geometry_.flag_index(tile_slot, sender);
-  }
-  uint64_t* gather_flag(int rank, int tile_slot, int owner) const {
-    return flags(rank, geometry_.gather_flags_offset()) + geometry_.flag_index(tile_slot, owner);
-  }
-
-  // Call numbers and round bases, the same sequence on every rank of the group.
-  uint64_t next_call() { return ++calls_; }
-  uint64_t next_max() { return ++maxes_; }
-  // The flag base of the first of `rounds` rounds; round r of the call uses it + r·kStagesPerRound.
-  uint64_t reserve_rounds(int rounds) {
-    const uint64_t first = rounds_ * kStagesPerRound;
-    rounds_ += static_cast<uint64_t>(rounds);
-    return first;
-  }
+  // The regions, flags and counters (the pointers are host pointers into the shared window).
+  RegionTable& table() { return table_; }
+  const RegionTable& table() const { return table_; }
+  const P2pGeometry& geometry() const { return table_.geometry(); }
+  int rank() const { return table_.rank(); }
 
  private:
   ShmWorkspace() = default;
-  uint64_t* flags(int rank, size_t offset) const { return reinterpret_cast<uint64_t*>(region(rank) + offset); }
 
-  P2pGeometry geometry_;
-  int rank_ = 0;
+  RegionTable table_;
   MPI_Win win_ = MPI_WIN_NULL;
-  std::vector<uint8_t*> regions_;
-  uint64_t calls_ = 0, rounds_ = 0, maxes_ = 0;
 };
 
 }  // namespace echo::comm::p2p

@@ -1,0 +1,127 @@
+// Flag kernels of the cuda_ipc transport (p2p_flags.cuh). One thread per flag: a wait occupies a
+// single block, so on a GPU shared by several ranks it leaves the SMs to the peers' kernels.
+// NOTE: never run on a GPU when written; cuda_ipc_reduce_gpu_mpi_test checks the transport.
+// clang-format off
+#include "cuda_check.h"
+// clang-format on
+
+#include "p2p_flags.cuh"
+
+namespace echo::cuda {
+
+namespace {
+
+// System-scope acquire load and release store (PTX ISA memory consistency model, sm_70+): the
+// flag orders the peer's slot writes before it with this rank's slot reads after it, across
+// processes and GPUs.
+__device__ uint64_t load_acquire(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ uint64_t load_relaxed(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ void store_release(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ void store_relaxed(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void write_header_kernel(uint64_t* header, P2pCallHeader h) {
+  // Word order of p2p_geometry.h: seq, n, wire.
+  store_relaxed(&header[0], 0);  // "being written": never a valid call number
+  __threadfence_system();
+  store_relaxed(&header[1], h.n);
+  store_relaxed(&header[2], h.wire);
+  store_release(&header[0], h.seq);
+}
+
+__global__ void publish_kernel(P2pFlagList flags, uint64_t value) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i >= flags.count) return;
+  __threadfence_system();  // the earlier kernels' and copies' writes first, then the flag
+  store_release(flags.flag[i], value);
+}
+
+__device__ void record_fault(P2pFaultRecord* record, uint32_t fault, int stage, int peer, int tile, uint64_t observed,
+                             uint64_t expected, uint64_t waited_ns) {
+  if (atomicCAS(&record->fault, kP2pNoFault, fault) != kP2pNoFault) return;  // the first fault wins
+  record->stage = stage;
+  record->peer = peer;
+  record->tile = tile;
+  record->observed = observed;
+  record->expected = expected;
+  record->waited_ns = waited_ns;
+}
+
+// Seqlock read of a peer's header; false when it is being written or is another call's.
+__device__ bool same_call_differs(const uint64_t* header, const P2pCallHeader& mine, uint64_t& n, uint64_t& wire) {
+  const uint64_t s1 = load_acquire(&header[0]);
+  n = load_relaxed(&header[1]);
+  wire = load_relaxed(&header[2]);
+  __threadfence_system();
+  const uint64_t s2 = load_relaxed(&header[0]);
+  return s1 != 0 && s1 == s2 && s1 == mine.seq && (n != mine.n || wire != mine.wire);
+}
+
+__global__ void wait_kernel(P2pFlagList flags, uint64_t expected, P2pCallHeader mine, int stage, int tile,
+                            uint64_t timeout_ns, P2pFaultRecord* record) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i >= flags.count) return;
+  volatile uint32_t* fault = &record->fault;
+  if (*fault != kP2pNoFault) return;  // an earlier wait of this call failed: the call is lost anyway
+  const uint64_t start = now_ns();
+  for (uint32_t polls = 0;; ++polls) {
+    const uint64_t v = load_acquire(flags.flag[i]);
+    if (v == expected) {
+      // The peer wrote its header before this flag and cannot start another call before this one
+      // ends, so a header of this call with another length or codec is caught here at the latest.
+      uint64_t n = 0, wire = 0;
+      if (flags.peer_header[i] != nullptr && same_call_differs(flags.peer_header[i], mine, n, wire))
+        record_fault(record, kP2pMismatch, stage, flags.peer[i], tile, n, wire, 0);
+      return;
+    }
+    if (v > expected) return record_fault(record, kP2pOutOfStep, stage, flags.peer[i], tile, v, expected, 0);
+    if (polls % 64 == 63) {
+      uint64_t n = 0, wire = 0;
+      if (flags.peer_header[i] != nullptr && same_call_differs(flags.peer_header[i], mine, n, wire))
+        return record_fault(record, kP2pMismatch, stage, flags.peer[i], tile, n, wire, 0);
+      const uint64_t waited = now_ns() - start;
+      if (timeout_ns != 0 && waited > timeout_ns)
+        return record_fault(record, kP2pTimeout, stage, flags.peer[i], tile, v, expected, waited);
+      if (*fault != kP2pNoFault) return;  // another flag of this call failed
+    }
+    __nanosleep(200);
+  }
+}
+
+}  // namespace
+
+void p2p_write_header(uint64_t* header, P2pCallHeader h, cudaStream_t stream) {
+  write_header_kernel<<<1, 1, 0, stream>>>(header, h);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void p2p_publish(const P2pFlagList& flags, uint64_t value, cudaStream_t stream) {
+  if (flags.count == 0) return;
+  publish_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, value);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, int stage, int tile,
+              uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
+  if (flags.count == 0) return;
+  wait_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, expected, mine, stage, tile, timeout_ns, record);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace echo::cuda

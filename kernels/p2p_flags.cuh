@@ -1,0 +1,61 @@
+// CUDA side of the peer flags of the pipelined all-reduce (docs/design.md §7, "Pipelined
+// peer-to-peer transport"; the host side is src/comm/p2p/peer_flags.h): tiny kernels that publish
+// a flag with a system-scope release, write a call header, and wait for flags with system-scope
+// acquire loads. The flags live in the regions of p2p_geometry.h, mapped into this process by CUDA
+// IPC, so a peer on this GPU or another one sees them.
+//
+// A wait never hangs: it gives up after a timeout (%globaltimer), or at once when a peer's flag ran
+// past the expected value or the peer's header shows the same call with another length or codec,
+// and records the first fault in a device record that the host reads once per call
+// (P2pFaultRecord). A wait that finds a fault already recorded returns at once, so one lost peer
+// costs one timeout per call, not one per tile. Plain C++ can include this header (no CUDA syntax).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace echo::cuda {
+
+constexpr int kMaxP2pPeers = 8;  // the largest TP group the cuda_ipc transport serves
+
+struct P2pCallHeader {
+  uint64_t seq = 0;   // the call's number on the group, from 1
+  uint64_t n = 0;     // elements
+  uint64_t wire = 0;  // encoded bytes of the whole tensor (tells the codecs apart)
+};
+
+// Up to kMaxP2pPeers flags, passed by value to one launch.
+struct P2pFlagList {
+  int count = 0;
+  uint64_t* flag[kMaxP2pPeers] = {};
+  // For waits: the peer each flag belongs to, and that peer's region header (checked for a
+  // mismatched call while waiting; null: not checked).
+  int peer[kMaxP2pPeers] = {};
+  uint64_t* peer_header[kMaxP2pPeers] = {};
+};
+
+enum P2pFault : uint32_t { kP2pNoFault = 0, kP2pTimeout = 1, kP2pOutOfStep = 2, kP2pMismatch = 3 };
+
+// The first fault of a call (device memory; fault == kP2pNoFault: none).
+struct P2pFaultRecord {
+  uint32_t fault;
+  int32_t stage;  // p2p::Stage of the wait
+  int32_t peer;
+  int32_t tile;   // tile slot
+  uint64_t observed;  // the flag's value (out of step), or the peer's n (mismatch)
+  uint64_t expected;  // the expected flag value, or the peer's wire bytes (mismatch)
+  uint64_t waited_ns;
+};
+
+// Writes this rank's call header (seqlock order: seq = 0, n and wire, then seq) into `header`.
+void p2p_write_header(uint64_t* header, P2pCallHeader h, cudaStream_t stream);
+// After everything earlier on the stream: every flag of the list = value, with release at system scope.
+void p2p_publish(const P2pFlagList& flags, uint64_t value, cudaStream_t stream);
+// Holds the stream until every flag of the list equals `expected` (acquire at system scope), or
+// records a fault: a flag above `expected` (out of step), a peer header with seq == mine.seq but
+// another n or wire (mismatch), or timeout_ns passed (0: no timeout).
+void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, int stage, int tile,
+              uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream);
+
+}  // namespace echo::cuda

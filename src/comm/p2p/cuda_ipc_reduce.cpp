@@ -1,0 +1,181 @@
+// The push / reduce / gather / tail rounds on CUDA streams (cuda_ipc_reduce.h).
+// NOTE: never run on a GPU when written; cuda_ipc_reduce_gpu_mpi_test checks it bitwise against
+// TwoPhaseReduce, and scripts/device_check.sh runs that test and the benchmark.
+#include "comm/p2p/cuda_ipc_reduce.h"
+
+#include "comm/echo/quantize.h"
+#include "core/error.h"
+#include "cuda_check.h"
+#include "p2p_flags.cuh"
+#include "quantize.cuh"
+
+namespace echo::comm::p2p {
+
+struct CudaIpcReduce::Counters {
+  cuda::DeviceQuantReport decoded;  // the poisoned groups decoded (the count run() returns)
+  cuda::DeviceQuantReport encoded;  // discarded, as the CPU discards it
+  cuda::P2pFaultRecord fault;
+};
+
+CudaIpcReduce::CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<CudaIpcWorkspace> workspace,
+                             double peer_timeout_s)
+    : comm_(comm), ws_(std::move(workspace)), peer_timeout_s_(peer_timeout_s), schedules_(ws_->geometry()) {
+  ECHO_CHECK(ws_->geometry().ranks == comm.size(), "cuda_ipc workspace made for {} ranks used by a group of {}",
+             ws_->geometry().ranks, comm.size());
+  // Blocking streams: they order with the legacy default stream, where the device Echo path and
+  // the CUDA backend's copies run, in both directions.
+  for (cudaStream_t* s : {&push_, &reduce_, &tail_}) CUDA_CHECK(cudaStreamCreate(s));
+  for (cudaEvent_t* e : {&start_, &reduced_, &tailed_}) CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  void* counters = nullptr;
+  CUDA_CHECK(cudaMalloc(&counters, sizeof(Counters)));
+  counters_ = static_cast<Counters*>(counters);
+}
+
+CudaIpcReduce::~CudaIpcReduce() {
+  cudaFree(counters_);
+  for (cudaEvent_t e : {start_, reduced_, tailed_}) cudaEventDestroy(e);
+  for (cudaStream_t s : {push_, reduce_, tail_}) cudaStreamDestroy(s);
+}
+
+bool CudaIpcReduce::pipelines(size_t n, const QuantSpec& spec) const {
+  const size_t group = static_cast<size_t>(spec.group_size);
+  return group_fits_slot(ws_->geometry(), wire_bytes(group, spec)) && n > 0 && comm_.size() > 1;
+}
+
+size_t CudaIpcReduce::run(float* y, size_t n, const QuantSpec& spec, Site site) {
+  ECHO_CHECK(!broken_,
+             "cuda_ipc all-reduce at {}: an earlier call of this group failed on a peer, so the ranks are out of "
+             "step; restart the job",
+             to_string(site));
+  ECHO_CHECK(pipelines(n, spec), "cuda_ipc all-reduce at {}: {} elements with group size {} cannot be pipelined",
+             to_string(site), n, spec.group_size);
+  const size_t group = static_cast<size_t>(spec.group_size);
+  const PipelineSchedule& s = schedules_.get(n, group, wire_bytes(group, spec));
+  RegionTable& t = ws_->table();
+  header_seq_ = t.next_call();
+  header_n_ = n;
+  header_wire_ = wire_bytes(n, spec);
+  const uint64_t first_base = t.reserve_rounds(s.rounds);
+
+  // Start: clear the counters, announce the call, and let the other streams follow.
+  CUDA_CHECK(cudaMemsetAsync(counters_, 0, sizeof(Counters), push_));
+  cuda::reset_report(&counters_->decoded, push_);  // first_bad_element starts at ~0, not 0
+  cuda::reset_report(&counters_->encoded, push_);
+  cuda::p2p_write_header(t.header(t.rank()), {header_seq_, header_n_, header_wire_}, push_);
+  CUDA_CHECK(cudaEventRecord(start_, push_));
+  CUDA_CHECK(cudaStreamWaitEvent(reduce_, start_, 0));
+  CUDA_CHECK(cudaStreamWaitEvent(tail_, start_, 0));
+  for (int r = 0; r < s.rounds; ++r) run_round(y, spec, s, r, first_base + static_cast<uint64_t>(r) * kStagesPerRound);
+
+  // One wait on the host per call: everything is done once the tail is (it follows the reduce,
+  // and the push of each tile precedes the gather that the tail waited for).
+  for (cudaStream_t st : {push_, reduce_, tail_}) CUDA_CHECK(cudaStreamSynchronize(st));
+  Counters host{};
+  CUDA_CHECK(cudaMemcpy(&host, counters_, sizeof host, cudaMemcpyDeviceToHost));
+  if (host.fault.fault != cuda::kP2pNoFault) {
+    broken_ = true;
+    throw_fault(host.fault, site);
+  }
+  return static_cast<size_t>(host.decoded.bad_groups);
+}
+
+void CudaIpcReduce::run_round(float* y, const QuantSpec& spec, const PipelineSchedule& s, int round, uint64_t base) {
+  RegionTable& t = ws_->table();
+  const int P = comm_.size(), me = t.rank(), tiles = t.geometry().tiles;
+  const uint64_t timeout_ns = peer_timeout_s_ > 0 ? static_cast<uint64_t>(peer_timeout_s_ * 1e9) : 0;
+  const cuda::P2pCallHeader mine{header_seq_, header_n_, header_wire_};
+  if (round > 0) {  // the slots of the last round are free once its tail has seen every gather
+    CUDA_CHECK(cudaStreamWaitEvent(push_, tailed_, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(reduce_, tailed_, 0));
+  }
+
+  // Push: every non-owned tile into its owner's recv slot (me, tile).
+  for (int j = 0; j < P; ++j) {
+    if (j == me) continue;
+    for (int k = 0; k < tiles; ++k) {
+      const Tile tile = s.tile(j, round, k);
+      if (tile.size == 0) break;
+      cuda::quantize(y + tile.begin, tile.size, spec, t.recv_slot(j, me, k), &counters_->encoded, push_);
+      cuda::P2pFlagList flag;
+      flag.count = 1;
+      flag.flag[0] = t.push_flag(j, k, me);
+      cuda::p2p_publish(flag, base + kStagePush, push_);
+    }
+  }
+
+  // Reduce and gather, tile by tile of the own segment, as the peers' copies arrive.
+  cuda::P2pFlagList pushed, gathered;
+  for (int p = 0; p < P; ++p) {
+    if (p == me) continue;
+    pushed.peer[pushed.count] = p;
+    pushed.peer_header[pushed.count] = t.header(p);
+    ++pushed.count;
+    ++gathered.count;
+  }
+  for (int k = 0; k < tiles; ++k) {
+    const Tile tile = s.tile(me, round, k);
+    if (tile.size == 0) break;
+    for (int i = 0; i < pushed.count; ++i) pushed.flag[i] = t.push_flag(me, k, pushed.peer[i]);
+    cuda::p2p_wait(pushed, base + kStagePush, mine, kStagePush, k, timeout_ns, &counters_->fault, reduce_);
+    // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them); the copies are
+    // added in rank order, one launch each, so stream order is rank order.
+    for (int i = 0; i < pushed.count; ++i)
+      cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, y + tile.begin, &counters_->decoded,
+                           reduce_);
+    uint8_t* own_code = t.gather_slot(me, me, k);
+    cuda::quantize(y + tile.begin, tile.size, spec, own_code, &counters_->encoded, reduce_);
+    const size_t bytes = wire_bytes(tile.size, spec);
+    for (int i = 0; i < pushed.count; ++i) {
+      const int p = pushed.peer[i];
+      CUDA_CHECK(cudaMemcpyAsync(t.gather_slot(p, me, k), own_code, bytes, cudaMemcpyDeviceToDevice, reduce_));
+      gathered.flag[i] = t.gather_flag(p, k, me);
+    }
+    cuda::p2p_publish(gathered, base + kStageGather, reduce_);
+  }
+  CUDA_CHECK(cudaEventRecord(reduced_, reduce_));
+
+  // Tail: every owner's encoded sum, the own one included (after the own reduce), decoded into y.
+  CUDA_CHECK(cudaStreamWaitEvent(tail_, reduced_, 0));
+  for (int j = 0; j < P; ++j) {
+    for (int k = 0; k < tiles; ++k) {
+      const Tile tile = s.tile(j, round, k);
+      if (tile.size == 0) break;
+      if (j != me) {
+        cuda::P2pFlagList flag;
+        flag.count = 1;
+        flag.flag[0] = t.gather_flag(me, k, j);
+        flag.peer[0] = j;
+        flag.peer_header[0] = t.header(j);
+        cuda::p2p_wait(flag, base + kStageGather, mine, kStageGather, k, timeout_ns, &counters_->fault, tail_);
+      }
+      cuda::dequantize(t.gather_slot(me, j, k), tile.size, spec, y + tile.begin, &counters_->decoded, tail_);
+    }
+  }
+  CUDA_CHECK(cudaEventRecord(tailed_, tail_));
+}
+
+void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) const {
+  const char* stage = fault.stage == kStagePush ? "push" : fault.stage == kStageGather ? "gather" : "?";
+  const std::string where = to_string(site);
+  switch (fault.fault) {
+    case cuda::kP2pTimeout:
+      ECHO_FAIL(
+          "cuda_ipc all-reduce at {}: timed out after {:.1f} s in the {} stage (tile {}) waiting for rank {} "
+          "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
+          where, static_cast<double>(fault.waited_ns) * 1e-9, stage, fault.tile, fault.peer, peer_timeout_s_);
+    case cuda::kP2pOutOfStep:
+      ECHO_FAIL(
+          "cuda_ipc all-reduce at {}: rank {} is out of step in the {} stage (flag {} where {} was expected): the "
+          "ranks of the group made different sequences of calls",
+          where, fault.peer, stage, fault.observed, fault.expected);
+    case cuda::kP2pMismatch:
+      ECHO_FAIL(
+          "cuda_ipc all-reduce at {}: rank {} called with {} elements ({} encoded bytes), this rank with {} ({} "
+          "bytes): every rank of the group must reduce a tensor of the same length with the same codec",
+          where, fault.peer, fault.observed, fault.expected, header_n_, header_wire_);
+    default:
+      ECHO_FAIL("cuda_ipc all-reduce at {}: unknown fault code {} from the device", where, fault.fault);
+  }
+}
+
+}  // namespace echo::comm::p2p

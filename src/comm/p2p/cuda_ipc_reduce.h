@@ -1,0 +1,73 @@
+// The pipelined peer-to-peer quantized all-reduce on CUDA devices (comm.transport: cuda_ipc;
+// docs/design.md §7, "Pipelined peer-to-peer transport"; Echo paper Sec. 4.2 and Appendix C):
+// the protocol of ShmPipelinedReduce — the same regions, tiles, rounds, flag values and
+// arithmetic order — with the stages as kernels on three streams of this rank:
+//   push    stream: quantize each non-owned tile straight into its owner's recv slot (through
+//           the IPC mapping), then publish the owner's push flag (tile, me)
+//   reduce  stream: per own tile, wait for the peers' push flags, add their decoded copies to
+//           the own values in rank order (fp32), quantize the sum into the own gather slot, copy
+//           it into every peer's gather slot, publish the gather flags
+//   tail    stream: per tile of every owner, wait for its gather flag, decode into y
+// Within the GPU the streams are ordered by CUDA events: the tail of a round after its reduce
+// (the own tiles), the next round's push and reduce after this round's tail (slot reuse, the same
+// argument as on CPU); across ranks and GPUs only by the flags. So a rank reduces its tile 0 while
+// a slower peer still pushes tile 5. The host waits once per call, for the poisoned-group count
+// and the fault record of the waits (timeout, out-of-step or mismatched peer: an error naming the
+// site, the stage and the peer).
+// Bitwise equal to TwoPhaseReduce with QuantCodec on the same values: tiles are whole groups, the
+// device quantizer's bytes are the CPU's, and the owner adds in the CPU's order.
+// Built only with the CUDA backend.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "comm/all_reduce.h"
+#include "comm/p2p/cuda_ipc_workspace.h"
+#include "comm/p2p/pipeline_schedule.h"
+#include "core/quant_spec.h"
+#include "dist/communicator.h"
+
+namespace echo::cuda {
+struct DeviceQuantReport;
+struct P2pFaultRecord;
+}  // namespace echo::cuda
+
+namespace echo::comm::p2p {
+
+class CudaIpcReduce {
+ public:
+  CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<CudaIpcWorkspace> workspace, double peer_timeout_s);
+  ~CudaIpcReduce();
+  CudaIpcReduce(const CudaIpcReduce&) = delete;
+  CudaIpcReduce& operator=(const CudaIpcReduce&) = delete;
+
+  // Whether a call of n elements with this spec goes through the pipeline (else the caller's
+  // two-collective path: a group too large for a slot, or nothing to move).
+  bool pipelines(size_t n, const QuantSpec& spec) const;
+  // y[0, n) (device, f32, in place) <- the quantized sum over the group. Ordered after the work
+  // on the legacy default stream and before what follows it there; returns when done. Returns the
+  // poisoned groups decoded, as the two-collective path does. Throws on a peer fault; the
+  // transport is then unusable (the ranks are out of step) and every later call throws.
+  size_t run(float* y, size_t n, const QuantSpec& spec, Site site);
+
+  size_t cached_schedules() const { return schedules_.size(); }
+
+ private:
+  struct Counters;
+  void run_round(float* y, const QuantSpec& spec, const PipelineSchedule& s, int round, uint64_t base);
+  void throw_fault(const cuda::P2pFaultRecord& fault, Site site) const;
+
+  const dist::Communicator& comm_;
+  std::shared_ptr<CudaIpcWorkspace> ws_;
+  double peer_timeout_s_;
+  ScheduleCache schedules_;
+  cudaStream_t push_ = nullptr, reduce_ = nullptr, tail_ = nullptr;
+  cudaEvent_t start_ = nullptr, reduced_ = nullptr, tailed_ = nullptr;
+  Counters* counters_ = nullptr;  // device memory
+  uint64_t header_seq_ = 0, header_n_ = 0, header_wire_ = 0;  // the call in flight
+  bool broken_ = false;
+};
+
+}  // namespace echo::comm::p2p

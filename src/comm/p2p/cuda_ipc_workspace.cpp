@@ -1,0 +1,139 @@
+// cudaMalloc'd regions, the IPC handle exchange, the start-up probe and the per-group registry.
+// NOTE: never run on a GPU when written; cuda_ipc_reduce_gpu_mpi_test checks it.
+#include "comm/p2p/cuda_ipc_workspace.h"
+
+#include <cuda_runtime_api.h>
+
+#include <exception>
+#include <map>
+#include <tuple>
+
+#include "cuda_check.h"
+#include "dist/mpi_check.h"
+#include "dist/world.h"
+#include "p2p_flags.cuh"
+
+namespace echo::comm::p2p {
+
+namespace {
+
+constexpr uint64_t kProbe = 0xec40'1dc0'0000'0000ull;
+
+bool all_ranks(bool ok, MPI_Comm comm) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm));
+  return all != 0;
+}
+
+// A failed runtime call as text (and the sticky error cleared), for the fallback's log line.
+bool cuda_ok(cudaError_t status, const char* what, std::string& error) {
+  if (status == cudaSuccess) return true;
+  if (error.empty()) error = fmt::format("{}: {}", what, cudaGetErrorString(status));
+  cudaGetLastError();
+  return false;
+}
+
+using Key = std::tuple<MPI_Comm, int, int, size_t, int>;
+std::map<Key, std::weak_ptr<CudaIpcWorkspace>>& registry() {
+  static std::map<Key, std::weak_ptr<CudaIpcWorkspace>> live;
+  return live;
+}
+
+}  // namespace
+
+std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Communicator& group, P2pGeometry geometry,
+                                                              std::string* why) {
+  geometry.ranks = group.size();
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const Key key{group.get(), geometry.ranks, geometry.tiles, geometry.slot_bytes, device};
+  if (auto live = registry()[key].lock()) return live;
+  auto fail = [&](std::string reason) -> std::shared_ptr<CudaIpcWorkspace> {
+    if (why) *why = std::move(reason);
+    return nullptr;
+  };
+  if (group.size() > cuda::kMaxP2pPeers)
+    return fail(fmt::format("the group has {} ranks, more than the {} the cuda_ipc transport serves", group.size(),
+                            cuda::kMaxP2pPeers));
+  if (!all_ranks(dist::node_place(group).local_size == group.size(), group.get()))
+    return fail("the ranks of the group are not all on one node");
+
+  std::shared_ptr<CudaIpcWorkspace> ws(new CudaIpcWorkspace());
+  MPI_CHECK(MPI_Comm_dup(group.get(), &ws->comm_));
+  ws->table_ = RegionTable(geometry, group.rank());
+  RegionTable& t = ws->table_;
+  const int me = group.rank();
+  std::string error;
+
+  // Allocate and zero the own region; export it.
+  cudaIpcMemHandle_t handle{};
+  void* base = nullptr;
+  bool ok = cuda_ok(cudaMalloc(&base, geometry.region_bytes()), "cudaMalloc", error);
+  if (ok) {
+    ws->own_ = static_cast<uint8_t*>(base);
+    ok = cuda_ok(cudaMemset(base, 0, geometry.region_bytes()), "cudaMemset", error) &&
+         cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error) &&
+         cuda_ok(cudaIpcGetMemHandle(&handle, base), "cudaIpcGetMemHandle", error);
+  }
+  std::vector<cudaIpcMemHandle_t> handles(static_cast<size_t>(group.size()));
+  MPI_CHECK(MPI_Allgather(&handle, sizeof handle, MPI_BYTE, handles.data(), sizeof handle, MPI_BYTE, group.get()));
+  if (!all_ranks(ok, group.get()))
+    return fail(fmt::format("allocating or exporting the {}-byte region failed ({})", geometry.region_bytes(),
+                            error.empty() ? "on another rank" : error));
+
+  // Open every peer's region.
+  t.set_region(me, ws->own_);
+  for (int p = 0; p < group.size() && ok; ++p) {
+    if (p == me) continue;
+    void* peer = nullptr;
+    ok = cuda_ok(cudaIpcOpenMemHandle(&peer, handles[static_cast<size_t>(p)], cudaIpcMemLazyEnablePeerAccess),
+                 "cudaIpcOpenMemHandle", error);
+    if (ok) {
+      ws->opened_.push_back(static_cast<uint8_t*>(peer));
+      t.set_region(p, static_cast<uint8_t*>(peer));
+    }
+  }
+  if (!all_ranks(ok, group.get()))
+    return fail(fmt::format("opening the peers' IPC handles failed ({})", error.empty() ? "on another rank" : error));
+
+  // The probe: a real write into every peer's region, read back by the peer.
+  for (int p = 0; p < group.size() && ok; ++p) {
+    const uint64_t word = kProbe | static_cast<uint64_t>(me);
+    ok = cuda_ok(cudaMemcpy(t.push_flag(p, 0, me), &word, sizeof word, cudaMemcpyHostToDevice), "probe write", error);
+  }
+  ok = ok && cuda_ok(cudaDeviceSynchronize(), "probe write", error);
+  group.barrier();
+  std::vector<uint64_t> seen(static_cast<size_t>(group.size()), 0);
+  ok = ok && cuda_ok(cudaMemcpy(seen.data(), t.push_flag(me, 0, 0), seen.size() * sizeof(uint64_t),
+                                cudaMemcpyDeviceToHost),
+                     "probe read", error);
+  for (int s = 0; s < group.size() && ok; ++s) ok = seen[static_cast<size_t>(s)] == (kProbe | static_cast<uint64_t>(s));
+  ok = ok && cuda_ok(cudaMemset(t.push_flag(me, 0, 0), 0, seen.size() * sizeof(uint64_t)), "probe reset", error) &&
+       cuda_ok(cudaDeviceSynchronize(), "probe reset", error);
+  group.barrier();
+  if (!all_ranks(ok, group.get()))
+    return fail(error.empty() ? std::string("the IPC probe read back wrong values") : "the IPC probe failed (" + error + ")");
+  registry()[key] = ws;
+  return ws;
+}
+
+void CudaIpcWorkspace::release() {
+  for (uint8_t* p : opened_) cudaIpcCloseMemHandle(p);
+  opened_.clear();
+  // NOTE: the owner frees its region only after every peer closed its mapping of it.
+  if (comm_ != MPI_COMM_NULL) MPI_Barrier(comm_);
+  if (own_ != nullptr) cudaFree(own_);
+  own_ = nullptr;
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+CudaIpcWorkspace::~CudaIpcWorkspace() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // NOTE: the barrier is collective. While an exception unwinds the other ranks are not coming
+  // (main aborts the job), so leave the memory to the process's exit rather than hang.
+  if (finalized || std::uncaught_exceptions() > 0) return;
+  release();
+}
+
+}  // namespace echo::comm::p2p

@@ -1,0 +1,216 @@
+// The pipelined cuda_ipc all-reduce (src/comm/p2p/cuda_ipc_reduce.h) against the MPI two-phase
+// engine on the host, which the QAR tests check against hand-computed sums: every quantized codec,
+// P = 2, 3, 4, lengths from 1 to many rounds, bit-for-bit equal outputs. Then a stress of
+// back-to-back calls of changing shapes and codecs under a time limit, and the faults: a rank that
+// never arrives and a rank that calls with another length are errors naming the stage and the
+// peer, not hangs or wrong sums. Finally Echo's device sites over cuda_ipc equal the CPU's.
+// Needs MPI and a GPU (the ranks may share one device: IPC works between processes on one GPU):
+// registered by hand in tests/comm/CMakeLists.txt under labels mpi and gpu. Skips without a CUDA
+// device on every rank alike; fails instead under ECHO_REQUIRE_GPU=1.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "../support/gpu_test.h"
+#include "../support/mpi_util.h"
+#include "../support/test_data.h"
+#include "comm/echo/echo_all_reduce.h"
+#include "comm/p2p/cuda_ipc_reduce.h"
+#include "comm/two_phase_reduce.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace echo::comm {
+namespace {
+
+using echo::testing::identical_on_all_ranks;
+using echo::testing::on_group;
+using echo::testing::random_normal;
+using p2p::CudaIpcReduce;
+using p2p::CudaIpcWorkspace;
+using p2p::P2pGeometry;
+
+std::vector<int> group_sizes() {
+  std::vector<int> sizes = {2};
+  if (echo::testing::world_size() >= 4) sizes.insert(sizes.end(), {3, 4});
+  return sizes;
+}
+
+// Small slots, so that a few thousand elements already take several rounds. `tiles` also keeps
+// the workspaces of the fault tests apart from the others (one workspace per geometry).
+P2pGeometry small_geometry(int tiles = 2) {
+  P2pGeometry g;
+  g.tiles = tiles;
+  g.slot_bytes = 1024;
+  return g;
+}
+
+std::unique_ptr<CudaIpcReduce> make_ipc(const dist::Communicator& group, P2pGeometry geometry, double timeout_s = 60) {
+  std::string why;
+  auto ws = CudaIpcWorkspace::for_group(group, geometry, &why);
+  EXPECT_NE(ws, nullptr) << "the ranks of one test run share a node, yet: " << why;
+  if (!ws) return nullptr;
+  return std::make_unique<CudaIpcReduce>(group, std::move(ws), timeout_s);
+}
+
+std::vector<QuantSpec> every_spec() {
+  std::vector<QuantSpec> specs;
+  for (int bits : {4, 8})
+    for (QuantPolicy policy : {QuantPolicy::asym_zero_aware, QuantPolicy::symmetric, QuantPolicy::asym_naive})
+      for (int group : {32, 128}) specs.push_back({policy, bits, group});
+  return specs;
+}
+
+std::string describe(const QuantSpec& s, size_t n) {
+  return fmt::format("{}-bit policy {} g {} n {}", s.bits, static_cast<int>(s.policy), s.group_size, n);
+}
+
+// One input through both engines; the device output must be the host engine's bit for bit.
+void expect_same_bits(CudaIpcReduce& ipc, TwoPhaseReduce& mpi, const QuantSpec& spec, size_t n, uint64_t seed) {
+  SCOPED_TRACE(describe(spec, n));
+  const auto& comm = mpi.comm();
+  const std::vector<float> x = random_normal(n, seed, comm.rank(), 0.2f, 1.0f + 0.5f * comm.rank());
+  std::vector<float> want = x;
+  const size_t bad_mpi = mpi.run(want, QuantCodec(spec));
+  Tensor t = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
+  ASSERT_TRUE(ipc.pipelines(n, spec));
+  const size_t bad_ipc = ipc.run(t.data<float>(), n, spec, {3, Direction::forward});
+  EXPECT_EQ(bad_ipc, bad_mpi);
+  const Tensor back = t.to(Device::cpu);
+  std::vector<float> got(n);
+  std::memcpy(got.data(), back.raw(), n * sizeof(float));
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << "cuda_ipc and mpi outputs differ";
+  EXPECT_TRUE(identical_on_all_ranks(got, comm));
+}
+
+TEST(CudaIpcReduce, EqualsTheMpiEngineBitForBitForEveryCodecAndGroupSize) {
+  ECHO_REQUIRE_DEVICE();
+  for (int size : group_sizes())
+    on_group(size, [&](const dist::Communicator& group) {
+      for (const P2pGeometry& geometry : {small_geometry(), P2pGeometry{}}) {
+        SCOPED_TRACE(fmt::format("P {} slot {} tiles {}", size, geometry.slot_bytes, geometry.tiles));
+        auto ipc = make_ipc(group, geometry);
+        ASSERT_NE(ipc, nullptr);
+        TwoPhaseReduce mpi(group);
+        for (const QuantSpec& spec : every_spec())
+          for (size_t n : {size_t{1}, size_t{127}, size_t{129}, size_t{1000}, size_t{12345}, size_t{70001}})
+            expect_same_bits(*ipc, mpi, spec, n, 7 * n + static_cast<size_t>(size));
+        // Many rounds of the default geometry (about 250k elements per 4-bit tile).
+        expect_same_bits(*ipc, mpi, QuantSpec{}, size_t{9'000'001}, 99);
+      }
+    });
+}
+
+TEST(CudaIpcReduce, HundredsOfCallsOfChangingShapesStayInStep) {
+  ECHO_REQUIRE_DEVICE();
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    auto ipc = make_ipc(group, small_geometry(), 30);
+    ASSERT_NE(ipc, nullptr);
+    TwoPhaseReduce mpi(group);
+    const auto specs = every_spec();
+    std::mt19937_64 rng(2026);  // the same sequence on every rank
+    const auto start = std::chrono::steady_clock::now();
+    for (int call = 0; call < 500 && !::testing::Test::HasFailure(); ++call) {
+      const QuantSpec& spec = specs[rng() % specs.size()];
+      const size_t n = 1 + rng() % 20000;
+      expect_same_bits(*ipc, mpi, spec, n, static_cast<uint64_t>(call));
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 45.0) << "500 small calls";
+    EXPECT_LE(ipc->cached_schedules(), 64u);
+  });
+}
+
+// Only rank 0 calls: it must get the timeout error naming the push stage, within the timeout and
+// not hang; the others stay out of it. The workspace of its own geometry is then dropped.
+TEST(CudaIpcReduce, ARankThatNeverArrivesIsATimeoutNamingIt) {
+  ECHO_REQUIRE_DEVICE();
+  on_group(2, [&](const dist::Communicator& group) {
+    auto ipc = make_ipc(group, small_geometry(3), 1.0);
+    ASSERT_NE(ipc, nullptr);
+    if (group.rank() == 0) {
+      Tensor t = Tensor::from_vector(random_normal(5000, 1, 0, 0.1f, 1.0f), {5000}).to(Device::cuda);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        ipc->run(t.data<float>(), 5000, QuantSpec{}, {7, Direction::backward});
+        ADD_FAILURE() << "expected a timeout";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("timed out"), std::string::npos) << what;
+        EXPECT_NE(what.find("push stage"), std::string::npos) << what;
+        EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
+        EXPECT_NE(what.find("backward site 7"), std::string::npos) << what;
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, 20.0) << "one timeout, not one per tile";
+      // The group is out of step now: later calls refuse to run.
+      EXPECT_THROW(ipc->run(t.data<float>(), 5000, QuantSpec{}, {8, Direction::backward}), Error);
+    }
+    group.barrier();
+  });
+}
+
+TEST(CudaIpcReduce, ARankCallingWithAnotherLengthIsAnErrorNamingIt) {
+  ECHO_REQUIRE_DEVICE();
+  on_group(2, [&](const dist::Communicator& group) {
+    auto ipc = make_ipc(group, small_geometry(5), 10.0);
+    ASSERT_NE(ipc, nullptr);
+    const size_t n = group.rank() == 0 ? 3000 : 3000 + 128;
+    Tensor t = Tensor::from_vector(random_normal(n, 2, group.rank(), 0.1f, 1.0f), {static_cast<int64_t>(n)})
+                   .to(Device::cuda);
+    try {
+      ipc->run(t.data<float>(), n, QuantSpec{}, {1, Direction::forward});
+      ADD_FAILURE() << "expected an error on rank " << group.rank();
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("called with") != std::string::npos || what.find("out of step") != std::string::npos)
+          << what;
+      EXPECT_NE(what.find(fmt::format("rank {}", 1 - group.rank())), std::string::npos) << what;
+    }
+    group.barrier();
+  });
+}
+
+// Echo's device sites with comm.transport = cuda_ipc: every output and the compensator state
+// equal the CPU EchoAllReduce's bit for bit, through forward and backward passes with rescaling.
+TEST(CudaIpcReduce, EchoDeviceSitesEqualTheCpuOnes) {
+  ECHO_REQUIRE_DEVICE();
+  const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
+  for (Direction d : {Direction::forward, Direction::backward}) {
+    EchoOptions o;
+    o.quant = {QuantPolicy::asym_zero_aware, 4, 128};
+    o.backward_rescale = true;
+    EchoOptions o_ipc = o;
+    o_ipc.transport.kind = TransportKind::cuda_ipc;
+    EchoAllReduce cpu(comm, o);
+    EchoAllReduce dev(comm, o_ipc);
+    const size_t n = 128 * 37 + 11;
+    for (int pass = 0; pass < 2; ++pass) {
+      cpu.begin_pass(d);
+      dev.begin_pass(d);
+      for (int site = 0; site < 4; ++site) {
+        SCOPED_TRACE(fmt::format("{} pass {} site {}", to_string(d), pass, site));
+        std::vector<float> want =
+            random_normal(n, 31 * pass + site, static_cast<uint64_t>(comm.rank()), 0.01f, std::ldexp(1.0f, site - 2));
+        Tensor t = Tensor::from_vector(want, {static_cast<int64_t>(n)}).to(Device::cuda);
+        cpu.all_reduce(std::span<float>(want), {site, d});
+        dev.all_reduce(t, {site, d});
+        const Tensor got = t.to(Device::cpu);
+        ASSERT_EQ(std::memcmp(got.raw(), want.data(), n * sizeof(float)), 0);
+      }
+      ASSERT_NE(dev.device_path(), nullptr);
+      EXPECT_STREQ(dev.device_path()->transport(), "cuda_ipc");
+      const auto m1 = dev.device_path()->m1(d);
+      ASSERT_EQ(m1.size(), cpu.compensator(d).m1().size());
+      EXPECT_EQ(std::memcmp(m1.data(), cpu.compensator(d).m1().data(), m1.size() * sizeof(float)), 0) << "m1";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace echo::comm
