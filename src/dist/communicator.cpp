@@ -60,4 +60,10 @@ double Communicator::sum_in_rank_order(double value) const {
   return sum;
 }
 
+bool Communicator::all_ranks(bool ok) const {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm_));
+  return all != 0;
+}
+
 }  // namespace echo::dist

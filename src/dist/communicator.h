@@ -26,6 +26,8 @@ class Communicator {
   // The sum of one double from every rank, added in rank order, so every rank gets the same
   // bits (MPI_Allreduce does not promise that).
   double sum_in_rank_order(double value) const;
+  // True on every rank when `ok` is true on every rank: all ranks then take the same branch.
+  bool all_ranks(bool ok) const;
 
  private:
   Communicator(MPI_Comm comm, bool owned);

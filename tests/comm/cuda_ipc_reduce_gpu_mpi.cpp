@@ -35,11 +35,6 @@ using p2p::CudaIpcReduce;
 using p2p::CudaIpcWorkspace;
 using p2p::P2pGeometry;
 
-std::vector<int> group_sizes() {
-  std::vector<int> sizes = {2};
-  if (echo::testing::world_size() >= 4) sizes.insert(sizes.end(), {3, 4});
-  return sizes;
-}
 
 // Small slots, so that a few thousand elements already take several rounds. `tiles` also keeps
 // the workspaces of the fault tests apart from the others (one workspace per geometry).
@@ -90,7 +85,7 @@ void expect_same_bits(CudaIpcReduce& ipc, TwoPhaseReduce& mpi, const QuantSpec& 
 
 TEST(CudaIpcReduce, EqualsTheMpiEngineBitForBitForEveryCodecAndGroupSize) {
   ECHO_REQUIRE_DEVICE();
-  for (int size : group_sizes())
+  for (int size : echo::testing::small_group_sizes())
     on_group(size, [&](const dist::Communicator& group) {
       for (const P2pGeometry& geometry : {small_geometry(), P2pGeometry{}}) {
         SCOPED_TRACE(fmt::format("P {} slot {} tiles {}", size, geometry.slot_bytes, geometry.tiles));

@@ -30,12 +30,6 @@ using p2p::P2pGeometry;
 using p2p::ShmPipelinedReduce;
 using p2p::ShmWorkspace;
 
-// Groups of 2, 3 and 4 ranks where the world has them.
-std::vector<int> group_sizes() {
-  std::vector<int> sizes = {2};
-  if (echo::testing::world_size() >= 4) sizes.insert(sizes.end(), {3, 4});
-  return sizes;
-}
 
 // A small geometry, so that a few thousand elements already take several rounds.
 P2pGeometry small_geometry() {
@@ -95,7 +89,7 @@ void expect_same_bits(SegmentReduce& shm, TwoPhaseReduce& mpi, const SegmentCode
 
 TEST(ShmPipelinedReduce, EqualsTheMpiEngineBitForBitForEveryCodecAndGroupSize) {
   const auto codecs = every_codec();
-  for (int size : group_sizes()) {
+  for (int size : echo::testing::small_group_sizes()) {
     on_group(size, [&](const dist::Communicator& group) {
       for (const P2pGeometry& geometry : {small_geometry(), P2pGeometry{}})
         for (int threads : {1, 2}) {
@@ -163,7 +157,7 @@ TEST(ShmPipelinedReduce, EchoPassesAreIdenticalOverBothTransports) {
 // reference on the same transport and over MPI: bit for bit through passes of both directions,
 // with gradients small enough that the rescale exponent matters, over several rounds of tiles.
 TEST(ShmPipelinedReduce, FusedSitesEqualTheUnfusedReferenceBitForBit) {
-  for (int size : group_sizes()) {
+  for (int size : echo::testing::small_group_sizes()) {
     on_group(size, [&](const dist::Communicator& group) {
       EchoOptions o;
       o.quant.bits = 4;

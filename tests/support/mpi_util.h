@@ -22,6 +22,13 @@ inline int world_rank() {
   return r;
 }
 
+// Group sizes for tests over sub-groups: 2, and also 3 and 4 where the world has 4 ranks.
+inline std::vector<int> small_group_sizes() {
+  std::vector<int> sizes = {2};
+  if (world_size() >= 4) sizes.insert(sizes.end(), {3, 4});
+  return sizes;
+}
+
 // Runs body(group) on a new communicator of the first `size` world ranks; the others wait.
 template <class F>
 void on_group(int size, F body) {

@@ -19,12 +19,6 @@ namespace {
 
 constexpr uint64_t kProbe = 0xec40'1dc0'0000'0000ull;
 
-bool all_ranks(bool ok, MPI_Comm comm) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm));
-  return all != 0;
-}
-
 // A failed runtime call as text (and the sticky error cleared), for the fallback's log line.
 bool cuda_ok(cudaError_t status, const char* what, std::string& error) {
   if (status == cudaSuccess) return true;
@@ -55,7 +49,7 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   if (group.size() > cuda::kMaxP2pPeers)
     return fail(fmt::format("the group has {} ranks, more than the {} the cuda_ipc transport serves", group.size(),
                             cuda::kMaxP2pPeers));
-  if (!all_ranks(dist::node_place(group).local_size == group.size(), group.get()))
+  if (!group.all_ranks(dist::node_place(group).local_size == group.size()))
     return fail("the ranks of the group are not all on one node");
 
   std::shared_ptr<CudaIpcWorkspace> ws(new CudaIpcWorkspace());
@@ -77,7 +71,7 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   }
   std::vector<cudaIpcMemHandle_t> handles(static_cast<size_t>(group.size()));
   MPI_CHECK(MPI_Allgather(&handle, sizeof handle, MPI_BYTE, handles.data(), sizeof handle, MPI_BYTE, group.get()));
-  if (!all_ranks(ok, group.get()))
+  if (!group.all_ranks(ok))
     return fail(fmt::format("allocating or exporting the {}-byte region failed ({})", geometry.region_bytes(),
                             error.empty() ? "on another rank" : error));
 
@@ -93,7 +87,7 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
       t.set_region(p, static_cast<uint8_t*>(peer));
     }
   }
-  if (!all_ranks(ok, group.get()))
+  if (!group.all_ranks(ok))
     return fail(fmt::format("opening the peers' IPC handles failed ({})", error.empty() ? "on another rank" : error));
 
   // The probe: a real write into every peer's region, read back by the peer.
@@ -111,7 +105,7 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   ok = ok && cuda_ok(cudaMemset(t.push_flag(me, 0, 0), 0, seen.size() * sizeof(uint64_t)), "probe reset", error) &&
        cuda_ok(cudaDeviceSynchronize(), "probe reset", error);
   group.barrier();
-  if (!all_ranks(ok, group.get()))
+  if (!group.all_ranks(ok))
     return fail(error.empty() ? std::string("the IPC probe read back wrong values") : "the IPC probe failed (" + error + ")");
   registry()[key] = ws;
   return ws;

@@ -16,13 +16,6 @@ namespace {
 
 constexpr uint64_t kProbe = 0xec40'5a3d'0000'0000ull;
 
-// Every rank's verdict, AND-ed: all ranks take the same branch.
-bool all_ranks(bool ok, MPI_Comm comm) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm));
-  return all != 0;
-}
-
 // The live workspaces, per communicator and geometry.
 using Key = std::tuple<MPI_Comm, int, int, size_t>;
 std::map<Key, std::weak_ptr<ShmWorkspace>>& registry() {
@@ -43,12 +36,7 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
   };
 
   // Same node? Every rank sees the same answer, but agree anyway.
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(group.get(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL, &node));
-  int node_size = 0;
-  MPI_CHECK(MPI_Comm_size(node, &node_size));
-  MPI_CHECK(MPI_Comm_free(&node));
-  if (!all_ranks(node_size == group.size(), group.get()))
+  if (!group.all_ranks(dist::node_place(group).local_size == group.size()))
     return fail("the ranks of the group are not all on one node");
 
   std::shared_ptr<ShmWorkspace> ws(new ShmWorkspace());
@@ -57,7 +45,7 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
   void* base = nullptr;
   const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(geometry.region_bytes()), 1, MPI_INFO_NULL, group.get(),
                                          &base, &ws->win_);
-  if (!all_ranks(rc == MPI_SUCCESS, group.get())) {
+  if (!group.all_ranks(rc == MPI_SUCCESS)) {
     if (rc == MPI_SUCCESS) MPI_Win_free(&ws->win_);
     ws->win_ = MPI_WIN_NULL;
     return fail(fmt::format("MPI_Win_allocate_shared of {} bytes per rank failed", geometry.region_bytes()));
@@ -84,7 +72,7 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
   for (int s = 0; s < group.size(); ++s) ok = ok && observe(t.push_flag(me, 0, s)) == (kProbe | static_cast<uint64_t>(s));
   for (int s = 0; s < group.size(); ++s) publish(t.push_flag(me, 0, s), 0);
   MPI_CHECK(MPI_Win_sync(ws->win_));
-  if (!all_ranks(ok, group.get())) return fail("the shared-memory probe read back wrong values");  // frees the window
+  if (!group.all_ranks(ok)) return fail("the shared-memory probe read back wrong values");  // frees the window
   registry()[key] = ws;
   return ws;
 }
