@@ -37,7 +37,7 @@ static __global__ void compensate_kernel(const void* x, bool x_bf16, size_t n, c
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = load_value(x, x_bf16, i);
     const float c = compensate_on ? comm::compensate(v, m1[i], m2[i], k) : v;
-    x_comp[i] = c;
+    if (x_comp != nullptr) x_comp[i] = c;
     if (y != nullptr) y[i] = comm::scale_pow2(c, 0);
     // NOTE: as on the CPU, a non-finite value enters as +inf, never NaN (NaN bits would order
     // above +inf and MPI_MAX need not propagate NaN anyway).
@@ -77,13 +77,32 @@ static __global__ void finish_kernel(const float* y, size_t n, int e, const floa
   }
 }
 
+static __global__ void finish_recompute_kernel(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks,
+                                               float* m1, float* m2, bool compensate_on, comm::CompensatorCoeffs k) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = e != 0 ? comm::scale_pow2(y[i], -e) : y[i];
+    if (compensate_on) {
+      float a = m1[i], b = m2[i];
+      comm::compensator_update(comm::compensate(load_value(x, x_bf16, i), a, b, k), v, num_ranks, a, b, k);
+      m1[i] = a;
+      m2[i] = b;
+    }
+    if (x_bf16)
+      static_cast<uint16_t*>(x)[i] = float_to_bf16_bits(v);
+    else
+      static_cast<float*>(x)[i] = v;
+  }
+}
+
 }  // namespace
 
 void echo_compensate(const void* x, bool x_bf16, size_t n, const float* m1, const float* m2,
                      const comm::CompensatorCoeffs* coeffs, float* x_comp, float* y, uint32_t* max_bits,
                      cudaStream_t stream) {
   if (n == 0) return;
-  ECHO_CHECK(x != nullptr && x_comp != nullptr, "echo_compensate of {} values needs non-null buffers", n);
+  ECHO_CHECK(x != nullptr && (x_comp != nullptr || max_bits != nullptr),
+             "echo_compensate of {} values needs an input and an output (x' or the max)", n);
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr), "echo_compensate needs the compensator state");
   compensate_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
       x, x_bf16, n, m1, m2, coeffs != nullptr, coeffs ? *coeffs : comm::CompensatorCoeffs{}, x_comp, y, max_bits);
@@ -106,6 +125,17 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
   finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, x_comp, num_ranks, m1, m2, coeffs != nullptr,
                                                              coeffs ? *coeffs : comm::CompensatorCoeffs{}, out,
                                                              out_bf16);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks, float* m1,
+                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream) {
+  if (n == 0) return;
+  ECHO_CHECK(y != nullptr && x != nullptr, "echo_finish_recompute of {} values needs non-null buffers", n);
+  ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr),
+             "echo_finish_recompute needs the compensator state to update it");
+  finish_recompute_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
+      y, n, e, x, x_bf16, num_ranks, m1, m2, coeffs != nullptr, coeffs ? *coeffs : comm::CompensatorCoeffs{});
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,6 +17,7 @@ namespace echo::cuda {
 
 // Reads x[0, n) (f32, or bf16 widened exactly to f32 when x_bf16) and writes
 //   x_comp[i] = compensate(x[i], m1[i], m2[i], *coeffs)   (coeffs == nullptr: x_comp[i] = x[i]);
+//   (unless x_comp is null: a pass for max_bits only);
 //   y[i] = x_comp[i]·2^0, as the CPU writes it, unless y is null; y may alias x when x is f32;
 //   max_bits (unless null): atomically raised to the bits of max |x_comp| (a non-finite entry as
 //   +inf), which for non-negative floats orders like the value; the caller zeroes it first.
@@ -32,5 +33,13 @@ void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t str
 // out_bf16. out may alias y.
 void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1, float* m2,
                  const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream);
+
+// The fused site's finish (docs/design.md §7, fused compensator; FusedEchoSite::finish on CPU):
+// echo_finish where x' is not stored but recomputed from the input x (f32, or bf16 widened) and
+// the not yet updated m1, m2: v = scale_pow2(y[i], -e) (y[i] when e == 0); with coeffs,
+// compensator_update(compensate(x[i], m1[i], m2[i]), v, ...); then x[i] = v (rounded once to bf16
+// when x_bf16). In place in x; y is a tile buffer.
+void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks, float* m1,
+                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream);
 
 }  // namespace echo::cuda

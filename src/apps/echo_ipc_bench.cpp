@@ -1,14 +1,15 @@
 // echo_ipc_bench: the rows of the Echo paper's Table 2 on CUDA device tensors (GitHub issue 11):
 // the 16-bit all-reduce, the two-collective quantized all-reduce (host-staged over MPI), the
-// pipelined cuda_ipc transport, and cuda_ipc with the compensator, at 4 and 8 bits, in one run,
+// pipelined cuda_ipc transport, and cuda_ipc with the compensator around it (unfused) and inside
+// its tiles (fused), at 4 and 8 bits, in one run,
 // beside this GPU's device-to-device copy ceiling. Like nccl-tests: every rank reduces a bf16
 // tensor of the given size in place; the time is the slowest rank's, median of --iters after
 // --warmup, with the input restored before each call (not timed).
 //   mpirun -np 4 echo_ipc_bench --sizes 64M..1G --iters 80 --warmup 30 --json ipc.jsonl
 // `wrong` counts the elements where a quantized row's output differs from the two-collective
 // output of the same input (the gpu tests tie both to the CPU reference bit for bit); the
-// 16-bit row counts elements differing from rank 0's. The fused compensator of the issue is not
-// built for CUDA yet (docs/design.md §7), so its row is absent. Ranks take GPU local_rank % count;
+// 16-bit row counts elements differing from rank 0's, the fused row those differing from the
+// unfused one (the same bits by design, docs/design.md §7). Ranks take GPU local_rank % count;
 // several ranks may share one GPU, where the copy ceiling is what the kernels share too.
 // NOTE: never run on a GPU when written; scripts/device_check.sh runs it.
 #include <CLI/CLI.hpp>
@@ -50,6 +51,7 @@ struct RowSpec {
   int bits = 0;  // 0: the 16-bit all-reduce
   comm::TransportKind transport = comm::TransportKind::mpi;
   bool compensate = false;
+  bool fuse = false;
 };
 
 std::vector<RowSpec> rows() {
@@ -58,7 +60,8 @@ std::vector<RowSpec> rows() {
           {"two-collective 4-bit", 4, comm::TransportKind::mpi, false},
           {"cuda_ipc 8-bit", 8, comm::TransportKind::cuda_ipc, false},
           {"cuda_ipc 4-bit", 4, comm::TransportKind::cuda_ipc, false},
-          {"cuda_ipc 4-bit + compensator", 4, comm::TransportKind::cuda_ipc, true}};
+          {"cuda_ipc 4-bit + compensator", 4, comm::TransportKind::cuda_ipc, true, false},
+          {"cuda_ipc 4-bit + fused compensator", 4, comm::TransportKind::cuda_ipc, true, true}};
 }
 
 std::unique_ptr<comm::AllReduce> make_row(const RowSpec& r, const Options& o, const dist::Communicator& c) {
@@ -69,6 +72,7 @@ std::unique_ptr<comm::AllReduce> make_row(const RowSpec& r, const Options& o, co
   comm::EchoOptions e;
   e.quant = {QuantPolicy::asym_zero_aware, r.bits, o.group_size};
   e.compensate = r.compensate;
+  e.fuse = r.fuse;
   e.transport = t;
   return std::make_unique<comm::EchoAllReduce>(c, e);
 }
@@ -124,9 +128,8 @@ int bench_main(int argc, char** argv) {
   }
   ECHO_INPUT_CHECK(o.iters >= 1 && o.warmup >= 0, "--iters must be >= 1 and --warmup >= 0");
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
-  int devices = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&devices));
-  ECHO_INPUT_CHECK(devices > 0, "echo_ipc_bench needs a CUDA device");
+  const int devices = cuda_device_count();
+  ECHO_INPUT_CHECK(devices > 0, "echo_ipc_bench needs a usable CUDA device (none found, or no driver)");
   CUDA_CHECK(cudaSetDevice(dist::node_local_rank(world) % devices));
   const int P = world.size(), me = world.rank();
   std::ofstream json;
@@ -151,6 +154,7 @@ int bench_main(int argc, char** argv) {
       CUDA_CHECK(cudaDeviceSynchronize());
     };
     std::vector<uint16_t> two_collective[9];  // by bits: the reference of the cuda_ipc rows
+    std::vector<uint16_t> unfused;            // the reference of the fused row
     for (const RowSpec& r : rows()) {
       auto impl = make_row(r, o, world);
       const comm::Site site{0, comm::Direction::forward};
@@ -174,6 +178,10 @@ int bench_main(int argc, char** argv) {
         two_collective[r.bits] = out;
       } else if (!r.compensate) {
         wrong = differing(out, two_collective[r.bits]);
+      } else if (!r.fuse) {
+        unfused = out;
+      } else {
+        wrong = differing(out, unfused);
       }
       unsigned long long mine = wrong, total = 0;
       MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.get());

@@ -23,6 +23,7 @@
 #include "comm/p2p/cuda_ipc_reduce.h"
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/tensor.h"
 
 namespace echo::comm {
@@ -171,17 +172,22 @@ TEST(CudaIpcReduce, ARankCallingWithAnotherLengthIsAnErrorNamingIt) {
   });
 }
 
-// Echo's device sites with comm.transport = cuda_ipc: every output and the compensator state
-// equal the CPU EchoAllReduce's bit for bit, through forward and backward passes with rescaling.
-TEST(CudaIpcReduce, EchoDeviceSitesEqualTheCpuOnes) {
+// Echo's device sites with comm.transport = cuda_ipc, fused (compensator and rescale inside the
+// pipeline's tiles) and unfused: every output and the compensator state equal the CPU
+// EchoAllReduce's bit for bit, through forward and backward passes with rescaling, with a small
+// geometry so that a site spans several rounds.
+TEST(CudaIpcReduce, EchoDeviceSitesEqualTheCpuOnesFusedAndUnfused) {
   ECHO_REQUIRE_DEVICE();
   const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
+  for (bool fuse : {true, false})
   for (Direction d : {Direction::forward, Direction::backward}) {
     EchoOptions o;
     o.quant = {QuantPolicy::asym_zero_aware, 4, 128};
     o.backward_rescale = true;
     EchoOptions o_ipc = o;
     o_ipc.transport.kind = TransportKind::cuda_ipc;
+    o_ipc.transport.geometry = small_geometry(fuse ? 6 : 7);
+    o_ipc.fuse = fuse;
     EchoAllReduce cpu(comm, o);
     EchoAllReduce dev(comm, o_ipc);
     const size_t n = 128 * 37 + 11;
@@ -189,7 +195,7 @@ TEST(CudaIpcReduce, EchoDeviceSitesEqualTheCpuOnes) {
       cpu.begin_pass(d);
       dev.begin_pass(d);
       for (int site = 0; site < 4; ++site) {
-        SCOPED_TRACE(fmt::format("{} pass {} site {}", to_string(d), pass, site));
+        SCOPED_TRACE(fmt::format("fuse {} {} pass {} site {}", fuse, to_string(d), pass, site));
         std::vector<float> want =
             random_normal(n, 31 * pass + site, static_cast<uint64_t>(comm.rank()), 0.01f, std::ldexp(1.0f, site - 2));
         Tensor t = Tensor::from_vector(want, {static_cast<int64_t>(n)}).to(Device::cuda);
@@ -203,8 +209,47 @@ TEST(CudaIpcReduce, EchoDeviceSitesEqualTheCpuOnes) {
       const auto m1 = dev.device_path()->m1(d);
       ASSERT_EQ(m1.size(), cpu.compensator(d).m1().size());
       EXPECT_EQ(std::memcmp(m1.data(), cpu.compensator(d).m1().data(), m1.size() * sizeof(float)), 0) << "m1";
+      const auto m2 = dev.device_path()->m2(d);
+      EXPECT_EQ(std::memcmp(m2.data(), cpu.compensator(d).m2().data(), m2.size() * sizeof(float)), 0) << "m2";
     }
   }
+}
+
+// A bf16 device tensor through the fused cuda_ipc site: the output is the CPU's f32 result on the
+// widened values rounded once to bf16, and the compensator state is the CPU's.
+TEST(CudaIpcReduce, FusedBf16SiteIsTheCpuResultRoundedOnce) {
+  ECHO_REQUIRE_DEVICE();
+  const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
+  EchoOptions o;
+  o.quant = {QuantPolicy::asym_zero_aware, 4, 128};
+  o.backward_rescale = true;
+  EchoOptions o_ipc = o;
+  o_ipc.transport.kind = TransportKind::cuda_ipc;
+  EchoAllReduce cpu(comm, o);
+  EchoAllReduce dev(comm, o_ipc);
+  const size_t n = 128 * 53 + 3;
+  cpu.begin_pass(Direction::backward);
+  dev.begin_pass(Direction::backward);
+  for (int site = 0; site < 3; ++site) {
+    SCOPED_TRACE(fmt::format("site {}", site));
+    std::vector<float> want = random_normal(n, 400 + site, static_cast<uint64_t>(comm.rank()), 0.0f, 0.5f);
+    std::vector<uint16_t> bits(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = float_to_bf16_bits(want[i]);
+      want[i] = bf16_bits_to_float(bits[i]);
+    }
+    Tensor t = Tensor::from_vector(bits, {static_cast<int64_t>(n)}, DType::bf16).to(Device::cuda);
+    cpu.all_reduce(std::span<float>(want), {site, Direction::backward});
+    dev.all_reduce(t, {site, Direction::backward});
+    const Tensor got = t.to(Device::cpu);
+    std::vector<uint16_t> got_bits(n), want_bits(n);
+    std::memcpy(got_bits.data(), got.raw(), n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; ++i) want_bits[i] = float_to_bf16_bits(want[i]);
+    ASSERT_EQ(got_bits, want_bits);
+  }
+  const auto m1 = dev.device_path()->m1(Direction::backward);
+  ASSERT_EQ(m1.size(), n);
+  EXPECT_EQ(std::memcmp(m1.data(), cpu.compensator(Direction::backward).m1().data(), n * sizeof(float)), 0);
 }
 
 }  // namespace

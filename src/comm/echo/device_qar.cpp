@@ -71,6 +71,40 @@ struct Counters {
   uint32_t max_bits;
 };
 
+// The fused site on the device (FusedEchoSite on CPU): load forms x' = compensate(x)·2^e of a
+// tile into the pipeline's tile buffer; finish unscales the decoded tile, updates m1, m2 from x'
+// recomputed from x and the not yet updated state, and writes the output into x. The pipeline
+// finishes a tile only after every load of it (docs/design.md §7), so x still holds the input.
+class FusedDeviceSite final : public p2p::DeviceTileHooks {
+ public:
+  FusedDeviceSite(void* x, bool bf16, float* m1, float* m2, const CompensatorCoeffs* coeffs, int exponent,
+                  float num_ranks)
+      : x_(x), bf16_(bf16), m1_(m1), m2_(m2), coeffs_(coeffs), exponent_(exponent), num_ranks_(num_ranks) {}
+
+  void load(size_t begin, size_t n, float* out, cudaStream_t stream) override {
+    cuda::echo_compensate(at(begin), bf16_, n, m1_ ? m1_ + begin : nullptr, m2_ ? m2_ + begin : nullptr, coeffs_,
+                          out, nullptr, nullptr, stream);
+    // The unfused path sends scale_pow2(x', e) for every e, 0 included: so does this.
+    cuda::echo_scale_pow2(out, n, exponent_, out, stream);
+  }
+  void finish(size_t begin, size_t n, const float* sum, cudaStream_t stream) override {
+    cuda::echo_finish_recompute(sum, n, exponent_, at(begin), bf16_, num_ranks_, m1_ ? m1_ + begin : nullptr,
+                                m2_ ? m2_ + begin : nullptr, coeffs_, stream);
+  }
+
+ private:
+  void* at(size_t begin) const {
+    return static_cast<uint8_t*>(x_) + begin * (bf16_ ? sizeof(uint16_t) : sizeof(float));
+  }
+  void* x_;
+  bool bf16_;
+  float* m1_;
+  float* m2_;
+  const CompensatorCoeffs* coeffs_;
+  int exponent_;
+  float num_ranks_;
+};
+
 class CudaDeviceEcho final : public DeviceEcho {
  public:
   CudaDeviceEcho(const dist::Communicator& comm, const TransportOptions& transport)
@@ -154,11 +188,25 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
     coeffs = &call.coeffs;
   }
 
+  Counters* c = counters();
+  p2p::CudaIpcReduce* pipelined = ipc();
+  if (call.fuse && pipelined != nullptr && pipelined->pipelines(n, call.spec)) {
+    int exponent = 0;
+    if (call.rescale) {  // a pass for max |x'| only: x' itself is formed tile by tile in the pipeline
+      CUDA_CHECK(cudaMemsetAsync(&c->max_bits, 0, sizeof c->max_bits, kStream));
+      cuda::echo_compensate(x.raw(), bf16, n, m1, m2, coeffs, nullptr, nullptr, &c->max_bits, kStream);
+      exponent = group_rescale_exponent(site);
+    }
+    FusedDeviceSite hooks(x.raw(), bf16, m1, m2, coeffs, exponent, static_cast<float>(comm_.size()));
+    // As the CPU's fused site: the compensator has taken the update in when a poisoned output throws.
+    check_output(pipelined->run_fused(n, call.spec, site, hooks), site, "Echo quantized");
+    return;
+  }
+
   // x' = x + c in f32; y = x'·2^e is what QAR reduces. An f32 tensor is reduced in place, as the
   // CPU reduces its span; a bf16 one through an f32 work buffer.
   float* x_comp = x_comp_.floats(n);
   float* y = bf16 ? work_.floats(n) : x.data<float>();
-  Counters* c = counters();
   uint32_t* max_bits = call.rescale ? &c->max_bits : nullptr;
   if (max_bits != nullptr) CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof *max_bits, kStream));
   cuda::echo_compensate(x.raw(), bf16, n, m1, m2, coeffs, x_comp, call.rescale ? nullptr : y, max_bits, kStream);

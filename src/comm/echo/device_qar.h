@@ -38,6 +38,9 @@ struct DeviceEchoCall {
   bool compensate = true;
   bool rescale = false;  // backward rescaling (backward sites with comm.backward_rescale only)
   CompensatorCoeffs coeffs;
+  // Over cuda_ipc, compensate and rescale tile by tile inside the pipeline (x' never written);
+  // same bits as unfused, which the other transports always run.
+  bool fuse = true;
 };
 
 class DeviceEcho {

@@ -66,6 +66,7 @@ void EchoAllReduce::all_reduce(Tensor& x, Site site) {
   call.compensate = options_.compensate;
   call.rescale = site.direction == Direction::backward && options_.backward_rescale;
   call.coeffs = options_.coeffs;
+  call.fuse = options_.fuse;
   device_->all_reduce(x, site, call);
 }
 

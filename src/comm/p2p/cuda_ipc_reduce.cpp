@@ -33,6 +33,7 @@ CudaIpcReduce::CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<Cud
 
 CudaIpcReduce::~CudaIpcReduce() {
   cudaFree(counters_);
+  for (float* b : {push_tile_, reduce_tile_, tail_tile_}) cudaFree(b);
   for (cudaEvent_t e : {start_, reduced_, tailed_}) cudaEventDestroy(e);
   for (cudaStream_t s : {push_, reduce_, tail_}) cudaStreamDestroy(s);
 }
@@ -42,7 +43,17 @@ bool CudaIpcReduce::pipelines(size_t n, const QuantSpec& spec) const {
   return group_fits_slot(ws_->geometry(), wire_bytes(group, spec)) && n > 0 && comm_.size() > 1;
 }
 
-size_t CudaIpcReduce::run(float* y, size_t n, const QuantSpec& spec, Site site) {
+void CudaIpcReduce::reserve_tiles(size_t tile_elems) {
+  if (tile_elems <= tile_capacity_) return;
+  for (float** b : {&push_tile_, &reduce_tile_, &tail_tile_}) {
+    cudaFree(*b);
+    *b = nullptr;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(b), tile_elems * sizeof(float)));
+  }
+  tile_capacity_ = tile_elems;
+}
+
+size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const QuantSpec& spec, Site site, DeviceTileHooks* hooks) {
   ECHO_CHECK(!broken_,
              "cuda_ipc all-reduce at {}: an earlier call of this group failed on a peer, so the ranks are out of "
              "step; restart the job",
@@ -55,6 +66,7 @@ size_t CudaIpcReduce::run(float* y, size_t n, const QuantSpec& spec, Site site) 
   header_seq_ = t.next_call();
   header_n_ = n;
   header_wire_ = wire_bytes(n, spec);
+  if (hooks != nullptr) reserve_tiles(s.tile_elems);
   const uint64_t first_base = t.reserve_rounds(s.rounds);
 
   // Start: clear the counters, announce the call, and let the other streams follow.
@@ -65,7 +77,8 @@ size_t CudaIpcReduce::run(float* y, size_t n, const QuantSpec& spec, Site site) 
   CUDA_CHECK(cudaEventRecord(start_, push_));
   CUDA_CHECK(cudaStreamWaitEvent(reduce_, start_, 0));
   CUDA_CHECK(cudaStreamWaitEvent(tail_, start_, 0));
-  for (int r = 0; r < s.rounds; ++r) run_round(y, spec, s, r, first_base + static_cast<uint64_t>(r) * kStagesPerRound);
+  for (int r = 0; r < s.rounds; ++r)
+    run_round(y, hooks, spec, s, r, first_base + static_cast<uint64_t>(r) * kStagesPerRound);
 
   // One wait on the host per call: everything is done once the tail is (it follows the reduce,
   // and the push of each tile precedes the gather that the tail waited for).
@@ -79,7 +92,8 @@ size_t CudaIpcReduce::run(float* y, size_t n, const QuantSpec& spec, Site site) 
   return static_cast<size_t>(host.decoded.bad_groups);
 }
 
-void CudaIpcReduce::run_round(float* y, const QuantSpec& spec, const PipelineSchedule& s, int round, uint64_t base) {
+void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec& spec, const PipelineSchedule& s,
+                              int round, uint64_t base) {
   RegionTable& t = ws_->table();
   const int P = comm_.size(), me = t.rank(), tiles = t.geometry().tiles;
   const uint64_t timeout_ns = peer_timeout_s_ > 0 ? static_cast<uint64_t>(peer_timeout_s_ * 1e9) : 0;
@@ -95,7 +109,12 @@ void CudaIpcReduce::run_round(float* y, const QuantSpec& spec, const PipelineSch
     for (int k = 0; k < tiles; ++k) {
       const Tile tile = s.tile(j, round, k);
       if (tile.size == 0) break;
-      cuda::quantize(y + tile.begin, tile.size, spec, t.recv_slot(j, me, k), &counters_->encoded, push_);
+      const float* values = y + tile.begin;
+      if (hooks != nullptr) {
+        hooks->load(tile.begin, tile.size, push_tile_, push_);
+        values = push_tile_;
+      }
+      cuda::quantize(values, tile.size, spec, t.recv_slot(j, me, k), &counters_->encoded, push_);
       cuda::P2pFlagList flag;
       flag.count = 1;
       flag.flag[0] = t.push_flag(j, k, me);
@@ -117,13 +136,17 @@ void CudaIpcReduce::run_round(float* y, const QuantSpec& spec, const PipelineSch
     if (tile.size == 0) break;
     for (int i = 0; i < pushed.count; ++i) pushed.flag[i] = t.push_flag(me, k, pushed.peer[i]);
     cuda::p2p_wait(pushed, base + kStagePush, mine, kStagePush, k, timeout_ns, &counters_->fault, reduce_);
-    // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them); the copies are
-    // added in rank order, one launch each, so stream order is rank order.
+    // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them), or what the
+    // hooks load; the copies are added in rank order, one launch each, so stream order is rank order.
+    float* sum = y + tile.begin;
+    if (hooks != nullptr) {
+      hooks->load(tile.begin, tile.size, reduce_tile_, reduce_);
+      sum = reduce_tile_;
+    }
     for (int i = 0; i < pushed.count; ++i)
-      cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, y + tile.begin, &counters_->decoded,
-                           reduce_);
+      cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, sum, &counters_->decoded, reduce_);
     uint8_t* own_code = t.gather_slot(me, me, k);
-    cuda::quantize(y + tile.begin, tile.size, spec, own_code, &counters_->encoded, reduce_);
+    cuda::quantize(sum, tile.size, spec, own_code, &counters_->encoded, reduce_);
     const size_t bytes = wire_bytes(tile.size, spec);
     for (int i = 0; i < pushed.count; ++i) {
       const int p = pushed.peer[i];
@@ -148,7 +171,12 @@ void CudaIpcReduce::run_round(float* y, const QuantSpec& spec, const PipelineSch
         flag.peer_header[0] = t.header(j);
         cuda::p2p_wait(flag, base + kStageGather, mine, kStageGather, k, timeout_ns, &counters_->fault, tail_);
       }
-      cuda::dequantize(t.gather_slot(me, j, k), tile.size, spec, y + tile.begin, &counters_->decoded, tail_);
+      if (hooks != nullptr) {
+        cuda::dequantize(t.gather_slot(me, j, k), tile.size, spec, tail_tile_, &counters_->decoded, tail_);
+        hooks->finish(tile.begin, tile.size, tail_tile_, tail_);
+      } else {
+        cuda::dequantize(t.gather_slot(me, j, k), tile.size, spec, y + tile.begin, &counters_->decoded, tail_);
+      }
     }
   }
   CUDA_CHECK(cudaEventRecord(tailed_, tail_));

@@ -14,6 +14,9 @@
 // a slower peer still pushes tile 5. The host waits once per call, for the poisoned-group count
 // and the fault record of the waits (timeout, out-of-step or mismatched peer: an error naming the
 // site, the stage and the peer).
+// run_fused() lets an Echo site work per tile (DeviceTileHooks): x' is formed into a tile buffer
+// as a tile is pushed or loaded by its owner, and the decoded sum finished (unscaled, compensator
+// updated, output written) in the tail, as ShmPipelinedReduce::run_fused does on CPU.
 // Bitwise equal to TwoPhaseReduce with QuantCodec on the same values: tiles are whole groups, the
 // device quantizer's bytes are the CPU's, and the owner adds in the CPU's order.
 // Built only with the CUDA backend.
@@ -36,6 +39,17 @@ struct P2pFaultRecord;
 
 namespace echo::comm::p2p {
 
+// What an Echo site does to each tile around the exchange, on the device (the CUDA twin of
+// TileHooks, segment_reduce.h): load() writes the values to send for elements [begin, begin + n)
+// into a tile buffer, finish() takes the decoded sum of those elements from one and writes the
+// site's output. Both enqueue kernels on the given stream.
+class DeviceTileHooks {
+ public:
+  virtual ~DeviceTileHooks() = default;
+  virtual void load(size_t begin, size_t n, float* out, cudaStream_t stream) = 0;
+  virtual void finish(size_t begin, size_t n, const float* sum, cudaStream_t stream) = 0;
+};
+
 class CudaIpcReduce {
  public:
   CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<CudaIpcWorkspace> workspace, double peer_timeout_s);
@@ -50,13 +64,21 @@ class CudaIpcReduce {
   // on the legacy default stream and before what follows it there; returns when done. Returns the
   // poisoned groups decoded, as the two-collective path does. Throws on a peer fault; the
   // transport is then unusable (the ranks are out of step) and every later call throws.
-  size_t run(float* y, size_t n, const QuantSpec& spec, Site site);
+  size_t run(float* y, size_t n, const QuantSpec& spec, Site site) { return run_pipeline(y, n, spec, site, nullptr); }
+  // run() with the site's per-tile work fused in: the values sent are what hooks.load() makes of
+  // each tile (the whole x' is never written), and hooks.finish() gets each decoded tile.
+  size_t run_fused(size_t n, const QuantSpec& spec, Site site, DeviceTileHooks& hooks) {
+    return run_pipeline(nullptr, n, spec, site, &hooks);
+  }
 
   size_t cached_schedules() const { return schedules_.size(); }
 
  private:
   struct Counters;
-  void run_round(float* y, const QuantSpec& spec, const PipelineSchedule& s, int round, uint64_t base);
+  size_t run_pipeline(float* y, size_t n, const QuantSpec& spec, Site site, DeviceTileHooks* hooks);
+  void run_round(float* y, DeviceTileHooks* hooks, const QuantSpec& spec, const PipelineSchedule& s, int round,
+                 uint64_t base);
+  void reserve_tiles(size_t tile_elems);
   void throw_fault(const cuda::P2pFaultRecord& fault, Site site) const;
 
   const dist::Communicator& comm_;
@@ -66,6 +88,11 @@ class CudaIpcReduce {
   cudaStream_t push_ = nullptr, reduce_ = nullptr, tail_ = nullptr;
   cudaEvent_t start_ = nullptr, reduced_ = nullptr, tailed_ = nullptr;
   Counters* counters_ = nullptr;  // device memory
+  // Fused calls: one tile buffer per stage stream (stream order serializes its tiles).
+  float* push_tile_ = nullptr;
+  float* reduce_tile_ = nullptr;
+  float* tail_tile_ = nullptr;
+  size_t tile_capacity_ = 0;
   uint64_t header_seq_ = 0, header_n_ = 0, header_wire_ = 0;  // the call in flight
   bool broken_ = false;
 };
