@@ -109,11 +109,8 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
     for (int k = 0; k < tiles; ++k) {
       const Tile tile = s.tile(j, round, k);
       if (tile.size == 0) break;
-      const float* values = y + tile.begin;
-      if (hooks != nullptr) {
-        hooks->load(tile.begin, tile.size, push_tile_, push_);
-        values = push_tile_;
-      }
+      if (hooks != nullptr) hooks->load(tile.begin, tile.size, push_tile_, push_);
+      const float* values = hooks != nullptr ? push_tile_ : y + tile.begin;
       cuda::quantize(values, tile.size, spec, t.recv_slot(j, me, k), &counters_->encoded, push_);
       cuda::P2pFlagList flag;
       flag.count = 1;
@@ -138,11 +135,8 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
     cuda::p2p_wait(pushed, base + kStagePush, mine, kStagePush, k, timeout_ns, &counters_->fault, reduce_);
     // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them), or what the
     // hooks load; the copies are added in rank order, one launch each, so stream order is rank order.
-    float* sum = y + tile.begin;
-    if (hooks != nullptr) {
-      hooks->load(tile.begin, tile.size, reduce_tile_, reduce_);
-      sum = reduce_tile_;
-    }
+    if (hooks != nullptr) hooks->load(tile.begin, tile.size, reduce_tile_, reduce_);
+    float* sum = hooks != nullptr ? reduce_tile_ : y + tile.begin;
     for (int i = 0; i < pushed.count; ++i)
       cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, sum, &counters_->decoded, reduce_);
     uint8_t* own_code = t.gather_slot(me, me, k);
