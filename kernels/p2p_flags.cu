@@ -45,11 +45,12 @@ __global__ void write_header_kernel(uint64_t* header, P2pCallHeader h) {
   store_release(&header[0], h.seq);
 }
 
-__global__ void publish_kernel(P2pFlagList flags, uint64_t value) {
+__global__ void publish_kernel(P2pFlagList flags, uint64_t value, const P2pFaultRecord* record) {
   const int i = static_cast<int>(threadIdx.x);
   if (i >= flags.count) return;
+  const bool faulted = *static_cast<const volatile uint32_t*>(&record->fault) != kP2pNoFault;
   __threadfence_system();  // the earlier kernels' and copies' writes first, then the flag
-  store_release(flags.flag[i], value);
+  store_release(flags.flag[i], faulted ? kP2pPoison : value);
 }
 
 __device__ void record_fault(P2pFaultRecord* record, uint32_t fault, int stage, int peer, int tile, uint64_t observed,
@@ -111,9 +112,9 @@ void p2p_write_header(uint64_t* header, P2pCallHeader h, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-void p2p_publish(const P2pFlagList& flags, uint64_t value, cudaStream_t stream) {
+void p2p_publish(const P2pFlagList& flags, uint64_t value, const P2pFaultRecord* record, cudaStream_t stream) {
   if (flags.count == 0) return;
-  publish_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, value);
+  publish_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, value, record);
   CUDA_CHECK(cudaGetLastError());
 }
 

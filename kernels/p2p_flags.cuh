@@ -50,8 +50,11 @@ struct P2pFaultRecord {
 
 // Writes this rank's call header (seqlock order: seq = 0, n and wire, then seq) into `header`.
 void p2p_write_header(uint64_t* header, P2pCallHeader h, cudaStream_t stream);
-// After everything earlier on the stream: every flag of the list = value, with release at system scope.
-void p2p_publish(const P2pFlagList& flags, uint64_t value, cudaStream_t stream);
+// After everything earlier on the stream: every flag of the list = value, with release at system
+// scope; once *record holds a fault, kP2pPoison instead, so that the peers fail as out of step
+// rather than take this rank's slots, which a failed wait left unfilled.
+constexpr uint64_t kP2pPoison = ~uint64_t{0};
+void p2p_publish(const P2pFlagList& flags, uint64_t value, const P2pFaultRecord* record, cudaStream_t stream);
 // Holds the stream until every flag of the list equals `expected` (acquire at system scope), or
 // records a fault: a flag above `expected` (out of step), a peer header with seq == mine.seq but
 // another n or wire (mismatch), or timeout_ns passed (0: no timeout).

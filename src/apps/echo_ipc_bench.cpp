@@ -164,11 +164,21 @@ int bench_main(int argc, char** argv) {
             impl->all_reduce(x, site);
             CUDA_CHECK(cudaDeviceSynchronize());
           });
-      // Correctness of one call on the pristine input (a fresh compensator state).
+      // Correctness: two calls on the pristine input, the second without begin_pass, so that it
+      // runs on the compensator state the first left (a fused update that went wrong shows there).
       restore();
       impl->begin_pass(comm::Direction::forward);
       impl->all_reduce(x, site);
+      restore();
+      impl->all_reduce(x, site);
       const std::vector<uint16_t> out = to_host_bits(x);
+      if (r.transport == comm::TransportKind::cuda_ipc) {
+        const auto* echo = dynamic_cast<const comm::EchoAllReduce*>(impl.get());
+        const char* used = echo && echo->device_path() ? echo->device_path()->transport() : "none";
+        ECHO_CHECK(std::string(used) == "cuda_ipc",
+                   "row '{}' asked for cuda_ipc but ran over '{}' (the log says why the workspace failed)", r.name,
+                   used);
+      }
       size_t wrong = 0;
       if (r.bits == 0) {
         std::vector<uint16_t> root = out;

@@ -276,7 +276,7 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
   // order is rank order.
   for (int j = 0; j < P; ++j)
     if (j != me && mine.size > 0)
-      cuda::dequantize_add(recv + recv_layout.displs[j], mine.size, spec, y + mine.begin, &c->decoded, kStream);
+      cuda::dequantize_add(recv + recv_layout.displs[j], mine.size, spec, y + mine.begin, &c->encoded, kStream);
   uint8_t* own = own_code_.get(L.own_code_bytes);
   if (mine.size > 0) cuda::quantize(y + mine.begin, mine.size, spec, own, &c->encoded, kStream);
 

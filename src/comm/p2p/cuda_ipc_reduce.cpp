@@ -22,6 +22,8 @@ CudaIpcReduce::CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<Cud
     : comm_(comm), ws_(std::move(workspace)), peer_timeout_s_(peer_timeout_s), schedules_(ws_->geometry()) {
   ECHO_CHECK(ws_->geometry().ranks == comm.size(), "cuda_ipc workspace made for {} ranks used by a group of {}",
              ws_->geometry().ranks, comm.size());
+  // A wait kernel without a timeout would hang the stream, and with it the process's exit.
+  ECHO_CHECK(peer_timeout_s > 0, "the cuda_ipc transport needs comm.peer_timeout_s > 0, got {}", peer_timeout_s);
   // Blocking streams: they order with the legacy default stream, where the device Echo path and
   // the CUDA backend's copies run, in both directions.
   for (cudaStream_t* s : {&push_, &reduce_, &tail_}) CUDA_CHECK(cudaStreamCreate(s));
@@ -62,17 +64,20 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const QuantSpec& spec, Si
              to_string(site), n, spec.group_size);
   const size_t group = static_cast<size_t>(spec.group_size);
   const PipelineSchedule& s = schedules_.get(n, group, wire_bytes(group, spec));
+  if (hooks != nullptr) reserve_tiles(s.tile_elems);  // before the counters move: it may throw
   RegionTable& t = ws_->table();
   header_seq_ = t.next_call();
   header_n_ = n;
   header_wire_ = wire_bytes(n, spec);
-  if (hooks != nullptr) reserve_tiles(s.tile_elems);
   const uint64_t first_base = t.reserve_rounds(s.rounds);
 
-  // Start: clear the counters, announce the call, and let the other streams follow.
-  CUDA_CHECK(cudaMemsetAsync(counters_, 0, sizeof(Counters), push_));
-  cuda::reset_report(&counters_->decoded, push_);  // first_bad_element starts at ~0, not 0
-  cuda::reset_report(&counters_->encoded, push_);
+  // Start: clear the counters on the legacy default stream. NOTE: that op waits for all earlier
+  // work of every blocking stream (the CUDA backend computes x on one of its own), and the three
+  // stage streams are blocking, so everything after it on them sees x complete. Then announce
+  // the call and let the other streams follow.
+  CUDA_CHECK(cudaMemsetAsync(counters_, 0, sizeof(Counters), cudaStreamLegacy));
+  cuda::reset_report(&counters_->decoded, cudaStreamLegacy);  // first_bad_element starts at ~0, not 0
+  cuda::reset_report(&counters_->encoded, cudaStreamLegacy);
   cuda::p2p_write_header(t.header(t.rank()), {header_seq_, header_n_, header_wire_}, push_);
   CUDA_CHECK(cudaEventRecord(start_, push_));
   CUDA_CHECK(cudaStreamWaitEvent(reduce_, start_, 0));
@@ -96,7 +101,7 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
                               int round, uint64_t base) {
   RegionTable& t = ws_->table();
   const int P = comm_.size(), me = t.rank(), tiles = t.geometry().tiles;
-  const uint64_t timeout_ns = peer_timeout_s_ > 0 ? static_cast<uint64_t>(peer_timeout_s_ * 1e9) : 0;
+  const uint64_t timeout_ns = static_cast<uint64_t>(peer_timeout_s_ * 1e9);
   const cuda::P2pCallHeader mine{header_seq_, header_n_, header_wire_};
   if (round > 0) {  // the slots of the last round are free once its tail has seen every gather
     CUDA_CHECK(cudaStreamWaitEvent(push_, tailed_, 0));
@@ -115,7 +120,7 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
       cuda::P2pFlagList flag;
       flag.count = 1;
       flag.flag[0] = t.push_flag(j, k, me);
-      cuda::p2p_publish(flag, base + kStagePush, push_);
+      cuda::p2p_publish(flag, base + kStagePush, &counters_->fault, push_);
     }
   }
 
@@ -138,7 +143,8 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
     if (hooks != nullptr) hooks->load(tile.begin, tile.size, reduce_tile_, reduce_);
     float* sum = hooks != nullptr ? reduce_tile_ : y + tile.begin;
     for (int i = 0; i < pushed.count; ++i)
-      cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, sum, &counters_->decoded, reduce_);
+      // The decoded copies' poisoned groups are not counted (the sum's decode counts them), as on CPU.
+      cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, sum, &counters_->encoded, reduce_);
     uint8_t* own_code = t.gather_slot(me, me, k);
     cuda::quantize(sum, tile.size, spec, own_code, &counters_->encoded, reduce_);
     const size_t bytes = wire_bytes(tile.size, spec);
@@ -147,7 +153,7 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
       CUDA_CHECK(cudaMemcpyAsync(t.gather_slot(p, me, k), own_code, bytes, cudaMemcpyDeviceToDevice, reduce_));
       gathered.flag[i] = t.gather_flag(p, k, me);
     }
-    cuda::p2p_publish(gathered, base + kStageGather, reduce_);
+    cuda::p2p_publish(gathered, base + kStageGather, &counters_->fault, reduce_);
   }
   CUDA_CHECK(cudaEventRecord(reduced_, reduce_));
 
@@ -186,6 +192,10 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
           "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
           where, static_cast<double>(fault.waited_ns) * 1e-9, stage, fault.tile, fault.peer, peer_timeout_s_);
     case cuda::kP2pOutOfStep:
+      ECHO_CHECK(fault.observed != cuda::kP2pPoison,
+                 "cuda_ipc all-reduce at {}: rank {} failed in this call (in the {} stage here; its own error names "
+                 "the cause)",
+                 where, fault.peer, stage);
       ECHO_FAIL(
           "cuda_ipc all-reduce at {}: rank {} is out of step in the {} stage (flag {} where {} was expected): the "
           "ranks of the group made different sequences of calls",
