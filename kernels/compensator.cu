@@ -58,15 +58,18 @@ static __global__ void scale_pow2_kernel(const float* x, size_t n, int e, float*
     y[i] = comm::scale_pow2(x[i], e);
 }
 
-static __global__ void finish_kernel(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1,
-                                     float* m2, bool compensate_on, comm::CompensatorCoeffs k, void* out,
-                                     bool out_bf16) {
+// v = y[i] unscaled; the compensator update from x' = x_comp[i], or, when x_comp is null (the
+// fused site), x' recomputed from the input x[i] and the not yet updated m1, m2; out[i] = v.
+static __global__ void finish_kernel(const float* y, size_t n, int e, const float* x_comp, const void* x, bool x_bf16,
+                                     float num_ranks, float* m1, float* m2, bool compensate_on,
+                                     comm::CompensatorCoeffs k, void* out, bool out_bf16) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = e != 0 ? comm::scale_pow2(y[i], -e) : y[i];
     if (compensate_on) {
       float a = m1[i], b = m2[i];
-      comm::compensator_update(x_comp[i], v, num_ranks, a, b, k);
+      const float c = x_comp != nullptr ? x_comp[i] : comm::compensate(load_value(x, x_bf16, i), a, b, k);
+      comm::compensator_update(c, v, num_ranks, a, b, k);
       m1[i] = a;
       m2[i] = b;
     }
@@ -74,24 +77,6 @@ static __global__ void finish_kernel(const float* y, size_t n, int e, const floa
       static_cast<uint16_t*>(out)[i] = float_to_bf16_bits(v);
     else
       static_cast<float*>(out)[i] = v;
-  }
-}
-
-static __global__ void finish_recompute_kernel(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks,
-                                               float* m1, float* m2, bool compensate_on, comm::CompensatorCoeffs k) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float v = e != 0 ? comm::scale_pow2(y[i], -e) : y[i];
-    if (compensate_on) {
-      float a = m1[i], b = m2[i];
-      comm::compensator_update(comm::compensate(load_value(x, x_bf16, i), a, b, k), v, num_ranks, a, b, k);
-      m1[i] = a;
-      m2[i] = b;
-    }
-    if (x_bf16)
-      static_cast<uint16_t*>(x)[i] = float_to_bf16_bits(v);
-    else
-      static_cast<float*>(x)[i] = v;
   }
 }
 
@@ -122,7 +107,8 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
   ECHO_CHECK(y != nullptr && out != nullptr, "echo_finish of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (x_comp != nullptr && m1 != nullptr && m2 != nullptr),
              "echo_finish needs x' and the compensator state to update it");
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, x_comp, num_ranks, m1, m2, coeffs != nullptr,
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, x_comp, nullptr, false, num_ranks, m1, m2,
+                                                             coeffs != nullptr,
                                                              coeffs ? *coeffs : comm::CompensatorCoeffs{}, out,
                                                              out_bf16);
   CUDA_CHECK(cudaGetLastError());
@@ -134,8 +120,10 @@ void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16
   ECHO_CHECK(y != nullptr && x != nullptr, "echo_finish_recompute of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr),
              "echo_finish_recompute needs the compensator state to update it");
-  finish_recompute_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
-      y, n, e, x, x_bf16, num_ranks, m1, m2, coeffs != nullptr, coeffs ? *coeffs : comm::CompensatorCoeffs{});
+  // NOTE: x is read and written by the same thread, element by element: in place is safe.
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, nullptr, x, x_bf16, num_ranks, m1, m2,
+                                                             coeffs != nullptr,
+                                                             coeffs ? *coeffs : comm::CompensatorCoeffs{}, x, x_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
