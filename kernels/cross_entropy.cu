@@ -8,6 +8,8 @@
 // owners); lse = max + log(sum) goes back to the device as f32 in a second copy. Rescaling
 // the shard sums by exp(m_loc - max) lets one pass over the logits serve both reductions; it
 // changes the sum only in the last bits of a double (with tp = 1 the factor is exactly 1).
+// With a local reducer (tp = 1) the host has nothing to do: cross_entropy_accumulate finishes on
+// the device instead (lse, and the loss added to an accumulator), so a step never waits here.
 // Backward: one block per row, (exp(logit - lse) - onehot) * dloss / count in double, rounded once.
 #include <cmath>
 #include <utility>
@@ -54,6 +56,29 @@ __global__ void cross_entropy_stats_kernel(const T* __restrict__ logits, const i
     }
   }
 }
+
+// One block: lse = max + log(sum) per row, and loss_acc += (mean over counted rows of lse - target
+// logit) / divisor, in a fixed order (deterministic). The statistics are the group's already (tp = 1:
+// the shard's own). A counted target no shard owns makes the accumulated loss NaN, which the
+// trainer's non-finite loss check reports (the model checks targets on the host before this).
+__global__ void cross_entropy_finish_kernel(const double* __restrict__ stats, int64_t tokens, float* __restrict__ lse,
+                                            double divisor, double* __restrict__ loss_acc) {
+  double loss = 0.0, count = 0.0, unowned = 0.0;
+  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x) {
+    const double row_lse = stats[kMax * tokens + t] + log(stats[kSumExp * tokens + t]);
+    lse[t] = static_cast<float>(row_lse);
+    if (stats[kCounted * tokens + t] == 0.0) continue;
+    if (stats[kOwner * tokens + t] != 1.0) unowned += 1.0;
+    loss += row_lse - stats[kTargetLogit * tokens + t];
+    count += 1.0;
+  }
+  loss = block_reduce(loss, Sum{}, 0.0);
+  count = block_reduce(count, Sum{}, 0.0);
+  unowned = block_reduce(unowned, Sum{}, 0.0);
+  if (threadIdx.x == 0) *loss_acc += unowned > 0.0 ? NAN : (count > 0.0 ? loss / count : 0.0) / divisor;
+}
+
+__global__ void add_scalar_kernel(double* acc, double value) { *acc += value; }
 
 // NOTE: no __restrict__ on logits / dlogits: the gradient may overwrite the logits in place (each
 // element is read, then written, by one thread).
@@ -159,6 +184,34 @@ double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
     ++count;
   }
   return count > 0 ? loss / static_cast<double>(count) : 0.0;
+}
+
+void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
+                              const backend::TpReducer& reducer, Tensor& lse, double divisor, Tensor& loss_acc,
+                              cudaStream_t stream) {
+  const char* op = "cross_entropy_accumulate";
+  check_tensor(op, "loss_acc", loss_acc, {DType::f64});
+  check_numel(op, "loss_acc", loss_acc, 1);
+  ECHO_CHECK(divisor > 0, "cuda::{}: divisor {} must be > 0", op, divisor);
+  if (!reducer.local) {  // the reductions go through the host: the loss comes back anyway
+    const double loss = cross_entropy_forward(logits, targets, vocab_begin, ignore_index, reducer, lse, stream);
+    add_scalar_kernel<<<1, 1, 0, stream>>>(ptr<double>(loss_acc), loss / divisor);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const auto [tokens, vocab_local] = check_logits(op, logits, targets, vocab_begin);
+  check_tensor(op, "lse", lse, {DType::f32});
+  check_numel(op, "lse", lse, tokens);
+  if (tokens == 0) return;  // adds 0
+  Scratch stats(static_cast<size_t>(kStats * tokens) * sizeof(double), stream);
+  dispatch_activation(logits.dtype(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    cross_entropy_stats_kernel<T><<<blocks_for(tokens, 1), kThreads, 0, stream>>>(
+        ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin, vocab_local, ignore_index, stats.as<double>());
+  });
+  cross_entropy_finish_kernel<<<1, kThreads, 0, stream>>>(stats.as<double>(), tokens, ptr<float>(lse), divisor,
+                                                          ptr<double>(loss_acc));
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t vocab_begin,

@@ -83,7 +83,7 @@ struct GemmContext::Impl {
     // NOTE: work already issued on the stream may still read the old buffer; wait for it before
     // freeing. Growth by half again keeps this to a few times per run.
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    const size_t grown = std::max(bytes, scratch_bytes + scratch_bytes / 2);
+    const size_t grown = std::max(bytes, gemm_scratch_held_bytes(scratch_bytes));
     if (scratch) {
       CUDA_CHECK(cudaFree(scratch));
       scratch = nullptr;
@@ -528,6 +528,31 @@ void gemm_batched(GemmContext& ctx, bool trans_a, bool trans_b, int64_t batch, d
   checked_matmul(ctx, op, p, alpha, beta, stream);
 }
 
+namespace {
+// gemm_s8s32's scratch: packed op(A) (m, k4) and op(B)^T (n4, k4) unless it runs direct, C's
+// (m, n4) buffer unless C takes the result in place, and the later k chunks' partial product.
+struct S8Scratch {
+  size_t a = 0, b = 0, c = 0, partial = 0;
+  size_t total() const { return a + b + c + partial; }
+};
+
+S8Scratch s8s32_scratch(int64_t m, int64_t n, int64_t k, bool direct, bool c_direct) {
+  const int64_t k4 = round_up(k, 4), n4 = round_up(n, 4);
+  S8Scratch s;
+  s.a = direct ? 0 : static_cast<size_t>(round_up(m * k4, 256));
+  s.b = direct ? 0 : static_cast<size_t>(round_up(n4 * k4, 256));
+  s.c = c_direct ? 0 : static_cast<size_t>(round_up(m * n4 * 4, 256));
+  s.partial = k4 > kInt8ChunkK ? static_cast<size_t>(round_up(m * n4 * 4, 256)) : 0;
+  return s;
+}
+}  // namespace
+
+size_t gemm_s8s32_scratch_bytes(int64_t m, int64_t n, int64_t k) {
+  return m > 0 && n > 0 && k > 0 ? s8s32_scratch(m, n, k, false, false).total() : 0;
+}
+
+size_t gemm_scratch_held_bytes(size_t largest_request) { return largest_request + largest_request / 2; }
+
 void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c,
                 cudaStream_t stream) {
   const char* op = "gemm_s8s32";
@@ -552,13 +577,11 @@ void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, c
   // route C through an (m, n4) buffer unless it can take n4 == n columns in place. Every scratch
   // buffer is taken in one request: growing the scratch would free the earlier ones.
   const int64_t k4 = round_up(k, 4), n4 = round_up(n, 4);
-  const size_t a_bytes = direct ? 0 : static_cast<size_t>(round_up(m * k4, 256));
-  const size_t b_bytes = direct ? 0 : static_cast<size_t>(round_up(n4 * k4, 256));
-  const size_t c_bytes = c_direct ? 0 : static_cast<size_t>(round_up(m * n4 * 4, 256));
-  const size_t partial_bytes = k4 > kInt8ChunkK ? static_cast<size_t>(round_up(m * n4 * 4, 256)) : 0;
-  const size_t total = a_bytes + b_bytes + c_bytes + partial_bytes;
+  const S8Scratch bytes = s8s32_scratch(m, n, k, direct, c_direct);
+  const size_t a_bytes = bytes.a, b_bytes = bytes.b, c_bytes = bytes.c;
+  const size_t total = bytes.total();
   char* scratch = total > 0 ? static_cast<char*>(impl.get_scratch(total, stream)) : nullptr;
-  int32_t* partial = partial_bytes > 0 ? reinterpret_cast<int32_t*>(scratch + a_bytes + b_bytes + c_bytes) : nullptr;
+  int32_t* partial = bytes.partial > 0 ? reinterpret_cast<int32_t*>(scratch + a_bytes + b_bytes + c_bytes) : nullptr;
   if (direct) {
     run_s8_tn(impl, m, n, k, static_cast<const int8_t*>(va.data), va.ld, static_cast<const int8_t*>(vb.data), vb.ld,
               c_ptr, vc.ld, partial, stream);

@@ -104,5 +104,10 @@ void gemm_batched(GemmContext& ctx, bool trans_a, bool trans_b, int64_t batch, d
 constexpr int64_t kInt8ChunkK = 131068;
 void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c,
                 cudaStream_t stream);
+// The most scratch gemm_s8s32 asks of the context for an (m, n, k) product (every copy made), and
+// what the context may then hold: it grows by half again at least, so up to 1.5 times the largest
+// request (model/memory_plan.h counts that).
+size_t gemm_s8s32_scratch_bytes(int64_t m, int64_t n, int64_t k);
+size_t gemm_scratch_held_bytes(size_t largest_request);
 
 }  // namespace echo::cuda

@@ -33,10 +33,18 @@ __device__ __forceinline__ bool finite(float v) { return (float_bits(v) & 0x7f80
 
 // ---- Forward: scales, RTNE codes, rescaling ------------------------------------------------------
 
+// The fault word's value for a bad row: key | row (DeferredFaults), or the bare row (key 0) in a
+// per-call flag.
+__device__ __forceinline__ unsigned long long fault_value(unsigned long long key, int64_t row) {
+  const auto r = static_cast<unsigned long long>(row);
+  return key | (r < DeferredFaults::kRowMask ? r : DeferredFaults::kRowMask);
+}
+
 // amax[r] = max |x[r, :]| (a max is exact in any order); the smallest row holding a NaN or an
-// infinity goes to *bad_row. One block per row (grid-stride over rows).
+// infinity goes to *bad_row (as fault_value(key, row)). One block per row (grid-stride over rows).
 template <class T>
-__global__ void row_absmax_kernel(const T* x, int64_t rows, int64_t cols, float* amax, unsigned long long* bad_row) {
+__global__ void row_absmax_kernel(const T* x, int64_t rows, int64_t cols, float* amax, unsigned long long* bad_row,
+                                  unsigned long long key) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
     float m = 0.0f;
@@ -48,7 +56,7 @@ __global__ void row_absmax_kernel(const T* x, int64_t rows, int64_t cols, float*
       m = a > m ? a : m;
     }
     m = block_reduce(m, Max{}, 0.0f);
-    if (bad) atomicMin(bad_row, static_cast<unsigned long long>(r));
+    if (bad) atomicMin(bad_row, fault_value(key, r));
     if (threadIdx.x == 0) amax[r] = m;
   }
 }
@@ -87,10 +95,11 @@ __device__ __forceinline__ float scaled_gradient(const T* dy, int64_t i, float s
   return mul_rn(mul_rn(load(dy + i), sx), sw);
 }
 
-// row_amax[t] = max_h |G'[t, h]|; the smallest row with a non-finite G' goes to *bad_row.
+// row_amax[t] = max_h |G'[t, h]|; the smallest row with a non-finite G' goes to *bad_row (as
+// fault_value(key, t)).
 template <class T>
 __global__ void gradient_amax_kernel(const T* dy, int64_t rows, int64_t out, const float* s_x, const float* s_w,
-                                     float* row_amax, unsigned long long* bad_row) {
+                                     float* row_amax, unsigned long long* bad_row, unsigned long long key) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     const float sx = s_x[t];
     float m = 0.0f;
@@ -102,7 +111,7 @@ __global__ void gradient_amax_kernel(const T* dy, int64_t rows, int64_t out, con
       m = a > m ? a : m;
     }
     m = block_reduce(m, Max{}, 0.0f);
-    if (bad) atomicMin(bad_row, static_cast<unsigned long long>(t));
+    if (bad) atomicMin(bad_row, fault_value(key, t));
     if (threadIdx.x == 0) row_amax[t] = m;
   }
 }
@@ -115,12 +124,25 @@ __global__ void max_kernel(const float* v, int64_t n, float* result) {
   if (threadIdx.x == 0) *result = m;
 }
 
-// What quantize_gradient_kernel needs of quant::GradientRounding, plus 1/Δ and Δ from the host.
+// Δ = int8_scale(max |G'|) for the kernels after the max: a launch argument when the host has
+// read the max back (TP, traces), else read on the device from where max_kernel wrote it, so the
+// backward does not wait for the stream.
+struct GradientScale {
+  float delta = 1.0f;
+  const float* g_amax = nullptr;  // when set, Δ comes from here
+  __device__ float value() const { return g_amax != nullptr ? quant::int8_scale(*g_amax) : delta; }
+  __device__ float inverse(float host_inv) const {
+    return g_amax != nullptr ? quant::int8_inv_scale(*g_amax) : host_inv;
+  }
+};
+
+// What quantize_gradient_kernel needs of quant::GradientRounding, plus 1/Δ and Δ.
 struct RoundingArgs {
   bool stochastic = false;
   quant::ThresholdStream stream;
   int64_t token_offset = 0, channel_offset = 0, seq_len = 1;
-  float inv = 1.0f, delta = 1.0f;
+  float inv = 1.0f;  // with scale.g_amax unset
+  GradientScale scale;
 };
 
 // q = codes of G' by the rule (quant::quantize_gradient), e = Δ·q − G' when e is not null. One
@@ -129,6 +151,7 @@ struct RoundingArgs {
 template <class T>
 __global__ void quantize_gradient_kernel(const T* dy, int64_t rows, int64_t out, const float* s_x, const float* s_w,
                                          RoundingArgs a, int8_t* q, float* e) {
+  const float inv = a.scale.inverse(a.inv), delta = a.scale.value();
   const int64_t ch0 = a.channel_offset;
   const int64_t first_group = ch0 >> 4, groups = ((ch0 + out - 1) >> 4) - first_group + 1;
   const bool independent = a.stochastic && a.stream.sharing == ThresholdSharing::independent;
@@ -154,14 +177,14 @@ __global__ void quantize_gradient_kernel(const T* dy, int64_t rows, int64_t out,
         const float g = scaled_gradient(dy, i, sx, s_w[h]);
         int8_t code;
         if (!a.stochastic) {
-          code = quant::quantize_rtne(g, a.inv);
+          code = quant::quantize_rtne(g, inv);
         } else {
           const uint32_t k =
               independent ? quant::threshold_code_of_call(call, static_cast<uint64_t>(ch0 + h)) : row_code;
-          code = quant::round_stochastic(mul_rn(g, a.inv), quant::threshold_from_code(k));
+          code = quant::round_stochastic(mul_rn(g, inv), quant::threshold_from_code(k));
         }
         q[i] = code;
-        if (e != nullptr) e[i] = sub_rn(mul_rn(a.delta, static_cast<float>(code)), g);
+        if (e != nullptr) e[i] = sub_rn(mul_rn(delta, static_cast<float>(code)), g);
       }
     }
   }
@@ -284,8 +307,9 @@ struct EcDx {
 // + L[t, b]·R[b, i] + L[t, B]·R[B, i] with L[t, b] = float(−1/s_x[t]) and
 // L[t, B] = float(−(r_t − m_b)/s_x[t]) (correct_dx's L), added in double and rounded once.
 template <class T>
-__global__ void dx_epilogue_kernel(const int32_t* acc, int64_t rows, int64_t in, const float* s_x, float delta,
+__global__ void dx_epilogue_kernel(const int32_t* acc, int64_t rows, int64_t in, const float* s_x, GradientScale scale,
                                    bool accumulate, EcDx ec, T* dx) {
+  const float delta = scale.value();
   const int64_t n = rows * in, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     const int64_t t = k / in, i = k - t * in;
@@ -315,8 +339,9 @@ struct EcDw {
 // dw[h, i] += (Δ · float(acc[h, i])) / s_w[h] in the CPU's fp32 operations; with EC, then
 // + Σ_b M[h, b]·N[b, i] + M[h, B]·N[B, i] with M[h, b] = float(−c_b[h]/s_w[h]) and
 // M[h, B] = float(−1/s_w[h]) (correct_dw's M), added in double and rounded once.
-__global__ void dw_epilogue_kernel(const int32_t* acc, int64_t out, int64_t in, const float* s_w, float delta, EcDw ec,
-                                   float* dw) {
+__global__ void dw_epilogue_kernel(const int32_t* acc, int64_t out, int64_t in, const float* s_w, GradientScale scale,
+                                   EcDw ec, float* dw) {
+  const float delta = scale.value();
   const int64_t n = out * in, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     const int64_t h = k / in, i = k - h * in;
@@ -406,7 +431,7 @@ size_t bytes_of(int64_t n, size_t element) { return static_cast<size_t>(n > 0 ? 
 
 void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
                          const Tensor& x, const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, DeferredFaults* faults) {
   const char* op = "int8_linear_forward";
   ECHO_CHECK(cfg.mode == LinearMode::int8, "cuda::{}: 'linear.mode' is bf16 (that linear is Backend::gemm)", op);
   check_tensor(op, "w", w, {DType::f32, DType::bf16});
@@ -426,26 +451,36 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
   ensure_tensor(saved.w_q, {out, in}, DType::i8);
   ensure_tensor(saved.s_w, {out}, DType::f32);
 
-  // Row maxima and the NaN/Inf flags ({x, w}), read back once.
+  // Row maxima and the NaN/Inf flags ({x, w}): into the deferred record when there is one (no
+  // wait), else into a per-call pair read back here.
   Scratch amax_x(bytes_of(rows, sizeof(float)), stream), amax_w(bytes_of(out, sizeof(float)), stream);
-  Scratch flags(2 * sizeof(unsigned long long), stream);
-  auto* bad = flags.as<unsigned long long>();
-  CUDA_CHECK(cudaMemsetAsync(bad, 0xff, 2 * sizeof(unsigned long long), stream));
+  Scratch flags(faults != nullptr ? 0 : 2 * sizeof(unsigned long long), stream);
+  unsigned long long* bad_x = faults != nullptr ? faults->slot() : flags.as<unsigned long long>();
+  unsigned long long* bad_w = faults != nullptr ? faults->slot() : bad_x + 1;
+  const unsigned long long key_x = faults ? DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::x) : 0ull;
+  const unsigned long long key_w = faults ? DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::w) : 0ull;
+  if (faults == nullptr) CUDA_CHECK(cudaMemsetAsync(bad_x, 0xff, 2 * sizeof(unsigned long long), stream));
   if (rows > 0)
     dispatch_activation(x.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      row_absmax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(x), rows, in, amax_x.as<float>(), bad);
+      row_absmax_kernel<T>
+          <<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(x), rows, in, amax_x.as<float>(), bad_x, key_x);
     });
   dispatch_activation(w.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    row_absmax_kernel<T><<<row_blocks(out), kThreads, 0, stream>>>(ptr<T>(w), out, in, amax_w.as<float>(), bad + 1);
+    row_absmax_kernel<T>
+        <<<row_blocks(out), kThreads, 0, stream>>>(ptr<T>(w), out, in, amax_w.as<float>(), bad_w, key_w);
   });
   check_launch();
-  unsigned long long bad_host[2] = {kNoBadRow, kNoBadRow};
-  copy_to_host(bad_host, bad, 2, stream);
-  wait(stream);
-  ECHO_CHECK(bad_host[0] == kNoBadRow, "int8 linear: row {} of an operand (x) holds a NaN or an infinity", bad_host[0]);
-  ECHO_CHECK(bad_host[1] == kNoBadRow, "int8 linear: row {} of an operand (w) holds a NaN or an infinity", bad_host[1]);
+  if (faults == nullptr) {
+    unsigned long long bad_host[2] = {kNoBadRow, kNoBadRow};
+    copy_to_host(bad_host, bad_x, 2, stream);
+    wait(stream);
+    ECHO_CHECK(bad_host[0] == kNoBadRow, "int8 linear: row {} of an operand (x) holds a NaN or an infinity",
+               bad_host[0]);
+    ECHO_CHECK(bad_host[1] == kNoBadRow, "int8 linear: row {} of an operand (w) holds a NaN or an infinity",
+               bad_host[1]);
+  }
   if (ctx.tp_style == quant::TpStyle::row) {  // X's and W's columns are sharded: the whole row's max
     max_over_tp(*ctx.tp, amax_x.as<float>(), rows, stream);
     max_over_tp(*ctx.tp, amax_w.as<float>(), out, stream);
@@ -480,7 +515,7 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
 
 void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
                           const Tensor& dy, const quant::Int8LinearSaved& saved, Tensor* dx, bool accumulate_dx,
-                          Tensor* dw_accum, cudaStream_t stream, Int8LinearTrace* trace) {
+                          Tensor* dw_accum, cudaStream_t stream, Int8LinearTrace* trace, DeferredFaults* faults) {
   const char* op = "int8_linear_backward";
   ECHO_CHECK(cfg.mode == LinearMode::int8, "cuda::{}: 'linear.mode' is bf16 (that linear is Backend::gemm)", op);
   const int64_t rows = saved.rows, in = saved.in, out = saved.out;
@@ -510,33 +545,43 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   // max |G'| and the NaN/Inf flag, read back once (Δ is a launch argument from here on).
   Scratch row_amax(bytes_of(rows, sizeof(float)), stream), flag(sizeof(unsigned long long), stream);
   Scratch g_amax_dev(sizeof(float), stream);
-  auto* bad = flag.as<unsigned long long>();
-  CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), stream));
+  // Without a TP max or a trace, Δ stays on the device and a fault goes to the deferred record:
+  // nothing here waits for the stream.
+  const bool on_device = faults != nullptr && trace == nullptr && ctx.tp_style != quant::TpStyle::column;
+  auto* bad = on_device ? faults->slot() : flag.as<unsigned long long>();
+  const unsigned long long key =
+      on_device ? DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::gradient) : 0ull;
+  if (!on_device) CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), stream));
   if (rows > 0)
     dispatch_activation(dy.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      gradient_amax_kernel<T>
-          <<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(dy), rows, out, s_x, s_w, row_amax.as<float>(), bad);
+      gradient_amax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(dy), rows, out, s_x, s_w,
+                                                                         row_amax.as<float>(), bad, key);
     });
   max_kernel<<<1, kThreads, 0, stream>>>(row_amax.as<float>(), rows, g_amax_dev.as<float>());
   check_launch();
+  GradientScale scale;
   float g_amax = 0.0f;
-  unsigned long long bad_host = kNoBadRow;
-  copy_to_host(&g_amax, g_amax_dev.as<float>(), 1, stream);
-  copy_to_host(&bad_host, bad, 1, stream);
-  wait(stream);
-  ECHO_CHECK(bad_host == kNoBadRow,
-             "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
-             bad_host);
-  if (ctx.tp_style == quant::TpStyle::column) {  // the channels are sharded: Δ of the whole layer
-    double d = g_amax;
-    ctx.tp->max(std::span<double>(&d, 1));
-    g_amax = static_cast<float>(d);
+  if (on_device) {
+    scale.g_amax = g_amax_dev.as<float>();
+  } else {
+    unsigned long long bad_host = kNoBadRow;
+    copy_to_host(&g_amax, g_amax_dev.as<float>(), 1, stream);
+    copy_to_host(&bad_host, bad, 1, stream);
+    wait(stream);
+    ECHO_CHECK(bad_host == kNoBadRow,
+               "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
+               bad_host);
+    if (ctx.tp_style == quant::TpStyle::column) {  // the channels are sharded: Δ of the whole layer
+      double d = g_amax;
+      ctx.tp->max(std::span<double>(&d, 1));
+      g_amax = static_cast<float>(d);
+    }
+    ECHO_CHECK(g_amax >= 0.0f && g_amax <= 3.40282347e38f,
+               "int8 linear backward: max |G'| = {} is not a finite amax", g_amax);
+    scale.delta = quant::int8_scale(g_amax);
+    if (trace != nullptr) *trace = Int8LinearTrace{g_amax, scale.delta, {}, {}, {}, {}, {}};
   }
-  ECHO_CHECK(g_amax >= 0.0f && g_amax <= 3.40282347e38f, "int8 linear backward: max |G'| = {} is not a finite amax",
-             g_amax);
-  const float delta = quant::int8_scale(g_amax);
-  if (trace != nullptr) *trace = Int8LinearTrace{g_amax, delta, {}, {}, {}, {}, {}};
   if (rows == 0) return;  // no gradient rows: dx is empty and dW's product is zero
 
   // Q and E = ΔQ − G', once for both products.
@@ -551,7 +596,7 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   rule.channel_offset = ctx.channel_offset;
   rule.seq_len = ctx.seq_len >= 1 ? ctx.seq_len : 1;
   rule.inv = quant::int8_inv_scale(g_amax);
-  rule.delta = delta;
+  rule.scale = scale;
   dispatch_activation(dy.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
     quantize_gradient_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(
@@ -616,7 +661,7 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     dispatch_activation(dx->dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
       dx_epilogue_kernel<T><<<blocks_for(rows * in, kThreads), kThreads, 0, stream>>>(
-          acc.as<int32_t>(), rows, in, s_x, delta, accumulate_dx, ecx, ptr<T>(*dx));
+          acc.as<int32_t>(), rows, in, s_x, scale, accumulate_dx, ecx, ptr<T>(*dx));
     });
     check_launch();
   }
@@ -625,7 +670,7 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     gemm_s8s32(gemm, true, false, q_t, saved.x_q.view({rows, in}), acc_t, stream);
     EcDw ecw;
     if (ec_dw) ecw = EcDw{col_mean.as<double>(), n_factor.as<float>(), num_b};
-    dw_epilogue_kernel<<<blocks_for(out * in, kThreads), kThreads, 0, stream>>>(acc.as<int32_t>(), out, in, s_w, delta,
+    dw_epilogue_kernel<<<blocks_for(out * in, kThreads), kThreads, 0, stream>>>(acc.as<int32_t>(), out, in, s_w, scale,
                                                                                 ecw, ptr<float>(*dw_accum));
     check_launch();
   }
@@ -645,6 +690,25 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     }
     wait(stream);
   }
+}
+
+quant::Int8LinearScratch int8_linear_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
+                                                   int64_t out, int64_t seq_len) {
+  if (cfg.mode != LinearMode::int8) return {};
+  // Each Scratch is one pool allocation; 256 bytes covers its rounding.
+  const auto block = [](size_t bytes) { return bytes == 0 ? size_t{0} : (bytes + 255) / 256 * 256; };
+  const size_t forward = block(bytes_of(rows, 4)) + block(bytes_of(out, 4)) + block(16) + block(bytes_of(rows * out, 4));
+  const bool ec = cfg.ec != EcMode::none, ec_dw = cfg.ec == EcMode::two_way;
+  const int64_t seq = ec ? std::max<int64_t>(seq_len, 1) : 1, num_b = ec ? rows / seq : 0;
+  size_t backward = block(bytes_of(rows, 4)) + block(8) + block(4) + block(bytes_of(rows * out, 1)) +
+                    block(ec ? bytes_of(rows * out, 4) : 0) + block(bytes_of(std::max(rows * in, out * in), 4));
+  if (ec)
+    backward += 2 * block(bytes_of(rows, 8)) + block(bytes_of(num_b * out, 8)) + block(bytes_of(num_b, 8)) +
+                block(bytes_of((num_b + 1) * in, 4));
+  if (ec_dw) backward += block(bytes_of((num_b + 1) * in, 4)) + block(bytes_of(num_b * in, 8));
+  const size_t gemm = std::max({gemm_s8s32_scratch_bytes(rows, out, in), gemm_s8s32_scratch_bytes(rows, in, out),
+                                gemm_s8s32_scratch_bytes(out, in, rows)});
+  return {std::max(forward, backward), gemm_scratch_held_bytes(gemm)};
 }
 
 }  // namespace echo::cuda

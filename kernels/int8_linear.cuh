@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "deferred_faults.cuh"
 #include "gemm.cuh"
 #include "quant/int8_linear.h"
 
@@ -54,18 +55,30 @@ struct Int8LinearTrace {
   std::vector<double> grand_mean;  // (rows / seq_len)
 };
 
+// What one call of (rows, in, out) needs beyond its saved operands (Backend::int8_scratch_bytes):
+// the larger of the forward's and the backward's stream-ordered scratch (both products of the
+// backward, EC as cfg says, examples of seq_len rows), and what the GemmContext keeps for the
+// largest of its three int8 products. Kept in step with the Scratch objects below.
+quant::Int8LinearScratch int8_linear_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
+                                                   int64_t out, int64_t seq_len);
+
 // y (rows, out) = x (rows, in) · w^T in INT8 (cfg.mode must be int8); fills `saved` with cuda
 // tensors (reused when they already have the right shape and device). A NaN or infinity in x or w
-// is an echo::Error naming the operand and its row.
+// is an echo::Error naming the operand and its row: at once (a wait) without `faults`, else noted
+// in `faults` for the backend to raise once per step (no wait unless a row-parallel TP max needs
+// the host).
 void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
                          const Tensor& x, const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved,
-                         cudaStream_t stream);
+                         cudaStream_t stream, DeferredFaults* faults = nullptr);
 
 // dx (rows, in) (+)= dL/dX and dw_accum (out, in) += dL/dW for dy (rows, out), from the forward's
 // `saved`; either output may be null. A NaN or infinity in G' = diag(s_x)·dy·diag(s_w) is an
-// echo::Error. `trace`, when given, receives host copies of Δ, Q, E and the EC means.
+// echo::Error. `trace`, when given, receives host copies of Δ, Q, E and the EC means. With
+// `faults`, no trace and no column-parallel TP max, Δ stays on the device and a fault is noted in
+// `faults` (no wait); otherwise max |G'| comes back to the host and a fault raises at once.
 void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
                           const Tensor& dy, const quant::Int8LinearSaved& saved, Tensor* dx, bool accumulate_dx,
-                          Tensor* dw_accum, cudaStream_t stream, Int8LinearTrace* trace = nullptr);
+                          Tensor* dw_accum, cudaStream_t stream, Int8LinearTrace* trace = nullptr,
+                          DeferredFaults* faults = nullptr);
 
 }  // namespace echo::cuda

@@ -13,7 +13,8 @@
 // with dim its last extent); RoPE's x, the logits and the tables must have the rank shown.
 // Arithmetic is fp32 (double where the CPU reference uses double: RoPE angles, cross-entropy),
 // results are rounded once to the output dtype, and every op gives the same bits on every run.
-// Only cross_entropy_forward waits for the stream (its loss comes back to the host).
+// Only cross_entropy_forward (and cross_entropy_accumulate across ranks) waits for the stream
+// (the loss comes back to the host).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -64,6 +65,12 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_
 // vocabulary) is an error on every rank of the TP group, raised after both reducer calls.
 double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
                              const backend::TpReducer& reducer, Tensor& lse, cudaStream_t stream);
+// The same loss without a wait when the reducer is local (tp = 1): lse is written and loss_acc (an
+// f64 scalar on the device) += loss / divisor by kernels. With a reducer across ranks it is
+// cross_entropy_forward above (waits) plus a kernel that adds the returned loss.
+void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
+                              const backend::TpReducer& reducer, Tensor& lse, double divisor, Tensor& loss_acc,
+                              cudaStream_t stream);
 // dlogits (the logits' shape and dtype) = (softmax - onehot(target)) * dloss / count for counted
 // tokens, zero rows for ignored ones, in double rounded once.
 // NOTE: unlike the CPU, count is not checked against the counted targets (that needs the targets

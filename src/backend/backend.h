@@ -45,10 +45,19 @@ class Backend {
   virtual Tensor to_host(const Tensor& src) = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
+  // Raises (echo::Error) the first fault an op noted without waiting since the last call (CUDA:
+  // a NaN or infinity in an INT8 linear's operand; kernels/deferred_faults.cuh), and clears it.
+  // The trainer calls it once per step with the loss; the CPU raises in the op itself.
+  virtual void raise_deferred_faults() = 0;
   // Scratch the backend allocates by itself for attention over (batch, seq, heads, kv_heads,
   // head_dim) in the activation dtype (CUDA: the materialized scores; CPU: none).
   virtual size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                  int64_t head_dim) const = 0;
+  // The scratch one INT8 linear call of (rows, in, out) takes beyond its saved operands
+  // (model/memory_plan.h); seq_len is the example length EC groups rows by. CPU: none counted
+  // (its scratch is host heap, and nothing is reserved there).
+  virtual quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
+                                                      int64_t out, int64_t seq_len) const = 0;
   // Start-up check (model/memory_plan.h): `bytes` (described by `what`) must fit in the
   // device's free memory, else an InputError names both; the CUDA backend then keeps that much
   // in its memory pool, so step 1 allocates from it. CPU: nothing to check.
@@ -100,9 +109,12 @@ class Backend {
   // The mean over counted targets of lse[t] - logit[t, target[t]] over the full vocabulary (the TP
   // reductions through `reducer`), the same value on every rank; lse (tokens) saved for backward.
   // logits: (tokens, vocab_local)  targets: i32 (tokens), global ids or ignore_index.
-  // NOTE: returns the loss to the host, so the CUDA backend waits here once per micro-batch.
-  virtual double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                                       int32_t ignore_index, const TpReducer& reducer, Tensor& lse) = 0;
+  // The loss is not returned: loss_acc (an f64 scalar on this device) += loss / divisor, so a
+  // step's micro-batches add up on the device and the host reads the sum once (CUDA with a local
+  // reducer never waits here; a reducer across ranks is host-staged and waits).
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                                     int32_t ignore_index, const TpReducer& reducer, Tensor& lse, double divisor,
+                                     Tensor& loss_acc) = 0;
   // dlogits = (softmax - onehot(target)) * dloss / count for counted tokens, 0 rows for ignored ones.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       int64_t vocab_begin, int32_t ignore_index, int64_t count, double dloss,

@@ -10,7 +10,7 @@
 namespace echo::backend {
 
 TpReducer make_local_reducer() {
-  return {[](std::span<double>) {}, [](std::span<double>) {}};
+  return {[](std::span<double>) {}, [](std::span<double>) {}, /*local=*/true};
 }
 
 TpReducer make_mpi_reducer(const dist::Communicator& tp) {

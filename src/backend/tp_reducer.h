@@ -15,6 +15,8 @@ namespace echo::backend {
 struct TpReducer {
   std::function<void(std::span<double>)> max;
   std::function<void(std::span<double>)> sum;
+  // The identity (one rank): a device backend may then skip the host round trip altogether.
+  bool local = false;
 };
 
 // The identity reducer, for tp = 1.

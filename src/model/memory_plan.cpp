@@ -27,6 +27,17 @@ ActivationCounts count_activations(const ModelShape& s, int64_t n) {
   c.backward_transient = std::max(3 * n * F + 2 * n * H, 3 * n * hq * D + 3 * n * hkv * D);
   return c;
 }
+
+// (in, out) of each block projection on this rank, in linear.projections' name order.
+struct ProjectionDims {
+  const char* name;
+  int64_t in, out;
+};
+
+std::vector<ProjectionDims> projection_dims(const ModelShape& s) {
+  const int64_t H = s.hidden, F = s.ffn_local(), q = s.q_dim_local(), kv = s.kv_dim_local();
+  return {{"q", H, q}, {"k", H, kv}, {"v", H, kv}, {"o", q, H}, {"gate", H, F}, {"up", H, F}, {"down", F, H}};
+}
 }  // namespace
 
 MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const MemoryPlanInput& in) {
@@ -52,15 +63,31 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
   p.activations = held + static_cast<size_t>(n * V + 2 * n * H + c.backward_transient) * a +
                   static_cast<size_t>(2 * shape.layers * shape.head_dim) * m;
   p.workspace = in.workspace;
+
+  // INT8 projections save X̂, Ŵ and their scales in forward until their layer's backward ends, so
+  // every layer's are alive at the backward peak; the scratch of one call at a time comes on top.
+  size_t transient = 0, kept = 0;
+  for (const ProjectionDims& d : projection_dims(shape)) {
+    if (std::find(in.int8_projections.begin(), in.int8_projections.end(), d.name) == in.int8_projections.end())
+      continue;
+    p.int8_operands += static_cast<size_t>(shape.layers) * quant::int8_saved_bytes(n, d.in, d.out);
+    if (in.int8_scratch) {
+      const quant::Int8LinearScratch s = in.int8_scratch(n, d.in, d.out);
+      transient = std::max(transient, s.transient);
+      kept = std::max(kept, s.kept);
+    }
+  }
+  p.workspace += transient + kept;
   return p;
 }
 
 std::string MemoryPlan::describe() const {
-  return fmt::format("weights {}, gradients {}, {}optimizer {}, activations {}, workspace {}; total {}",
+  return fmt::format("weights {}, gradients {}, {}optimizer {}, activations {}, {}workspace {}; total {}",
                      format_bytes(weights), format_bytes(gradients),
                      compute_copies ? fmt::format("compute copies {}, ", format_bytes(compute_copies)) : "",
-                     format_bytes(optimizer), format_bytes(activations), format_bytes(workspace),
-                     format_bytes(total()));
+                     format_bytes(optimizer), format_bytes(activations),
+                     int8_operands ? fmt::format("INT8 operands {}, ", format_bytes(int8_operands)) : "",
+                     format_bytes(workspace), format_bytes(total()));
 }
 
 }  // namespace echo::model

@@ -2,18 +2,21 @@
 // §2.1, Memory): the trainer checks it against the device's free memory before anything is
 // allocated, so a model that cannot fit is refused at start-up, naming the bytes, instead of
 // failing in the middle of step 1. The activation term is the exact peak of the live tensors
-// of one micro-batch's forward + backward as Qwen3Model allocates them (bf16 linears; INT8
-// linears keep extra quantized operands that are not counted); memory_plan_test measures the
-// CPU backend's real peak and asserts it equals this.
+// of one micro-batch's forward + backward as Qwen3Model allocates them, INT8 linears' saved
+// operands included; memory_plan_test measures the CPU backend's real peak and asserts it equals
+// this.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "model/model_shape.h"
 #include "model/tp_plan.h"
+#include "quant/int8_linear.h"
 
 namespace echo::model {
 
@@ -24,8 +27,11 @@ struct MemoryPlan {
   size_t compute_copies = 0;     // weights in the activation dtype; 0 when they alias the masters
   size_t optimizer = 0;          // AdamW first and second moments (f32)
   size_t activations = 0;        // peak of one micro-batch's forward + backward
-  size_t workspace = 0;          // the backend's own scratch (CUDA: attention scores)
-  size_t total() const { return weights + gradients + compute_copies + optimizer + activations + workspace; }
+  size_t int8_operands = 0;      // X̂, Ŵ and their scales, saved by every INT8 projection's forward
+  size_t workspace = 0;          // the backend's own scratch (CUDA: attention scores, INT8 scratch)
+  size_t total() const {
+    return weights + gradients + compute_copies + optimizer + activations + int8_operands + workspace;
+  }
   // "weights 1.2 GiB, gradients ..., total 9.8 GiB"
   std::string describe() const;
 };
@@ -35,6 +41,11 @@ struct MemoryPlanInput {
   int64_t micro_batch = 1, seq = 1;
   bool optimizer = true;   // training (AdamW moments); false for evaluation
   size_t workspace = 0;    // from Backend::workspace_bytes
+  // The block projections that run in INT8 (linear.projections under linear.mode: int8; empty:
+  // none), and the backend's scratch for one of them beyond its saved operands
+  // (Backend::int8_scratch_bytes; unset: none).
+  std::vector<std::string> int8_projections;
+  std::function<quant::Int8LinearScratch(int64_t rows, int64_t in, int64_t out)> int8_scratch;
 };
 
 MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const MemoryPlanInput& in);

@@ -65,6 +65,13 @@ void Qwen3Model<T>::check_batch(const Batch& b) const {
 
 template <class T>
 double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
+  Tensor loss = loss_accumulator();
+  forward(b, keep_activations, loss, 1.0);
+  return read_loss(loss);
+}
+
+template <class T>
+void Qwen3Model<T>::forward(const Batch& b, bool keep_activations, Tensor& loss_acc, double divisor) {
   check_batch(b);
   const int64_t n = b.num_tokens(), H = shape_.hidden;
   // The last forward's tensors go before this one allocates (an evaluation keeps them, as a
@@ -100,13 +107,12 @@ double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
   logits_ = act({n, V});
   linear(be_, final_norm_out_, params_.compute(plan_.lm_head), logits_);
   ce_lse_ = stat({n});
-  const double loss =
-      be_.cross_entropy_forward(logits_, targets_, shape_.vocab_begin(), kIgnoreIndex, tp_.reducer(), ce_lse_);
+  be_.cross_entropy_forward(logits_, targets_, shape_.vocab_begin(), kIgnoreIndex, tp_.reducer(), ce_lse_, divisor,
+                            loss_acc);
   count_ = 0;
   for (int64_t i = 0; i < n; ++i) count_ += b.targets[i] != kIgnoreIndex;
   have_acts_ = keep_activations;
   if (!keep_activations) acts_.clear();
-  return loss;
 }
 
 template <class T>
@@ -311,6 +317,12 @@ double Qwen3Model<T>::forward_backward(const Batch& b, T loss_scale) {
   const double loss = forward(b, true);
   backward(loss_scale);
   return loss;
+}
+
+template <class T>
+void Qwen3Model<T>::forward_backward(const Batch& b, T loss_scale, Tensor& loss_acc, double divisor) {
+  forward(b, true, loss_acc, divisor);
+  backward(loss_scale);
 }
 
 template class Qwen3Model<float>;

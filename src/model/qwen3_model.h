@@ -44,14 +44,27 @@ class Qwen3Model {
   const ModelShape& shape() const { return shape_; }
 
   // Mean cross-entropy over the counted targets (same value on every TP rank). With
-  // keep_activations the step's activations stay for backward().
+  // keep_activations the step's activations stay for backward(). This one reads the loss back
+  // (a wait on a device backend).
   double forward(const Batch& batch, bool keep_activations = true);
+  // The same forward without a wait: loss_acc (an f64 scalar from loss_accumulator()) += the
+  // loss / divisor, so the trainer adds a step's micro-batches up on the device and reads once.
+  void forward(const Batch& batch, bool keep_activations, Tensor& loss_acc, double divisor);
+  Tensor loss_accumulator() { return be_.zeros({1}, DType::f64); }
+  // The accumulated loss on the host: the one wait of a step (or of an evaluation), which also
+  // raises any fault the backend noted without waiting (Backend::raise_deferred_faults).
+  double read_loss(const Tensor& loss_acc) {
+    const double loss = *be_.to_host(loss_acc).template data<double>();
+    be_.raise_deferred_faults();
+    return loss;
+  }
   // Accumulates the gradients of the last forward's loss (times loss_scale, e.g. 1/micro-batches)
   // into params().grad and frees the activations. After every backward params().grad holds the
   // full gradient so far on every rank: the q_norm/k_norm shares of this call are summed over TP
   // before they are added, so any number of micro-batches accumulates correctly.
   void backward(T loss_scale = T(1));
   double forward_backward(const Batch& batch, T loss_scale = T(1));
+  void forward_backward(const Batch& batch, T loss_scale, Tensor& loss_acc, double divisor);
 
   // A host copy of the final hidden state (after the last block, before the final norm) of the
   // last forward.

@@ -9,6 +9,7 @@
 // channels), so dW's rescaling is on the left: diag(s_w)^-1 · (Q^T·X̂).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +64,19 @@ struct Int8LinearSaved {
   Tensor w_q;  // i8 (out, in)  Ŵ
   Tensor s_w;  // f32 (out)
 };
+
+// Device memory one INT8 projection needs beyond its saved operands (model/memory_plan.h):
+// `transient`, freed when its forward or backward returns (the larger of the two), and `kept`,
+// held by the backend afterwards for reuse (the largest over all calls counts once).
+struct Int8LinearScratch {
+  size_t transient = 0;
+  size_t kept = 0;
+};
+
+// The bytes of the four tensors of Int8LinearSaved for (rows, in, out).
+constexpr size_t int8_saved_bytes(int64_t rows, int64_t in, int64_t out) {
+  return static_cast<size_t>(rows * in + out * in) + 4 * static_cast<size_t>(rows + out);
+}
 
 // Seconds spent, accumulated over calls (for the benchmark).
 struct LinearTimes {

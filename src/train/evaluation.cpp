@@ -15,13 +15,15 @@ EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& 
   // eval_batches micro-batches per DP rank: a set that grew with dp).
   const int64_t seq = loader.options().seq_len;
   const int total = spec.batches * spec.num_micro;
-  double loss = 0;
+  // Summed on the model's device, read once at the end.
+  Tensor acc = model.loss_accumulator();
   for (int b = 0; b < spec.batches; ++b) {
     for (int micro = 0; micro < spec.num_micro; ++micro) {
       loader.micro_batch(static_cast<uint64_t>(b), micro, spec.micro_batch, spec.num_micro, tokens, targets);
-      loss += model.forward({tokens.data(), targets.data(), spec.micro_batch, seq}, false) / total;
+      model.forward({tokens.data(), targets.data(), spec.micro_batch, seq}, false, acc, total);
     }
   }
+  const double loss = model.read_loss(acc);
   EvalLoss r;
   r.loss = dp.sum_in_rank_order(loss) / dp.size();
   r.tokens = static_cast<int64_t>(total) * spec.micro_batch * seq * dp.size();

@@ -92,15 +92,26 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get());
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
-  memory_plan_ = model::plan_memory(
-      shape_, model::make_qwen3_plan(shape_),
-      {DType::f32, backend_->activation_dtype(DType::f32), backend_->statistic_dtype(DType::f32),
-       cfg.train.micro_batch, cfg.data.seq_len, /*optimizer=*/true,
-       backend_->workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape_.heads_local(),
-                                 shape_.kv_heads_local(), shape_.head_dim)});
+  model::MemoryPlanInput plan_in;
+  plan_in.master = DType::f32;
+  plan_in.activation = backend_->activation_dtype(DType::f32);
+  plan_in.statistic = backend_->statistic_dtype(DType::f32);
+  plan_in.micro_batch = cfg.train.micro_batch;
+  plan_in.seq = cfg.data.seq_len;
+  plan_in.optimizer = true;
+  plan_in.workspace = backend_->workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape_.heads_local(),
+                                                shape_.kv_heads_local(), shape_.head_dim);
+  const auto int8_cfg = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
+  if (int8_cfg.mode == config::LinearMode::int8) {
+    plan_in.int8_projections = cfg.linear.projection_list();
+    plan_in.int8_scratch = [&](int64_t rows, int64_t in, int64_t out) {
+      return backend_->int8_scratch_bytes(int8_cfg, rows, in, out, cfg.data.seq_len);
+    };
+  }
+  memory_plan_ = model::plan_memory(shape_, model::make_qwen3_plan(shape_), plan_in);
   backend_->reserve(memory_plan_.total(), fmt::format("training this model (per rank: {})", memory_plan_.describe()));
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_, backend_.get());
-  model_->set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
+  model_->set_int8_linear(int8_cfg, cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
   model_->init_weights(cfg.run.seed);
   if (!cfg.run.init_from.empty()) {
@@ -165,7 +176,8 @@ double Trainer::train_step(int64_t step, bool telemetry) {
   if (echo) echo->set_telemetry(telemetry);
   auto& params = model_->params();
   params.zero_grads();
-  double loss = 0;
+  // The micro-batches' losses add up on the device; the host reads the sum once, after the last.
+  Tensor loss = model_->loss_accumulator();
   const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
   for (int micro = 0; micro < num_micro_; ++micro) {
     train_loader_->micro_batch(static_cast<uint64_t>(step), micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
@@ -174,9 +186,9 @@ double Trainer::train_step(int64_t step, bool telemetry) {
     const int64_t first_sample = (static_cast<int64_t>(world_.layout.dp_rank) * num_micro_ + micro) * mb;
     model_->set_position(static_cast<uint32_t>(step), first_sample * seq);
     const model::Batch batch{tokens_.data(), targets_.data(), mb, seq};
-    loss += model_->forward_backward(batch, 1.0f / static_cast<float>(num_micro_)) / num_micro_;
+    model_->forward_backward(batch, 1.0f / static_cast<float>(num_micro_), loss, num_micro_);
   }
-  return mean_over(world_.dp, loss);
+  return mean_over(world_.dp, model_->read_loss(loss));
 }
 
 double Trainer::evaluate() {

@@ -2,7 +2,8 @@
 // (cpu::cross_entropy_*<double> on the same logits): the loss within 1e-6 relative, lse within 1e-5,
 // dlogits within 1e-5 (f32) / 1e-2 (bf16) max-abs-normalized; ignored targets; vocab-parallel
 // shards on two host threads joined by an in-process TpReducer (the same loss bits on both ranks);
-// a counted target no shard owns is an error on every rank.
+// a counted target no shard owns is an error on every rank. cuda::cross_entropy_accumulate (the
+// backend's op: the loss added to a device scalar, no wait at tp = 1) against the same reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,6 +147,21 @@ TEST(CrossEntropyCuda, MatchesCpuReference) {
       // Determinism: the same loss bits again.
       EXPECT_EQ(loss, cuda::cross_entropy_forward(d_logits, d_targets, 0, kIgnore, backend::make_local_reducer(), d_lse,
                                                   nullptr));
+
+      // The device-side path: two micro-batches of this batch, each / 2, add up to the loss; the same
+      // lse; the same bits on a second run (a fixed reduction order).
+      double sums[2] = {0, 0};
+      for (double& sum : sums) {
+        Tensor d_acc = Tensor::zeros({1}, DType::f64, Device::cuda);
+        Tensor d_lse2 = Tensor::empty({s.tokens}, DType::f32, Device::cuda);
+        for (int micro = 0; micro < 2; ++micro)
+          cuda::cross_entropy_accumulate(d_logits, d_targets, 0, kIgnore, backend::make_local_reducer(), d_lse2, 2.0,
+                                         d_acc, nullptr);
+        sum = d_acc.to(Device::cpu).to_vector<double>()[0];
+        EXPECT_TRUE(close_normalized(host_floats(d_lse2), ref.lse, 1e-5));
+      }
+      EXPECT_TRUE(loss_close(sums[0], ref.loss)) << sums[0] << " vs " << ref.loss;
+      EXPECT_EQ(sums[0], sums[1]);
     }
   }
 }
@@ -191,6 +207,11 @@ TEST(CrossEntropyCuda, VocabParallelShardsMatchTheFullVocabulary) {
           Tensor d_lse = Tensor::empty({tokens}, DType::f32, Device::cuda);
           losses[rank] = cuda::cross_entropy_forward(d_logits, d_targets, begins[rank], kIgnore, group.reducer(rank),
                                                      d_lse, nullptr);
+          // Across ranks the accumulating op takes the host path: loss / divisor, those bits exactly.
+          Tensor d_acc = Tensor::zeros({1}, DType::f64, Device::cuda);
+          cuda::cross_entropy_accumulate(d_logits, d_targets, begins[rank], kIgnore, group.reducer(rank), d_lse, 4.0,
+                                         d_acc, nullptr);
+          EXPECT_EQ(d_acc.to(Device::cpu).to_vector<double>()[0], losses[rank] / 4.0);
           Tensor d_dlogits = Tensor::empty({tokens, widths[rank]}, dtype, Device::cuda);
           cuda::cross_entropy_backward(d_logits, d_targets, d_lse, begins[rank], kIgnore, ref.count, dloss, d_dlogits,
                                        nullptr);

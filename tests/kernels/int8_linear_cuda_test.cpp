@@ -401,6 +401,86 @@ TEST(Int8LinearCudaTest, NonFiniteOperandsAreErrorsNamingTheRow) {
       "whole examples");
 }
 
+// With a DeferredFaults record (the backend's way: no wait per call, Δ read on the device), the
+// results are the same bits as the waiting path's, for every rule and EC mode.
+TEST(Int8LinearCudaTest, DeferredFaultPathGivesTheSameBits) {
+  ECHO_REQUIRE_DEVICE();
+  GemmContext gemm;
+  DeferredFaults faults;
+  const Shape s{48, 12, 75, 61};
+  for (DType act : {DType::f32, DType::bf16}) {
+    const Inputs in = make_inputs(s, act, 31);
+    for (const Rule& rule : kRules)
+      for (EcMode ec : kEcModes) {
+        const auto cfg = make_config(rule, ec);
+        quant::LinearContext ctx;
+        ctx.step = 2;
+        ctx.layer = 1;
+        ctx.site = 4;
+        ctx.seq_len = s.seq;
+        SCOPED_TRACE(describe(cfg, s, act, true));
+        const GpuResult want = run_gpu(gemm, cfg, ctx, in, s, act, true, nullptr);
+        const Tensor x = device_tensor(in.x, {s.rows, s.in}, act);
+        const Tensor w = device_tensor(in.w, {s.out, s.in}, DType::f32);
+        Tensor y = Tensor::empty({s.rows, s.out}, act, Device::cuda);
+        quant::Int8LinearSaved saved;
+        int8_linear_forward(gemm, cfg, ctx, x, w, y, saved, nullptr, &faults);
+        const Tensor dy = device_tensor(in.dy, {s.rows, s.out}, act);
+        Tensor dx = device_tensor(in.dx0, {s.rows, s.in}, act);
+        Tensor dw = device_tensor(in.dw0, {s.out, s.in}, DType::f32);
+        int8_linear_backward(gemm, cfg, ctx, dy, saved, &dx, true, &dw, nullptr, nullptr, &faults);
+        faults.raise_if_any(nullptr);  // nothing noted
+        EXPECT_TRUE(same_bits(host_floats(y), want.y)) << "y";
+        EXPECT_TRUE(same_bits(host_floats(dx), want.dx)) << "dx";
+        EXPECT_TRUE(same_bits(host_floats(dw), want.dw)) << "dw";
+      }
+  }
+}
+
+// A NaN or infinity noted in the record raises once, at raise_if_any, naming layer, site, operand
+// and row (the earliest layer's, then the smallest row); the record is clear afterwards.
+TEST(Int8LinearCudaTest, DeferredFaultsRaiseOnceNamingLayerSiteAndRow) {
+  ECHO_REQUIRE_DEVICE();
+  GemmContext gemm;
+  DeferredFaults faults;
+  const Shape s{8, 4, 20, 12};
+  const Inputs in = make_inputs(s, DType::f32, 52);
+  const auto cfg = make_config({BackwardRounding::s3r, ThresholdMode::per_token}, EcMode::two_way);
+  quant::LinearContext ctx;
+  ctx.seq_len = s.seq;
+  ctx.layer = 3;
+  ctx.site = 1;
+  quant::Int8LinearSaved saved;
+  Tensor y = Tensor::empty({s.rows, s.out}, DType::f32, Device::cuda);
+  std::vector<float> bad_x = in.x;
+  bad_x[6 * s.in + 2] = std::numeric_limits<float>::quiet_NaN();
+  bad_x[5 * s.in + 3] = std::numeric_limits<float>::infinity();
+  const Tensor w = device_tensor(in.w, {s.out, s.in}, DType::f32);
+  int8_linear_forward(gemm, cfg, ctx, device_tensor(bad_x, {s.rows, s.in}, DType::f32), w, y, saved, nullptr,
+                      &faults);  // no error yet
+  quant::LinearContext later = ctx;
+  later.layer = 7;
+  int8_linear_forward(gemm, cfg, later, device_tensor(bad_x, {s.rows, s.in}, DType::f32), w, y, saved, nullptr,
+                      &faults);
+  expect_error([&] { faults.raise_if_any(nullptr); }, "layer 3, site 1 (k): row 5 of the input x");
+  faults.raise_if_any(nullptr);  // cleared: no error
+  // The gradient: a good forward, then a backward whose dy holds an infinity.
+  int8_linear_forward(gemm, cfg, ctx, device_tensor(in.x, {s.rows, s.in}, DType::f32), w, y, saved, nullptr, &faults);
+  std::vector<float> bad_dy = in.dy;
+  bad_dy[4 * s.out + 7] = -std::numeric_limits<float>::infinity();
+  Tensor dx = Tensor::empty({s.rows, s.in}, DType::f32, Device::cuda);
+  Tensor dw = device_tensor(in.dw0, {s.out, s.in}, DType::f32);
+  int8_linear_backward(gemm, cfg, ctx, device_tensor(bad_dy, {s.rows, s.out}, DType::f32), saved, &dx, false, &dw,
+                       nullptr, nullptr, &faults);
+  expect_error([&] { faults.raise_if_any(nullptr); }, "row 4 of the output gradient");
+  // The backend raises what its ops noted, once.
+  const auto be = backend::make_backend(Device::cuda, 0);
+  Tensor y2 = be->empty({s.rows, s.out}, DType::f32);
+  be->int8_linear_forward(cfg, ctx, device_tensor(bad_x, {s.rows, s.in}, DType::f32), w, y2, saved);
+  expect_error([&] { be->raise_deferred_faults(); }, "row 5 of the input x");
+  be->raise_deferred_faults();
+}
+
 // The CUDA backend's int8 ops are these functions on its own stream (bf16 activations, as the model
 // passes them), and either output may be left out.
 TEST(Int8LinearCudaTest, CudaBackendRunsTheInt8Linear) {

@@ -68,6 +68,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanMatchesTheCpuBackend,
                                            Case{1, 4, 1, 16, 64, false, 1, 16},  // MQA, FFN-heavy
                                            Case{2, 8, 4, 16, 16, true, 2, 7}));  // attention-heavy
 
+// INT8 linears save X̂, Ŵ and their scales from forward to their layer's backward: with some or all
+// projections in int8 the CPU's peak must still equal the plan, activations plus INT8 operands.
+TEST(MemoryPlan, Int8OperandsAreCountedExactly) {
+  config::ModelConfig cfg = testing::tiny_config(2, 4, 2);
+  cfg.hidden = 24;
+  cfg.ffn = 40;
+  const ModelShape shape = make_model_shape(cfg, 1, 0);
+  quant::Int8LinearConfig q;
+  q.mode = config::LinearMode::int8;
+  q.rounding = config::BackwardRounding::s3r;
+  q.thresholds = config::ThresholdMode::per_token;
+  q.ec = config::EcMode::two_way;
+  q.seed = 5;
+  const int64_t batch = 2, seq = 6, n = batch * seq;
+  const std::vector<std::vector<std::string>> choices = {{"q", "k", "v", "o", "gate", "up", "down"}, {"v", "down"}};
+  for (const auto& names : choices) {
+    ExactTpOps<float> solo;
+    auto cpu = backend::make_backend(Device::cpu);
+    MemoryPlanInput in;
+    in.micro_batch = batch;
+    in.seq = seq;
+    in.int8_projections = names;
+    const MemoryPlan plan = plan_memory(shape, make_qwen3_plan(shape), in);
+    // Worked by hand: (rows·in + out·in) int8 bytes and (rows + out) f32 scales per projection.
+    const int64_t H = 24, F = 40, qd = 4 * cfg.head_dim, kvd = 2 * cfg.head_dim;
+    const auto saved = [&](int64_t i, int64_t o) { return static_cast<size_t>(n * i + o * i + 4 * (n + o)); };
+    const size_t per_layer = names.size() == 7 ? saved(H, qd) + 2 * saved(H, kvd) + saved(qd, H) + 2 * saved(H, F) +
+                                                     saved(F, H)
+                                               : saved(H, kvd) + saved(F, H);
+    EXPECT_EQ(plan.int8_operands, 2 * per_layer);
+    EXPECT_EQ(plan.workspace, 0u) << "no int8_scratch given";
+
+    Qwen3Model<float> model(shape, solo, cpu.get());
+    model.set_int8_linear(q, names);
+    model.init_weights(3);
+    const size_t idle = host_memory_stats().live;
+    reset_host_memory_peak();
+    model.forward_backward(testing::random_batch(batch, seq, shape.vocab, 41).view());
+    EXPECT_EQ(host_memory_stats().peak - idle, plan.activations + plan.int8_operands) << plan.describe();
+  }
+  // The backend's scratch enters the workspace: the largest transient plus the largest kept.
+  MemoryPlanInput in;
+  in.micro_batch = batch;
+  in.seq = seq;
+  in.workspace = 7;
+  in.int8_projections = {"gate", "o"};
+  in.int8_scratch = [](int64_t rows, int64_t i, int64_t o) {
+    return quant::Int8LinearScratch{static_cast<size_t>(rows * o), static_cast<size_t>(i)};
+  };
+  const MemoryPlan p = plan_memory(shape, make_qwen3_plan(shape), in);
+  EXPECT_EQ(p.workspace, 7 + static_cast<size_t>(std::max(n * 40, n * 24)) + 4 * cfg.head_dim);
+}
+
 TEST(MemoryPlan, DevicePrecisionAndWorkspaceAddUp) {
   const ModelShape shape = make_model_shape(testing::tiny_config(2, 4, 2), 2, 1);
   MemoryPlanInput in;

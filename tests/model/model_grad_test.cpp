@@ -82,6 +82,32 @@ TEST(Qwen3Model, LongSequencesHaveNoRopeLimit) {
   EXPECT_GT(diff, 0.0);
 }
 
+TEST(Qwen3Model, LossAccumulatorAddsEachLossOverTheDivisor) {
+  // What the trainer and the evaluation do: the micro-batches' losses added on the device, read
+  // once. It must be the host sum of forward()'s losses / divisor, bit for bit, and leave the same
+  // gradients as forward_backward().
+  ExactTpOps<float> tp;
+  const ModelShape shape = make_model_shape(tiny_config(2), 1, 0);
+  Qwen3Model<float> a(shape, tp), b(shape, tp);
+  a.init_weights(5);
+  b.init_weights(5);
+  const auto b1 = random_batch(2, 5, shape.vocab, 21), b2 = random_batch(2, 5, shape.vocab, 22);
+  double expected = 0;
+  for (const auto* batch : {&b1, &b2}) expected += a.forward_backward(batch->view(), 0.5f) / 2;
+  Tensor acc = b.loss_accumulator();
+  for (const auto* batch : {&b1, &b2}) b.forward_backward(batch->view(), 0.5f, acc, 2);
+  EXPECT_EQ(*acc.data<double>(), expected);
+  EXPECT_GT(expected, 1.0) << "a random model's loss is near log(vocab)";
+  const auto ga = a.params().grads().to_vector<float>(), gb = b.params().grads().to_vector<float>();
+  ASSERT_EQ(ga.size(), gb.size());
+  for (size_t i = 0; i < ga.size(); ++i) ASSERT_EQ(ga[i], gb[i]) << i;
+  // An evaluation forward adds too, and keeps nothing for backward.
+  Tensor eval = b.loss_accumulator();
+  b.forward(b1.view(), false, eval, 4);
+  EXPECT_EQ(*eval.data<double>(), a.forward(b1.view(), false) / 4);
+  EXPECT_THROW(b.backward(), Error);
+}
+
 TEST(Qwen3Model, RejectsTokensOutsideTheVocabulary) {
   ExactTpOps<double> tp;
   const ModelShape shape = make_model_shape(tiny_config(1), 1, 0);

@@ -267,17 +267,20 @@ void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dout, in
   });
 }
 
-double CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                                         int32_t ignore_index, const TpReducer& reducer, Tensor& lse) {
+void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                                       int32_t ignore_index, const TpReducer& reducer, Tensor& lse, double divisor,
+                                       Tensor& loss_acc) {
   const char* op = "cross_entropy_forward";
   const int64_t tokens = check_logits(op, logits, targets, lse);
+  check_operand(op, "loss_acc", loss_acc, DType::f64, 1);
+  ECHO_CHECK(divisor > 0, "{}: divisor {} must be > 0", op, divisor);
   double loss = 0;
   on_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     loss = cpu::cross_entropy_forward<T>(ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin, logits.dim(1),
                                          ignore_index, reducer, ptr<T>(lse));
   });
-  return loss;
+  *loss_acc.data<double>() += loss / divisor;
 }
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,

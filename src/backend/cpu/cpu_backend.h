@@ -19,7 +19,12 @@ class CpuBackend final : public Backend {
   void copy_from(Tensor& dst, const Tensor& src) override;
   Tensor to_host(const Tensor& src) override;
   void synchronize() override {}
+  void raise_deferred_faults() override {}
   size_t workspace_bytes(int64_t, int64_t, int64_t, int64_t, int64_t) const override { return 0; }
+  quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig&, int64_t, int64_t, int64_t,
+                                              int64_t) const override {
+    return {};
+  }
   void reserve(size_t, const std::string&) override {}
   size_t peak_bytes_in_use() const override { return host_memory_stats().peak; }
 
@@ -37,8 +42,8 @@ class CpuBackend final : public Backend {
   void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) override;
   void embedding_forward(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, Tensor& out) override;
   void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, Tensor& dtable_accum) override;
-  double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
-                               const TpReducer& reducer, Tensor& lse) override;
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
+                             const TpReducer& reducer, Tensor& lse, double divisor, Tensor& loss_acc) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t vocab_begin,
                               int32_t ignore_index, int64_t count, double dloss, Tensor& dlogits) override;
   void add_inplace(Tensor& y, const Tensor& x) override;

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "attention.cuh"
 #include "core/error.h"
@@ -38,10 +40,16 @@ class CudaBackend final : public Backend {
     uint64_t keep = UINT64_MAX;
     CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     gemm_ = std::make_unique<cuda::GemmContext>();
+    faults_ = std::make_unique<cuda::DeferredFaults>();
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (Staging& s : staging_) {  // NOTE: a destructor must not throw
+      cudaFreeHost(s.host);
+      cudaEventDestroy(s.done);
+    }
     gemm_.reset();
+    faults_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -85,12 +93,24 @@ class CudaBackend final : public Backend {
     return Tensor::from_blob(p, std::move(shape), dtype, Device::cuda,
                              [](void* q) { cudaFreeAsync(q, cudaStreamLegacy); });
   }
-  void copy_from(Tensor& dst, const Tensor& src) override { dst.copy_from(src); }
+  void copy_from(Tensor& dst, const Tensor& src) override {
+    if (dst.is_cuda() && src.is_cpu() && dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() &&
+        dst.numel() == src.numel() && dst.numel() > 0) {
+      upload(dst, src);
+      return;
+    }
+    dst.copy_from(src);
+  }
   Tensor to_host(const Tensor& src) override { return src.to(Device::cpu); }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void raise_deferred_faults() override { faults_->raise_if_any(stream_); }
   size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                          int64_t head_dim) const override {
     return cuda::attention_workspace_bytes(batch, seq, heads, kv_heads, head_dim, DType::bf16);
+  }
+  quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
+                                              int64_t out, int64_t seq_len) const override {
+    return cuda::int8_linear_scratch_bytes(cfg, rows, in, out, seq_len);
   }
   void reserve(size_t bytes, const std::string& what) override {
     size_t free_bytes = 0, total_bytes = 0;
@@ -158,9 +178,10 @@ class CudaBackend final : public Backend {
                           Tensor& dtable_accum) override {
     cuda::embedding_backward(tokens, dout, vocab_begin, dtable_accum, stream_);
   }
-  double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
-                               const TpReducer& reducer, Tensor& lse) override {
-    return cuda::cross_entropy_forward(logits, targets, vocab_begin, ignore_index, reducer, lse, stream_);
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin, int32_t ignore_index,
+                             const TpReducer& reducer, Tensor& lse, double divisor, Tensor& loss_acc) override {
+    cuda::cross_entropy_accumulate(logits, targets, vocab_begin, ignore_index, reducer, lse, divisor, loss_acc,
+                                   stream_);
   }
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t vocab_begin,
                               int32_t ignore_index, int64_t count, double dloss, Tensor& dlogits) override {
@@ -178,15 +199,54 @@ class CudaBackend final : public Backend {
   void accumulate_max_abs(const Tensor& x, Tensor& acc) override { cuda::accumulate_max_abs(x, acc, stream_); }
   void int8_linear_forward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& x,
                            const Tensor& w, Tensor& y, quant::Int8LinearSaved& saved) override {
-    cuda::int8_linear_forward(*gemm_, cfg, ctx, x, w, y, saved, stream_);
+    cuda::int8_linear_forward(*gemm_, cfg, ctx, x, w, y, saved, stream_, faults_.get());
   }
   void int8_linear_backward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& dy,
                             const quant::Int8LinearSaved& saved, Tensor* dx, bool accumulate_dx,
                             Tensor* dw_accum) override {
-    cuda::int8_linear_backward(*gemm_, cfg, ctx, dy, saved, dx, accumulate_dx, dw_accum, stream_);
+    cuda::int8_linear_backward(*gemm_, cfg, ctx, dy, saved, dx, accumulate_dx, dw_accum, stream_, nullptr,
+                               faults_.get());
   }
 
  private:
+  // A host-to-device copy that does not wait for the stream (a plain cudaMemcpy from pageable
+  // memory first waits for all queued work: once per micro-batch, for the batch's tokens). The
+  // bytes go through a pinned buffer whose previous copy has finished, so the caller's memory is
+  // free on return; the few buffers a step keeps in flight are allocated once and reused.
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  void upload(Tensor& dst, const Tensor& src) {
+    const size_t bytes = src.nbytes();
+    Staging* slot = nullptr;
+    for (Staging& s : staging_)
+      if (s.bytes >= bytes && cudaEventQuery(s.done) == cudaSuccess) {
+        slot = &s;
+        break;
+      }
+    if (slot == nullptr && staging_.size() >= kMaxStaging) {  // all busy: wait for the oldest use
+      slot = &staging_[next_wait_++ % staging_.size()];
+      CUDA_CHECK(cudaEventSynchronize(slot->done));
+    }
+    if (slot == nullptr || slot->bytes < bytes) {
+      if (slot == nullptr) slot = &staging_.emplace_back();
+      if (slot->host != nullptr) CUDA_CHECK(cudaFreeHost(slot->host));
+      slot->host = nullptr;
+      slot->bytes = 0;
+      const size_t size = std::max(bytes, kMinStaging);
+      CUDA_CHECK(cudaMallocHost(&slot->host, size));
+      slot->bytes = size;
+      if (slot->done == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+    }
+    std::memcpy(slot->host, src.raw(), bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst.raw(), slot->host, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(slot->done, stream_));
+  }
+  static constexpr size_t kMaxStaging = 16;
+  static constexpr size_t kMinStaging = size_t{64} << 10;
+
   // Grown to the largest attention call seen; reused (one stream, calls in order).
   Tensor& attention_workspace(const Tensor& q, const Tensor& k) {
     const size_t need = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype());
@@ -203,7 +263,10 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::GemmContext> gemm_;
+  std::unique_ptr<cuda::DeferredFaults> faults_;  // the INT8 linears' NaN/Inf record, read once per step
   Tensor attention_ws_;
+  std::vector<Staging> staging_;
+  size_t next_wait_ = 0;
 };
 
 }  // namespace
