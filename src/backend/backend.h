@@ -64,6 +64,9 @@ class Backend {
   virtual void reserve(size_t bytes, const std::string& what) = 0;
   // The most bytes of this backend's tensors in use at once so far (for the log against the plan).
   virtual size_t peak_bytes_in_use() const = 0;
+  // For that log line: whether the tensors so far came from what reserve() set aside ("" when the
+  // backend has no pool; CUDA: the pool's reserved bytes against the reservation).
+  virtual std::string memory_pool_note() const = 0;
 
   // ---- GEMM -----------------------------------------------------------------------------------
   // c = alpha * op(a) * op(b) + beta * c on 2-D views; op(a) is (m, k): a is (m, k), or (k, m)

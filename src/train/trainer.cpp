@@ -260,8 +260,9 @@ TrainResult Trainer::run(int64_t stop_after) {
     // come before this step can be saved: a diverged step never becomes a checkpoint.
     ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
     if (step == start_step_)
-      logger->info("memory: at most {} of tensors in use through step {} ({} planned)",
-                   format_bytes(backend_->peak_bytes_in_use()), step + 1, format_bytes(memory_plan_.total()));
+      logger->info("memory: at most {} of tensors in use through step {} ({} planned){}",
+                   format_bytes(backend_->peak_bytes_in_use()), step + 1, format_bytes(memory_plan_.total()),
+                   backend_->memory_pool_note());
     grad_sync_->average_over_dp(model_->params());
     const double norm = grad_sync_->global_norm(model_->params());
     ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());

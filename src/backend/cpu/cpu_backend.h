@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
   Tensor to_host(const Tensor& src) override;
   void synchronize() override {}
   void raise_deferred_faults() override {}
+  std::string memory_pool_note() const override { return {}; }
   size_t workspace_bytes(int64_t, int64_t, int64_t, int64_t, int64_t) const override { return 0; }
   quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig&, int64_t, int64_t, int64_t,
                                               int64_t) const override {

@@ -127,13 +127,19 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
     CUDA_CHECK(cudaFreeAsync(p, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    reserved_ = pool_attribute(cudaMemPoolAttrReservedMemCurrent);
+  }
+  std::string memory_pool_note() const override {
+    const uint64_t high = pool_attribute(cudaMemPoolAttrReservedMemHigh);
+    if (reserved_ == 0) return fmt::format("; the memory pool holds at most {}", format_bytes(high));
+    return high <= reserved_
+               ? fmt::format("; served from the start-up reservation of {} (the pool never grew)",
+                             format_bytes(reserved_))
+               : fmt::format("; the memory pool grew from the start-up reservation of {} to {}",
+                             format_bytes(reserved_), format_bytes(high));
   }
   size_t peak_bytes_in_use() const override {
-    cudaMemPool_t pool;
-    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
-    uint64_t high = 0;
-    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-    return static_cast<size_t>(high);
+    return static_cast<size_t>(pool_attribute(cudaMemPoolAttrUsedMemHigh));
   }
 
   void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
@@ -209,6 +215,14 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  uint64_t pool_attribute(cudaMemPoolAttr attr) const {
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    uint64_t value = 0;
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, attr, &value));
+    return value;
+  }
+
   // A host-to-device copy that does not wait for the stream (a plain cudaMemcpy from pageable
   // memory first waits for all queued work: once per micro-batch, for the batch's tokens). The
   // bytes go through a pinned buffer whose previous copy has finished, so the caller's memory is
@@ -262,6 +276,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  uint64_t reserved_ = 0;  // the pool's reserved bytes after reserve(), 0 before
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<cuda::DeferredFaults> faults_;  // the INT8 linears' NaN/Inf record, read once per step
   Tensor attention_ws_;
