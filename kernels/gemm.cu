@@ -85,11 +85,12 @@ struct GemmContext::Impl {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const size_t grown = std::max(bytes, gemm_scratch_held_bytes(scratch_bytes));
     if (scratch) {
-      CUDA_CHECK(cudaFree(scratch));
+      CUDA_CHECK(cudaFreeAsync(scratch, stream));
       scratch = nullptr;
       scratch_bytes = 0;
     }
-    CUDA_CHECK(cudaMalloc(&scratch, grown));
+    // NOTE: from the stream-ordered pool, so the memory plan's reservation covers it (§2.1).
+    CUDA_CHECK(cudaMallocAsync(&scratch, grown, stream));
     scratch_bytes = grown;
     return scratch;
   }

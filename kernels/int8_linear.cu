@@ -33,30 +33,34 @@ __device__ __forceinline__ bool finite(float v) { return (float_bits(v) & 0x7f80
 
 // ---- Forward: scales, RTNE codes, rescaling ------------------------------------------------------
 
-// The fault word's value for a bad row: key | row (DeferredFaults), or the bare row (key 0) in a
-// per-call flag.
-__device__ __forceinline__ unsigned long long fault_value(unsigned long long key, int64_t row) {
-  const auto r = static_cast<unsigned long long>(row);
-  return key | (r < DeferredFaults::kRowMask ? r : DeferredFaults::kRowMask);
-}
+// Where a kernel notes its smallest non-finite row: a per-call flag read back at once (the bare
+// row), or the DeferredFaults word (key | row, the row clamped to the key's 30 bits).
+struct FaultSink {
+  unsigned long long* word = nullptr;
+  unsigned long long key = 0;
+  bool deferred = false;
+  __device__ void note(int64_t row) const {
+    const auto r = static_cast<unsigned long long>(row);
+    atomicMin(word, deferred ? key | (r < DeferredFaults::kRowMask ? r : DeferredFaults::kRowMask) : r);
+  }
+};
 
 // amax[r] = max |x[r, :]| (a max is exact in any order); the smallest row holding a NaN or an
-// infinity goes to *bad_row (as fault_value(key, row)). One block per row (grid-stride over rows).
+// infinity goes to `bad`. One block per row (grid-stride over rows).
 template <class T>
-__global__ void row_absmax_kernel(const T* x, int64_t rows, int64_t cols, float* amax, unsigned long long* bad_row,
-                                  unsigned long long key) {
+__global__ void row_absmax_kernel(const T* x, int64_t rows, int64_t cols, float* amax, FaultSink bad) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
     float m = 0.0f;
-    bool bad = false;
+    bool nonfinite = false;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const float v = load(xr + c);
-      bad |= !finite(v);
+      nonfinite |= !finite(v);
       const float a = fabsf(v);
       m = a > m ? a : m;
     }
     m = block_reduce(m, Max{}, 0.0f);
-    if (bad) atomicMin(bad_row, fault_value(key, r));
+    if (nonfinite) bad.note(r);
     if (threadIdx.x == 0) amax[r] = m;
   }
 }
@@ -95,23 +99,22 @@ __device__ __forceinline__ float scaled_gradient(const T* dy, int64_t i, float s
   return mul_rn(mul_rn(load(dy + i), sx), sw);
 }
 
-// row_amax[t] = max_h |G'[t, h]|; the smallest row with a non-finite G' goes to *bad_row (as
-// fault_value(key, t)).
+// row_amax[t] = max_h |G'[t, h]|; the smallest row with a non-finite G' goes to `bad`.
 template <class T>
 __global__ void gradient_amax_kernel(const T* dy, int64_t rows, int64_t out, const float* s_x, const float* s_w,
-                                     float* row_amax, unsigned long long* bad_row, unsigned long long key) {
+                                     float* row_amax, FaultSink bad) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     const float sx = s_x[t];
     float m = 0.0f;
-    bool bad = false;
+    bool nonfinite = false;
     for (int64_t h = threadIdx.x; h < out; h += blockDim.x) {
       const float g = scaled_gradient(dy, t * out + h, sx, s_w[h]);
-      bad |= !finite(g);
+      nonfinite |= !finite(g);
       const float a = fabsf(g);
       m = a > m ? a : m;
     }
     m = block_reduce(m, Max{}, 0.0f);
-    if (bad) atomicMin(bad_row, fault_value(key, t));
+    if (nonfinite) bad.note(t);
     if (threadIdx.x == 0) row_amax[t] = m;
   }
 }
@@ -455,26 +458,28 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
   // wait), else into a per-call pair read back here.
   Scratch amax_x(bytes_of(rows, sizeof(float)), stream), amax_w(bytes_of(out, sizeof(float)), stream);
   Scratch flags(faults != nullptr ? 0 : 2 * sizeof(unsigned long long), stream);
-  unsigned long long* bad_x = faults != nullptr ? faults->slot() : flags.as<unsigned long long>();
-  unsigned long long* bad_w = faults != nullptr ? faults->slot() : bad_x + 1;
-  const unsigned long long key_x = faults ? DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::x) : 0ull;
-  const unsigned long long key_w = faults ? DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::w) : 0ull;
-  if (faults == nullptr) CUDA_CHECK(cudaMemsetAsync(bad_x, 0xff, 2 * sizeof(unsigned long long), stream));
+  FaultSink bad_x, bad_w;
+  if (faults != nullptr) {
+    bad_x = {faults->slot(), DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::x), true};
+    bad_w = {faults->slot(), DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::w), true};
+  } else {
+    bad_x.word = flags.as<unsigned long long>();
+    bad_w.word = bad_x.word + 1;
+    CUDA_CHECK(cudaMemsetAsync(bad_x.word, 0xff, 2 * sizeof(unsigned long long), stream));
+  }
   if (rows > 0)
     dispatch_activation(x.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      row_absmax_kernel<T>
-          <<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(x), rows, in, amax_x.as<float>(), bad_x, key_x);
+      row_absmax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(x), rows, in, amax_x.as<float>(), bad_x);
     });
   dispatch_activation(w.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    row_absmax_kernel<T>
-        <<<row_blocks(out), kThreads, 0, stream>>>(ptr<T>(w), out, in, amax_w.as<float>(), bad_w, key_w);
+    row_absmax_kernel<T><<<row_blocks(out), kThreads, 0, stream>>>(ptr<T>(w), out, in, amax_w.as<float>(), bad_w);
   });
   check_launch();
   if (faults == nullptr) {
     unsigned long long bad_host[2] = {kNoBadRow, kNoBadRow};
-    copy_to_host(bad_host, bad_x, 2, stream);
+    copy_to_host(bad_host, bad_x.word, 2, stream);
     wait(stream);
     ECHO_CHECK(bad_host[0] == kNoBadRow, "int8 linear: row {} of an operand (x) holds a NaN or an infinity",
                bad_host[0]);
@@ -548,15 +553,18 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   // Without a TP max or a trace, Δ stays on the device and a fault goes to the deferred record:
   // nothing here waits for the stream.
   const bool on_device = faults != nullptr && trace == nullptr && ctx.tp_style != quant::TpStyle::column;
-  auto* bad = on_device ? faults->slot() : flag.as<unsigned long long>();
-  const unsigned long long key =
-      on_device ? DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::gradient) : 0ull;
-  if (!on_device) CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), stream));
+  FaultSink bad;
+  if (on_device) {
+    bad = {faults->slot(), DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::gradient), true};
+  } else {
+    bad.word = flag.as<unsigned long long>();
+    CUDA_CHECK(cudaMemsetAsync(bad.word, 0xff, sizeof(unsigned long long), stream));
+  }
   if (rows > 0)
     dispatch_activation(dy.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
       gradient_amax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(dy), rows, out, s_x, s_w,
-                                                                         row_amax.as<float>(), bad, key);
+                                                                         row_amax.as<float>(), bad);
     });
   max_kernel<<<1, kThreads, 0, stream>>>(row_amax.as<float>(), rows, g_amax_dev.as<float>());
   check_launch();
@@ -567,8 +575,11 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   } else {
     unsigned long long bad_host = kNoBadRow;
     copy_to_host(&g_amax, g_amax_dev.as<float>(), 1, stream);
-    copy_to_host(&bad_host, bad, 1, stream);
+    copy_to_host(&bad_host, bad.word, 1, stream);
     wait(stream);
+    // A fault noted earlier (say a NaN weight shard in the forward) is the cause of this one: it
+    // goes first.
+    if (faults != nullptr) faults->raise_if_any(stream);
     ECHO_CHECK(bad_host == kNoBadRow,
                "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
                bad_host);

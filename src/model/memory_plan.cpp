@@ -52,10 +52,10 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
 
   const int64_t n = in.micro_batch * in.seq, H = shape.hidden, V = shape.vocab_local();
   const ActivationCounts c = count_activations(shape, n);
-  // Alive through backward: the batch (tokens, targets, positions), the residual stream (kept as
-  // the final hidden state), every layer's saved tensors, the final norm's output and rstd, the
-  // logits and their log-sum-exps.
-  const size_t held = static_cast<size_t>(3 * n) * dtype_size(DType::i32) +
+  // Alive through backward: the step's loss accumulator (one f64), the batch (tokens, targets,
+  // positions), the residual stream (kept as the final hidden state), every layer's saved
+  // tensors, the final norm's output and rstd, the logits and their log-sum-exps.
+  const size_t held = dtype_size(DType::f64) + static_cast<size_t>(3 * n) * dtype_size(DType::i32) +
                       static_cast<size_t>(n * H + shape.layers * c.per_layer_act + n * H + n * V) * a +
                       static_cast<size_t>(shape.layers * c.per_layer_stat + 2 * n) * st;
   // The backward peak, in its first (top) layer: dlogits, dh, dx, the per-layer q/k-norm

@@ -314,9 +314,9 @@ void Qwen3Model<T>::project_backward(int64_t l, Proj proj, const Tensor& dy, con
 
 template <class T>
 double Qwen3Model<T>::forward_backward(const Batch& b, T loss_scale) {
-  const double loss = forward(b, true);
-  backward(loss_scale);
-  return loss;
+  Tensor loss = loss_accumulator();
+  forward_backward(b, loss_scale, loss, 1.0);
+  return read_loss(loss);  // after backward: a fault noted there is raised here too
 }
 
 template <class T>

@@ -13,7 +13,8 @@ CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm
       blocks_(blocks),
       edge_(edge),
       exact_(tp, comm::ExactPrecision::fp32),
-      reducer_(backend::make_mpi_reducer(tp)) {}
+      // The identity at tp = 1, which lets a device backend keep the cross-entropy on the device.
+      reducer_(tp.size() > 1 ? backend::make_mpi_reducer(tp) : backend::make_local_reducer()) {}
 
 void CommTpOps::edge_sum(Tensor& x, comm::Site site) {
   if (!edge_) return exact_sum(x);

@@ -118,19 +118,22 @@ struct GpuResult {
 
 std::vector<int8_t> host_i8(const Tensor& t) { return t.to(Device::cpu).to_vector<int8_t>(); }
 
+// With `faults` the calls take the backend's no-wait path (faults noted there, no trace kept);
+// without, the waiting path with a trace.
 GpuResult run_gpu(GemmContext& gemm, const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx,
-                  const Inputs& in, const Shape& s, DType act, bool accumulate, cudaStream_t stream) {
+                  const Inputs& in, const Shape& s, DType act, bool accumulate, cudaStream_t stream,
+                  DeferredFaults* faults = nullptr) {
   GpuResult r;
   const Tensor x = device_tensor(in.x, {s.rows, s.in}, act);
   const Tensor w = device_tensor(in.w, {s.out, s.in}, DType::f32);
   Tensor y = Tensor::empty({s.rows, s.out}, act, Device::cuda);
   quant::Int8LinearSaved saved;
-  int8_linear_forward(gemm, cfg, ctx, x, w, y, saved, stream);
+  int8_linear_forward(gemm, cfg, ctx, x, w, y, saved, stream, faults);
   const Tensor dy = device_tensor(in.dy, {s.rows, s.out}, act);
   // Without accumulation dx starts as garbage-like values that must be overwritten.
   Tensor dx = device_tensor(in.dx0, {s.rows, s.in}, act);
   Tensor dw = device_tensor(in.dw0, {s.out, s.in}, DType::f32);
-  int8_linear_backward(gemm, cfg, ctx, dy, saved, &dx, accumulate, &dw, stream, &r.trace);
+  int8_linear_backward(gemm, cfg, ctx, dy, saved, &dx, accumulate, &dw, stream, faults ? nullptr : &r.trace, faults);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   r.y = host_floats(y);
   r.dx = host_floats(dx);
@@ -420,19 +423,11 @@ TEST(Int8LinearCudaTest, DeferredFaultPathGivesTheSameBits) {
         ctx.seq_len = s.seq;
         SCOPED_TRACE(describe(cfg, s, act, true));
         const GpuResult want = run_gpu(gemm, cfg, ctx, in, s, act, true, nullptr);
-        const Tensor x = device_tensor(in.x, {s.rows, s.in}, act);
-        const Tensor w = device_tensor(in.w, {s.out, s.in}, DType::f32);
-        Tensor y = Tensor::empty({s.rows, s.out}, act, Device::cuda);
-        quant::Int8LinearSaved saved;
-        int8_linear_forward(gemm, cfg, ctx, x, w, y, saved, nullptr, &faults);
-        const Tensor dy = device_tensor(in.dy, {s.rows, s.out}, act);
-        Tensor dx = device_tensor(in.dx0, {s.rows, s.in}, act);
-        Tensor dw = device_tensor(in.dw0, {s.out, s.in}, DType::f32);
-        int8_linear_backward(gemm, cfg, ctx, dy, saved, &dx, true, &dw, nullptr, nullptr, &faults);
+        const GpuResult got = run_gpu(gemm, cfg, ctx, in, s, act, true, nullptr, &faults);
         faults.raise_if_any(nullptr);  // nothing noted
-        EXPECT_TRUE(same_bits(host_floats(y), want.y)) << "y";
-        EXPECT_TRUE(same_bits(host_floats(dx), want.dx)) << "dx";
-        EXPECT_TRUE(same_bits(host_floats(dw), want.dw)) << "dw";
+        EXPECT_TRUE(same_bits(got.y, want.y)) << "y";
+        EXPECT_TRUE(same_bits(got.dx, want.dx)) << "dx";
+        EXPECT_TRUE(same_bits(got.dw, want.dw)) << "dw";
       }
   }
 }

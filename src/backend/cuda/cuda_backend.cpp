@@ -94,8 +94,10 @@ class CudaBackend final : public Backend {
                              [](void* q) { cudaFreeAsync(q, cudaStreamLegacy); });
   }
   void copy_from(Tensor& dst, const Tensor& src) override {
+    // Small uploads (a batch's tokens) go without a wait; large ones (weights at start-up or after
+    // a load) take the plain copy rather than pinning that much host memory.
     if (dst.is_cuda() && src.is_cpu() && dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() &&
-        dst.numel() == src.numel() && dst.numel() > 0) {
+        dst.numel() == src.numel() && dst.numel() > 0 && src.nbytes() <= kMaxStagedBytes) {
       upload(dst, src);
       return;
     }
@@ -228,45 +230,67 @@ class CudaBackend final : public Backend {
   // bytes go through a pinned buffer whose previous copy has finished, so the caller's memory is
   // free on return; the few buffers a step keeps in flight are allocated once and reused.
   struct Staging {
-    void* host = nullptr;
+    void* host = nullptr;  // pinned, `bytes` long (nullptr and 0 after a failed regrowth)
     size_t bytes = 0;
-    cudaEvent_t done = nullptr;
+    cudaEvent_t done = nullptr;  // recorded after the slot's last copy
+    uint64_t last_use = 0;
   };
+  // Whether the slot's last copy has finished (a slot never used counts as finished).
+  static bool finished(const Staging& s) {
+    const cudaError_t status = cudaEventQuery(s.done);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // NOTE: the runtime keeps NotReady as the last error; the next launch check would see it
+      return false;
+    }
+    CUDA_CHECK(status);
+    return true;
+  }
   void upload(Tensor& dst, const Tensor& src) {
-    const size_t bytes = src.nbytes();
+    const size_t bytes = src.nbytes(), size = std::max(bytes, kMinStaging);
     Staging* slot = nullptr;
     for (Staging& s : staging_)
-      if (s.bytes >= bytes && cudaEventQuery(s.done) == cudaSuccess) {
+      if (s.bytes >= bytes && finished(s)) {
         slot = &s;
         break;
       }
-    if (slot == nullptr && staging_.size() >= kMaxStaging) {  // all busy: wait for the oldest use
-      slot = &staging_[next_wait_++ % staging_.size()];
+    if (slot == nullptr && staging_.size() >= kMaxStaging) {  // all busy or small: wait for the oldest use
+      slot = &*std::min_element(staging_.begin(), staging_.end(),
+                                [](const Staging& a, const Staging& b) { return a.last_use < b.last_use; });
       CUDA_CHECK(cudaEventSynchronize(slot->done));
+      if (slot->bytes < bytes) {
+        CUDA_CHECK(cudaFreeHost(slot->host));
+        slot->host = nullptr;
+        slot->bytes = 0;
+        CUDA_CHECK(cudaMallocHost(&slot->host, size));
+        slot->bytes = size;
+      }
     }
-    if (slot == nullptr || slot->bytes < bytes) {
-      if (slot == nullptr) slot = &staging_.emplace_back();
-      if (slot->host != nullptr) CUDA_CHECK(cudaFreeHost(slot->host));
-      slot->host = nullptr;
-      slot->bytes = 0;
-      const size_t size = std::max(bytes, kMinStaging);
-      CUDA_CHECK(cudaMallocHost(&slot->host, size));
-      slot->bytes = size;
-      if (slot->done == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+    if (slot == nullptr) {  // a new slot, whole before it joins the list
+      Staging s;
+      CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      const cudaError_t status = cudaMallocHost(&s.host, size);
+      if (status != cudaSuccess) cudaEventDestroy(s.done);
+      CUDA_CHECK(status);
+      s.bytes = size;
+      slot = &staging_.emplace_back(s);
     }
+    slot->last_use = ++uploads_;
     std::memcpy(slot->host, src.raw(), bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst.raw(), slot->host, bytes, cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaEventRecord(slot->done, stream_));
   }
   static constexpr size_t kMaxStaging = 16;
   static constexpr size_t kMinStaging = size_t{64} << 10;
+  static constexpr size_t kMaxStagedBytes = size_t{4} << 20;
 
   // Grown to the largest attention call seen; reused (one stream, calls in order).
   Tensor& attention_workspace(const Tensor& q, const Tensor& k) {
     const size_t need = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype());
     if (!attention_ws_.defined() || attention_ws_.nbytes() < need) {
       synchronize();  // the old workspace may still be in use by queued kernels
-      attention_ws_ = Tensor::empty({static_cast<int64_t>(need)}, DType::u8, Device::cuda);
+      attention_ws_ = {};
+      // From the pool, like every tensor of this backend: the memory plan's reservation counts it.
+      attention_ws_ = empty({static_cast<int64_t>(need)}, DType::u8);
     }
     return attention_ws_;
   }
@@ -281,7 +305,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::DeferredFaults> faults_;  // the INT8 linears' NaN/Inf record, read once per step
   Tensor attention_ws_;
   std::vector<Staging> staging_;
-  size_t next_wait_ = 0;
+  uint64_t uploads_ = 0;
 };
 
 }  // namespace
