@@ -1,9 +1,8 @@
-// NcclAllReduce: an NCCL communicator per group, its unique id broadcast over MPI.
+// NcclAllReduce: ncclAllReduce over the group's NcclGroup.
 #include "comm/nccl_all_reduce.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
-#include <nccl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,34 +10,17 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/nccl_check.h"
+#include "comm/nccl_group.h"
 #include "core/error.h"
 #include "dist/mpi_check.h"
 
-#define NCCL_CHECK(call)                                                                           \
-  do {                                                                                             \
-    const ncclResult_t echo_nccl_status_ = (call);                                                 \
-    if (echo_nccl_status_ != ncclSuccess)                                                          \
-      ::echo::throw_error(__FILE__, __LINE__, #call,                                               \
-                          ::fmt::format("NCCL error: {}", ncclGetErrorString(echo_nccl_status_))); \
-  } while (0)
-
 namespace echo::comm {
 
-struct NcclAllReduce::Impl {
-  ncclComm_t comm = nullptr;
-};
-
 NcclAllReduce::NcclAllReduce(const dist::Communicator& group, std::string name, size_t wire_bytes)
-    : impl_(std::make_unique<Impl>()), name_(std::move(name)), wire_bytes_(wire_bytes), size_(group.size()) {
-  ncclUniqueId id;
-  if (group.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group.get()));
-  NCCL_CHECK(ncclCommInitRank(&impl_->comm, group.size(), id, group.rank()));
-}
+    : group_(std::make_unique<NcclGroup>(group)), name_(std::move(name)), wire_bytes_(wire_bytes), size_(group.size()) {}
 
-NcclAllReduce::~NcclAllReduce() {
-  if (impl_ && impl_->comm) ncclCommDestroy(impl_->comm);
-}
+NcclAllReduce::~NcclAllReduce() = default;
 
 void NcclAllReduce::all_reduce(Tensor& x, Site site) {
   ECHO_CHECK(x.is_cuda() && x.is_contiguous(), "the NCCL all-reduce at {} needs a contiguous device tensor, got {}",
@@ -47,7 +29,8 @@ void NcclAllReduce::all_reduce(Tensor& x, Site site) {
              "the NCCL all-reduce at {} needs an f32 or bf16 tensor, got {}", to_string(site), x.describe());
   const ncclDataType_t type = x.dtype() == DType::f32 ? ncclFloat32 : ncclBfloat16;
   NCCL_CHECK(
-      ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), type, ncclSum, impl_->comm, cudaStreamLegacy));
+      ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), type, ncclSum,
+                    static_cast<ncclComm_t>(group_->raw()), cudaStreamLegacy));
 }
 
 void NcclAllReduce::all_reduce(std::span<float> x, Site site) {

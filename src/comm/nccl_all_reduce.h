@@ -12,6 +12,8 @@
 
 namespace echo::comm {
 
+class NcclGroup;
+
 class NcclAllReduce final : public AllReduce {
  public:
   // Collective over group: rank 0's ncclUniqueId travels by MPI_Bcast, then ncclCommInitRank on
@@ -32,8 +34,7 @@ class NcclAllReduce final : public AllReduce {
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<NcclGroup> group_;
   std::string name_;
   size_t wire_bytes_;
   int size_;

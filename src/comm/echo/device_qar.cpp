@@ -1,6 +1,7 @@
 // Echo's per-site flow on a CUDA device (device_qar.h): the compensator kernels of
 // kernels/compensator.cu around the two-phase quantized all-reduce, whose encode and decode run
-// on the device (kernels/quantize.cu) while MPI moves host copies of the packed bytes.
+// on the device (kernels/quantize.cu) while NCCL moves the packed bytes between distinct GPUs, or
+// MPI moves host copies of them (ranks sharing a GPU, or a build without NCCL).
 // Built only with the CUDA backend. NOTE: never run on a GPU when written; the CUDA test
 // echo_device_qar_cuda_mpi_test (tests/comm/echo_device_qar_gpu_mpi.cpp) checks it bitwise against the CPU
 // EchoAllReduce.
@@ -23,14 +24,41 @@
 #include "cuda_check.h"
 #include "dist/mpi_check.h"
 #include "quantize.cuh"
+#ifdef ECHO_NCCL
+#include "comm/nccl_all_reduce.h"  // ranks_have_distinct_gpus
+#include "comm/nccl_group.h"
+#endif
 
 namespace echo::comm {
+
+class NcclGroup;  // comm/nccl_group.h, in builds with NCCL
 
 namespace {
 
 // The legacy default stream: it orders with the CUDA backend's blocking stream and with the
 // synchronous copies of Tensor, so values produced there are ready here and vice versa.
 const cudaStream_t kStream = cudaStreamLegacy;
+
+// The two byte exchanges over NCCL, on kStream (no host wait); only called with a group, which
+// exists only in builds with NCCL.
+void nccl_all_to_all(NcclGroup& group, const uint8_t* send, const ByteExchange& send_layout, uint8_t* recv,
+                     const ByteExchange& recv_layout) {
+#ifdef ECHO_NCCL
+  group.all_to_all_bytes(send, send_layout, recv, recv_layout, kStream);
+#else
+  (void)group, (void)send, (void)send_layout, (void)recv, (void)recv_layout;
+  ECHO_FAIL("this build has no NCCL");
+#endif
+}
+
+void nccl_all_gather(NcclGroup& group, const uint8_t* own, uint8_t* recv, const ByteExchange& gather) {
+#ifdef ECHO_NCCL
+  group.all_gather_bytes(own, recv, gather, kStream);
+#else
+  (void)group, (void)own, (void)recv, (void)gather;
+  ECHO_FAIL("this build has no NCCL");
+#endif
+}
 
 // Device memory that grows to the largest call and is then reused: no allocation in steady state.
 class DeviceBytes {
@@ -114,7 +142,11 @@ class CudaDeviceEcho final : public DeviceEcho {
   void all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) override;
   std::vector<float> m1(Direction direction) const override { return host_copy(state(direction), false); }
   std::vector<float> m2(Direction direction) const override { return host_copy(state(direction), true); }
-  const char* transport() const override { return !ipc_tried_ ? "unset" : ipc_ ? "cuda_ipc" : "mpi (host-staged)"; }
+  const char* transport() const override {
+    if (ipc_) return "cuda_ipc";
+    if (!ipc_tried_) return "unset";
+    return nccl_tried_ && nccl_ != nullptr ? "nccl" : "mpi (host-staged)";
+  }
 
  private:
   // Like Compensator: the buffers keep their last values after a reset, as m1()/m2() show.
@@ -137,6 +169,11 @@ class CudaDeviceEcho final : public DeviceEcho {
   TransportOptions transport_;
   std::unique_ptr<p2p::CudaIpcReduce> ipc_;
   bool ipc_tried_ = false;
+  // NCCL for the two-collective path's byte exchanges when every rank has its own GPU (decided at
+  // the first two-collective call, on every rank at once); null: host-staged MPI.
+  NcclGroup* nccl();
+  std::shared_ptr<NcclGroup> nccl_;  // shared_ptr: its deleter is bound where NcclGroup is complete
+  bool nccl_tried_ = false;
   State forward_, backward_;
   DeviceBytes x_comp_, work_, counters_;
   DeviceBytes send_, recv_, own_code_, gathered_;
@@ -243,6 +280,19 @@ size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec, Site site)
   return two_collective_qar(y, n, spec);
 }
 
+NcclGroup* CudaDeviceEcho::nccl() {
+  if (!nccl_tried_) {
+    nccl_tried_ = true;
+#ifdef ECHO_NCCL
+    if (comm_.size() > 1 && ranks_have_distinct_gpus(comm_)) nccl_ = std::make_shared<NcclGroup>(comm_);
+#endif
+    if (comm_.rank() == 0)
+      log::get("comm")->info("Echo on the device: the packed bytes move {}",
+                             nccl_ ? "by NCCL between the GPUs" : "through host copies over MPI");
+  }
+  return nccl_.get();
+}
+
 // TwoPhaseReduce::run with the QuantCodec, step for step, on device values (see there).
 size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& spec) {
   const int P = comm_.size();
@@ -265,11 +315,16 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
       cuda::quantize(y + segs[j].begin, segs[j].size, spec, send + send_layout.displs[j], &c->encoded, kStream);
   if (host_send_.size() < send_layout.buffer_bytes) host_send_.resize(send_layout.buffer_bytes);
   if (host_recv_.size() < recv_layout.buffer_bytes) host_recv_.resize(recv_layout.buffer_bytes);
-  to_host(host_send_.data(), send, send_layout.buffer_bytes);
-  MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_layout.counts.data(), send_layout.displs.data(), MPI_BYTE,
-                          host_recv_.data(), recv_layout.counts.data(), recv_layout.displs.data(), MPI_BYTE,
-                          comm_.get()));
-  to_device(recv, host_recv_.data(), recv_layout.buffer_bytes);
+  NcclGroup* const nccl_group = nccl();
+  if (nccl_group != nullptr) {
+    nccl_all_to_all(*nccl_group, send, send_layout, recv, recv_layout);
+  } else {
+    to_host(host_send_.data(), send, send_layout.buffer_bytes);
+    MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_layout.counts.data(), send_layout.displs.data(), MPI_BYTE,
+                            host_recv_.data(), recv_layout.counts.data(), recv_layout.displs.data(), MPI_BYTE,
+                            comm_.get()));
+    to_device(recv, host_recv_.data(), recv_layout.buffer_bytes);
+  }
 
   // Phase 2: the owner's fp32 sum, in rank order, onto its own segment of y (kept unencoded, as
   // QuantCodec::load_own keeps it; the final decode overwrites it). One launch per copy: stream
@@ -284,11 +339,15 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
   const ByteExchange& gather = L.gather;
   if (host_own_.size() < L.own_code_bytes) host_own_.resize(L.own_code_bytes);
   if (host_gathered_.size() < gather.buffer_bytes) host_gathered_.resize(gather.buffer_bytes);
-  to_host(host_own_.data(), own, static_cast<size_t>(gather.counts[me]));
-  MPI_CHECK(MPI_Allgatherv(host_own_.data(), gather.counts[me], MPI_BYTE, host_gathered_.data(),
-                           gather.counts.data(), gather.displs.data(), MPI_BYTE, comm_.get()));
   uint8_t* gathered = gathered_.get(gather.buffer_bytes);
-  to_device(gathered, host_gathered_.data(), gather.buffer_bytes);
+  if (nccl_group != nullptr) {
+    nccl_all_gather(*nccl_group, own, gathered, gather);
+  } else {
+    to_host(host_own_.data(), own, static_cast<size_t>(gather.counts[me]));
+    MPI_CHECK(MPI_Allgatherv(host_own_.data(), gather.counts[me], MPI_BYTE, host_gathered_.data(),
+                             gather.counts.data(), gather.displs.data(), MPI_BYTE, comm_.get()));
+    to_device(gathered, host_gathered_.data(), gather.buffer_bytes);
+  }
   for (int j = 0; j < P; ++j)
     if (segs[j].size > 0)
       cuda::dequantize(gathered + gather.displs[j], segs[j].size, spec, y + segs[j].begin, &c->decoded, kStream);

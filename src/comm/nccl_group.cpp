@@ -1,0 +1,79 @@
+// NcclGroup (comm/nccl_group.h).
+#include "comm/nccl_group.h"
+
+#include <mpi.h>
+
+#include "comm/nccl_check.h"
+#include "cuda_check.h"
+#include "dist/mpi_check.h"
+
+namespace echo::comm {
+
+struct NcclGroup::Impl {
+  ncclComm_t comm = nullptr;
+};
+
+NcclGroup::NcclGroup(const dist::Communicator& group)
+    : impl_(std::make_unique<Impl>()), size_(group.size()), rank_(group.rank()) {
+  ncclUniqueId id;
+  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group.get()));
+  NCCL_CHECK(ncclCommInitRank(&impl_->comm, size_, id, rank_));
+}
+
+NcclGroup::~NcclGroup() {
+  if (impl_ && impl_->comm) ncclCommDestroy(impl_->comm);  // NOTE: a destructor must not throw
+}
+
+void* NcclGroup::raw() const { return impl_->comm; }
+
+namespace {
+void check_layout(const ByteExchange& layout, int size, const char* what) {
+  ECHO_CHECK(layout.counts.size() == static_cast<size_t>(size) && layout.displs.size() == static_cast<size_t>(size),
+             "NcclGroup: the {} layout has {} counts and {} displacements for {} ranks", what, layout.counts.size(),
+             layout.displs.size(), size);
+}
+}  // namespace
+
+void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_layout, uint8_t* recv,
+                                 const ByteExchange& recv_layout, cudaStream_t stream) {
+  check_layout(send_layout, size_, "send");
+  check_layout(recv_layout, size_, "receive");
+  ECHO_CHECK(send_layout.counts[rank_] == recv_layout.counts[rank_],
+             "NcclGroup: rank {} sends itself {} bytes but expects {}", rank_, send_layout.counts[rank_],
+             recv_layout.counts[rank_]);
+  // NOTE: a zero count is skipped on both sides alike (rank j's send count to me is my receive
+  // count from j), so every send meets its receive.
+  NCCL_CHECK(ncclGroupStart());
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    if (send_layout.counts[j] > 0)
+      NCCL_CHECK(ncclSend(send + send_layout.displs[j], static_cast<size_t>(send_layout.counts[j]), ncclUint8, j,
+                          impl_->comm, stream));
+    if (recv_layout.counts[j] > 0)
+      NCCL_CHECK(ncclRecv(recv + recv_layout.displs[j], static_cast<size_t>(recv_layout.counts[j]), ncclUint8, j,
+                          impl_->comm, stream));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  if (send_layout.counts[rank_] > 0)
+    CUDA_CHECK(cudaMemcpyAsync(recv + recv_layout.displs[rank_], send + send_layout.displs[rank_],
+                               static_cast<size_t>(send_layout.counts[rank_]), cudaMemcpyDeviceToDevice, stream));
+}
+
+void NcclGroup::all_gather_bytes(const uint8_t* own, uint8_t* recv, const ByteExchange& gather, cudaStream_t stream) {
+  check_layout(gather, size_, "gather");
+  const auto own_bytes = static_cast<size_t>(gather.counts[rank_]);
+  NCCL_CHECK(ncclGroupStart());
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    if (own_bytes > 0) NCCL_CHECK(ncclSend(own, own_bytes, ncclUint8, j, impl_->comm, stream));
+    if (gather.counts[j] > 0)
+      NCCL_CHECK(ncclRecv(recv + gather.displs[j], static_cast<size_t>(gather.counts[j]), ncclUint8, j, impl_->comm,
+                          stream));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  if (own_bytes > 0)
+    CUDA_CHECK(cudaMemcpyAsync(recv + gather.displs[rank_], own, own_bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace echo::comm
