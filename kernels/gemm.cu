@@ -71,9 +71,10 @@ struct GemmContext::Impl {
   Impl& operator=(const Impl&) = delete;
   ~Impl() {
     plans.clear();
-    // NOTE: cudaFree waits for the device, so no kernel still reads these buffers.
-    if (scratch) cudaFree(scratch);
+    // NOTE: cudaFree of the plain workspace waits for the device, so no kernel still reads either
+    // buffer when the scratch (pool memory, whose cudaFree does not wait) goes after it.
     if (workspace) cudaFree(workspace);
+    if (scratch) cudaFree(scratch);
     if (handle) cublasLtDestroy(handle);
   }
 

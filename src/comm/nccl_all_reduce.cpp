@@ -18,7 +18,7 @@
 namespace echo::comm {
 
 NcclAllReduce::NcclAllReduce(const dist::Communicator& group, std::string name, size_t wire_bytes)
-    : group_(std::make_unique<NcclGroup>(group)), name_(std::move(name)), wire_bytes_(wire_bytes), size_(group.size()) {}
+    : group_(NcclGroup::for_group(group)), name_(std::move(name)), wire_bytes_(wire_bytes), size_(group.size()) {}
 
 NcclAllReduce::~NcclAllReduce() = default;
 

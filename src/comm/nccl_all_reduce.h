@@ -34,7 +34,7 @@ class NcclAllReduce final : public AllReduce {
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
 
  private:
-  std::unique_ptr<NcclGroup> group_;
+  std::shared_ptr<NcclGroup> group_;  // shared with the Echo sites of the same group
   std::string name_;
   size_t wire_bytes_;
   int size_;

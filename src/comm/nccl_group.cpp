@@ -3,6 +3,10 @@
 
 #include <mpi.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "comm/nccl_check.h"
 #include "cuda_check.h"
 #include "dist/mpi_check.h"
@@ -27,7 +31,35 @@ NcclGroup::~NcclGroup() {
 
 void* NcclGroup::raw() const { return impl_->comm; }
 
+std::shared_ptr<NcclGroup> NcclGroup::for_group(const dist::Communicator& group) {
+  static std::mutex mutex;
+  static std::map<std::pair<MPI_Comm, int>, std::weak_ptr<NcclGroup>> registry;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = registry[{group.get(), device}];
+  if (auto live = slot.lock()) return live;
+  auto made = std::make_shared<NcclGroup>(group);
+  slot = made;
+  return made;
+}
+
 namespace {
+// Runs the calls `enqueue` makes between ncclGroupStart and ncclGroupEnd, and closes the group even
+// when one of them fails (an open group would hold back every later NCCL call of this thread).
+template <class F>
+void nccl_group(F&& enqueue) {
+  NCCL_CHECK(ncclGroupStart());
+  ncclResult_t first = ncclSuccess;
+  const char* failed = "";
+  enqueue([&](ncclResult_t status, const char* what) {
+    if (status != ncclSuccess && first == ncclSuccess) first = status, failed = what;
+  });
+  const ncclResult_t end = ncclGroupEnd();
+  if (first != ncclSuccess) ECHO_FAIL("NCCL error in {}: {}", failed, ncclGetErrorString(first));
+  NCCL_CHECK(end);
+}
+
 void check_layout(const ByteExchange& layout, int size, const char* what) {
   ECHO_CHECK(layout.counts.size() == static_cast<size_t>(size) && layout.displs.size() == static_cast<size_t>(size),
              "NcclGroup: the {} layout has {} counts and {} displacements for {} ranks", what, layout.counts.size(),
@@ -44,17 +76,19 @@ void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_l
              recv_layout.counts[rank_]);
   // NOTE: a zero count is skipped on both sides alike (rank j's send count to me is my receive
   // count from j), so every send meets its receive.
-  NCCL_CHECK(ncclGroupStart());
-  for (int j = 0; j < size_; ++j) {
-    if (j == rank_) continue;
-    if (send_layout.counts[j] > 0)
-      NCCL_CHECK(ncclSend(send + send_layout.displs[j], static_cast<size_t>(send_layout.counts[j]), ncclUint8, j,
-                          impl_->comm, stream));
-    if (recv_layout.counts[j] > 0)
-      NCCL_CHECK(ncclRecv(recv + recv_layout.displs[j], static_cast<size_t>(recv_layout.counts[j]), ncclUint8, j,
-                          impl_->comm, stream));
-  }
-  NCCL_CHECK(ncclGroupEnd());
+  nccl_group([&](auto&& note) {
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      if (send_layout.counts[j] > 0)
+        note(ncclSend(send + send_layout.displs[j], static_cast<size_t>(send_layout.counts[j]), ncclUint8, j,
+                      impl_->comm, stream),
+             "ncclSend");
+      if (recv_layout.counts[j] > 0)
+        note(ncclRecv(recv + recv_layout.displs[j], static_cast<size_t>(recv_layout.counts[j]), ncclUint8, j,
+                      impl_->comm, stream),
+             "ncclRecv");
+    }
+  });
   if (send_layout.counts[rank_] > 0)
     CUDA_CHECK(cudaMemcpyAsync(recv + recv_layout.displs[rank_], send + send_layout.displs[rank_],
                                static_cast<size_t>(send_layout.counts[rank_]), cudaMemcpyDeviceToDevice, stream));
@@ -63,15 +97,16 @@ void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_l
 void NcclGroup::all_gather_bytes(const uint8_t* own, uint8_t* recv, const ByteExchange& gather, cudaStream_t stream) {
   check_layout(gather, size_, "gather");
   const auto own_bytes = static_cast<size_t>(gather.counts[rank_]);
-  NCCL_CHECK(ncclGroupStart());
-  for (int j = 0; j < size_; ++j) {
-    if (j == rank_) continue;
-    if (own_bytes > 0) NCCL_CHECK(ncclSend(own, own_bytes, ncclUint8, j, impl_->comm, stream));
-    if (gather.counts[j] > 0)
-      NCCL_CHECK(ncclRecv(recv + gather.displs[j], static_cast<size_t>(gather.counts[j]), ncclUint8, j, impl_->comm,
-                          stream));
-  }
-  NCCL_CHECK(ncclGroupEnd());
+  nccl_group([&](auto&& note) {
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      if (own_bytes > 0) note(ncclSend(own, own_bytes, ncclUint8, j, impl_->comm, stream), "ncclSend");
+      if (gather.counts[j] > 0)
+        note(ncclRecv(recv + gather.displs[j], static_cast<size_t>(gather.counts[j]), ncclUint8, j, impl_->comm,
+                      stream),
+             "ncclRecv");
+    }
+  });
   if (own_bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(recv + gather.displs[rank_], own, own_bytes, cudaMemcpyDeviceToDevice, stream));
 }

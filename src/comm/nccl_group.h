@@ -17,6 +17,10 @@ namespace echo::comm {
 
 class NcclGroup {
  public:
+  // The one NcclGroup of this communicator on the current device, made at the first call
+  // (collective over group) and shared while anyone holds it: the Echo sites and the exact
+  // all-reduce of one TP group use one NCCL communicator, not one each.
+  static std::shared_ptr<NcclGroup> for_group(const dist::Communicator& group);
   explicit NcclGroup(const dist::Communicator& group);  // collective over group
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;

@@ -284,7 +284,9 @@ NcclGroup* CudaDeviceEcho::nccl() {
   if (!nccl_tried_) {
     nccl_tried_ = true;
 #ifdef ECHO_NCCL
-    if (comm_.size() > 1 && ranks_have_distinct_gpus(comm_)) nccl_ = std::make_shared<NcclGroup>(comm_);
+    // comm.transport: mpi asks for the host-staged baseline; otherwise NCCL wherever it can run.
+    if (transport_.kind != TransportKind::mpi && comm_.size() > 1 && ranks_have_distinct_gpus(comm_))
+      nccl_ = NcclGroup::for_group(comm_);
 #endif
     if (comm_.rank() == 0)
       log::get("comm")->info("Echo on the device: the packed bytes move {}",
@@ -313,12 +315,12 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
   for (int j = 0; j < P; ++j)
     if (j != me && segs[j].size > 0)
       cuda::quantize(y + segs[j].begin, segs[j].size, spec, send + send_layout.displs[j], &c->encoded, kStream);
-  if (host_send_.size() < send_layout.buffer_bytes) host_send_.resize(send_layout.buffer_bytes);
-  if (host_recv_.size() < recv_layout.buffer_bytes) host_recv_.resize(recv_layout.buffer_bytes);
   NcclGroup* const nccl_group = nccl();
   if (nccl_group != nullptr) {
     nccl_all_to_all(*nccl_group, send, send_layout, recv, recv_layout);
   } else {
+    if (host_send_.size() < send_layout.buffer_bytes) host_send_.resize(send_layout.buffer_bytes);
+    if (host_recv_.size() < recv_layout.buffer_bytes) host_recv_.resize(recv_layout.buffer_bytes);
     to_host(host_send_.data(), send, send_layout.buffer_bytes);
     MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_layout.counts.data(), send_layout.displs.data(), MPI_BYTE,
                             host_recv_.data(), recv_layout.counts.data(), recv_layout.displs.data(), MPI_BYTE,
@@ -337,12 +339,12 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
 
   // Phase 3: all-gather of the encoded sums; every rank decodes the same bytes.
   const ByteExchange& gather = L.gather;
-  if (host_own_.size() < L.own_code_bytes) host_own_.resize(L.own_code_bytes);
-  if (host_gathered_.size() < gather.buffer_bytes) host_gathered_.resize(gather.buffer_bytes);
   uint8_t* gathered = gathered_.get(gather.buffer_bytes);
   if (nccl_group != nullptr) {
     nccl_all_gather(*nccl_group, own, gathered, gather);
   } else {
+    if (host_own_.size() < L.own_code_bytes) host_own_.resize(L.own_code_bytes);
+    if (host_gathered_.size() < gather.buffer_bytes) host_gathered_.resize(gather.buffer_bytes);
     to_host(host_own_.data(), own, static_cast<size_t>(gather.counts[me]));
     MPI_CHECK(MPI_Allgatherv(host_own_.data(), gather.counts[me], MPI_BYTE, host_gathered_.data(),
                              gather.counts.data(), gather.displs.data(), MPI_BYTE, comm_.get()));
