@@ -80,6 +80,17 @@ __global__ void cross_entropy_finish_kernel(const double* __restrict__ stats, in
 
 __global__ void add_scalar_kernel(double* acc, double value) { *acc += value; }
 
+// The statistics of every row into stats (kStats * tokens doubles), on the stream.
+void launch_stats(const Tensor& logits, const Tensor& targets, int64_t tokens, int64_t vocab_begin, int64_t vocab_local,
+                  int32_t ignore_index, double* stats, cudaStream_t stream) {
+  dispatch_activation(logits.dtype(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    cross_entropy_stats_kernel<T><<<blocks_for(tokens, 1), kThreads, 0, stream>>>(
+        ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin, vocab_local, ignore_index, stats);
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
 // NOTE: no __restrict__ on logits / dlogits: the gradient may overwrite the logits in place (each
 // element is read, then written, by one thread).
 template <class T>
@@ -129,13 +140,7 @@ double cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
   std::vector<double> stats(static_cast<size_t>(kStats * tokens));
   if (tokens > 0) {
     Scratch device_stats(stats.size() * sizeof(double), stream);
-    dispatch_activation(logits.dtype(), [&](auto type) {
-      using T = typename decltype(type)::type;
-      cross_entropy_stats_kernel<T>
-          <<<blocks_for(tokens, 1), kThreads, 0, stream>>>(ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin,
-                                                           vocab_local, ignore_index, device_stats.as<double>());
-    });
-    CUDA_CHECK(cudaGetLastError());
+    launch_stats(logits, targets, tokens, vocab_begin, vocab_local, ignore_index, device_stats.as<double>(), stream);
     CUDA_CHECK(cudaMemcpyAsync(stats.data(), device_stats.as<double>(), stats.size() * sizeof(double),
                                cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -204,11 +209,7 @@ void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64
   check_numel(op, "lse", lse, tokens);
   if (tokens == 0) return;  // adds 0
   Scratch stats(static_cast<size_t>(kStats * tokens) * sizeof(double), stream);
-  dispatch_activation(logits.dtype(), [&](auto type) {
-    using T = typename decltype(type)::type;
-    cross_entropy_stats_kernel<T><<<blocks_for(tokens, 1), kThreads, 0, stream>>>(
-        ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin, vocab_local, ignore_index, stats.as<double>());
-  });
+  launch_stats(logits, targets, tokens, vocab_begin, vocab_local, ignore_index, stats.as<double>(), stream);
   cross_entropy_finish_kernel<<<1, kThreads, 0, stream>>>(stats.as<double>(), tokens, ptr<float>(lse), divisor,
                                                           ptr<double>(loss_acc));
   CUDA_CHECK(cudaGetLastError());

@@ -131,20 +131,18 @@ __global__ void max_kernel(const float* v, int64_t n, float* result) {
 // read the max back (TP, traces), else read on the device from where max_kernel wrote it, so the
 // backward does not wait for the stream.
 struct GradientScale {
-  float delta = 1.0f;
-  const float* g_amax = nullptr;  // when set, Δ comes from here
-  __device__ float value() const { return g_amax != nullptr ? quant::int8_scale(*g_amax) : delta; }
-  __device__ float inverse(float host_inv) const {
-    return g_amax != nullptr ? quant::int8_inv_scale(*g_amax) : host_inv;
-  }
+  float g_amax = 0.0f;                   // the host's max |G'|, when it has read it back
+  const float* device_amax = nullptr;   // else where max_kernel wrote it
+  __device__ float amax() const { return device_amax != nullptr ? *device_amax : g_amax; }
+  __device__ float value() const { return quant::int8_scale(amax()); }
+  __device__ float inverse() const { return quant::int8_inv_scale(amax()); }
 };
 
-// What quantize_gradient_kernel needs of quant::GradientRounding, plus 1/Δ and Δ.
+// What quantize_gradient_kernel needs of quant::GradientRounding, plus Δ.
 struct RoundingArgs {
   bool stochastic = false;
   quant::ThresholdStream stream;
   int64_t token_offset = 0, channel_offset = 0, seq_len = 1;
-  float inv = 1.0f;  // with scale.g_amax unset
   GradientScale scale;
 };
 
@@ -154,7 +152,7 @@ struct RoundingArgs {
 template <class T>
 __global__ void quantize_gradient_kernel(const T* dy, int64_t rows, int64_t out, const float* s_x, const float* s_w,
                                          RoundingArgs a, int8_t* q, float* e) {
-  const float inv = a.scale.inverse(a.inv), delta = a.scale.value();
+  const float inv = a.scale.inverse(), delta = a.scale.value();
   const int64_t ch0 = a.channel_offset;
   const int64_t first_group = ch0 >> 4, groups = ((ch0 + out - 1) >> 4) - first_group + 1;
   const bool independent = a.stochastic && a.stream.sharing == ThresholdSharing::independent;
@@ -571,7 +569,7 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   GradientScale scale;
   float g_amax = 0.0f;
   if (on_device) {
-    scale.g_amax = g_amax_dev.as<float>();
+    scale.device_amax = g_amax_dev.as<float>();
   } else {
     unsigned long long bad_host = kNoBadRow;
     copy_to_host(&g_amax, g_amax_dev.as<float>(), 1, stream);
@@ -590,8 +588,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     }
     ECHO_CHECK(g_amax >= 0.0f && g_amax <= 3.40282347e38f,
                "int8 linear backward: max |G'| = {} is not a finite amax", g_amax);
-    scale.delta = quant::int8_scale(g_amax);
-    if (trace != nullptr) *trace = Int8LinearTrace{g_amax, scale.delta, {}, {}, {}, {}, {}};
+    scale.g_amax = g_amax;
+    if (trace != nullptr) *trace = Int8LinearTrace{g_amax, quant::int8_scale(g_amax), {}, {}, {}, {}, {}};
   }
   if (rows == 0) return;  // no gradient rows: dx is empty and dW's product is zero
 
@@ -606,7 +604,6 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   rule.token_offset = ctx.token_offset;
   rule.channel_offset = ctx.channel_offset;
   rule.seq_len = ctx.seq_len >= 1 ? ctx.seq_len : 1;
-  rule.inv = quant::int8_inv_scale(g_amax);
   rule.scale = scale;
   dispatch_activation(dy.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;

@@ -145,7 +145,7 @@ class CudaDeviceEcho final : public DeviceEcho {
   const char* transport() const override {
     if (ipc_) return "cuda_ipc";
     if (!ipc_tried_) return "unset";
-    return nccl_tried_ && nccl_ != nullptr ? "nccl" : "mpi (host-staged)";
+    return nccl_ != nullptr ? "nccl" : "mpi (host-staged)";
   }
 
  private:
