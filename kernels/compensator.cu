@@ -52,7 +52,8 @@ static __global__ void compensate_kernel(const void* x, bool x_bf16, size_t n, c
   }
 }
 
-static __global__ void scale_pow2_kernel(const float* x, size_t n, int e, float* y) {
+static __global__ void scale_pow2_kernel(const float* x, size_t n, int e_host, const int* e_device, float* y) {
+  const int e = e_device != nullptr ? *e_device : e_host;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     y[i] = comm::scale_pow2(x[i], e);
@@ -60,9 +61,10 @@ static __global__ void scale_pow2_kernel(const float* x, size_t n, int e, float*
 
 // v = y[i] unscaled; the compensator update from x' = x_comp[i], or, when x_comp is null (the
 // fused site), x' recomputed from the input x[i] and the not yet updated m1, m2; out[i] = v.
-static __global__ void finish_kernel(const float* y, size_t n, int e, const float* x_comp, const void* x, bool x_bf16,
-                                     float num_ranks, float* m1, float* m2, bool compensate_on,
-                                     comm::CompensatorCoeffs k, void* out, bool out_bf16) {
+static __global__ void finish_kernel(const float* y, size_t n, int e_host, const int* e_device, const float* x_comp,
+                                     const void* x, bool x_bf16, float num_ranks, float* m1, float* m2,
+                                     bool compensate_on, comm::CompensatorCoeffs k, void* out, bool out_bf16) {
+  const int e = e_device != nullptr ? *e_device : e_host;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = e != 0 ? comm::scale_pow2(y[i], -e) : y[i];
@@ -80,7 +82,25 @@ static __global__ void finish_kernel(const float* y, size_t n, int e, const floa
   }
 }
 
+// One thread: e from the group's max |x'| (bits of a non-negative float, +inf for a non-finite
+// entry); a non-finite max is noted in *fault (atomicMin of fault_key) and gives e = 0.
+static __global__ void rescale_exponent_kernel(const uint32_t* max_bits, int* exponent, unsigned long long fault_key,
+                                               unsigned long long* fault) {
+  const float gmax = bits_float(*max_bits);
+  const bool finite = gmax <= 3.402823466e38f;
+  if (!finite) atomicMin(fault, fault_key);
+  *exponent = finite ? comm::rescale_exponent(gmax) : 0;
+}
+
 }  // namespace
+
+void echo_rescale_exponent(const uint32_t* max_bits, int* exponent, unsigned long long fault_key,
+                           unsigned long long* fault, cudaStream_t stream) {
+  ECHO_CHECK(max_bits != nullptr && exponent != nullptr && fault != nullptr,
+             "echo_rescale_exponent needs the max, the exponent and the fault word");
+  rescale_exponent_kernel<<<1, 1, 0, stream>>>(max_bits, exponent, fault_key, fault);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void echo_compensate(const void* x, bool x_bf16, size_t n, const float* m1, const float* m2,
                      const comm::CompensatorCoeffs* coeffs, float* x_comp, float* y, uint32_t* max_bits,
@@ -94,20 +114,22 @@ void echo_compensate(const void* x, bool x_bf16, size_t n, const float* m1, cons
   CUDA_CHECK(cudaGetLastError());
 }
 
-void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t stream) {
+void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t stream, const int* e_device) {
   if (n == 0) return;
   ECHO_CHECK(x != nullptr && y != nullptr, "echo_scale_pow2 of {} values needs non-null buffers", n);
-  scale_pow2_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(x, n, e, y);
+  scale_pow2_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(x, n, e, e_device, y);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1, float* m2,
-                 const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream) {
+                 const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream,
+                 const int* e_device) {
   if (n == 0) return;
   ECHO_CHECK(y != nullptr && out != nullptr, "echo_finish of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (x_comp != nullptr && m1 != nullptr && m2 != nullptr),
              "echo_finish needs x' and the compensator state to update it");
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, x_comp, nullptr, false, num_ranks, m1, m2,
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, e_device, x_comp, nullptr, false, num_ranks,
+                                                             m1, m2,
                                                              coeffs != nullptr,
                                                              coeffs ? *coeffs : comm::CompensatorCoeffs{}, out,
                                                              out_bf16);
@@ -121,7 +143,7 @@ void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr),
              "echo_finish_recompute needs the compensator state to update it");
   // NOTE: x is read and written by the same thread, element by element: in place is safe.
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, nullptr, x, x_bf16, num_ranks, m1, m2,
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, nullptr, nullptr, x, x_bf16, num_ranks, m1, m2,
                                                              coeffs != nullptr,
                                                              coeffs ? *coeffs : comm::CompensatorCoeffs{}, x, x_bf16);
   CUDA_CHECK(cudaGetLastError());

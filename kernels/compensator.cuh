@@ -25,14 +25,21 @@ void echo_compensate(const void* x, bool x_bf16, size_t n, const float* m1, cons
                      const comm::CompensatorCoeffs* coeffs, float* x_comp, float* y, uint32_t* max_bits,
                      cudaStream_t stream);
 
-// y[i] = scale_pow2(x[i], e) (rescale.h; exactly ldexpf).
-void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t stream);
+// *exponent = rescale_exponent(group max |x'|) (rescale.h) from *max_bits (the bits of a
+// non-negative float, already reduced over the group), on the device: no wait. A non-finite max
+// gives 0 and atomicMin(fault, fault_key), for the caller to raise later.
+void echo_rescale_exponent(const uint32_t* max_bits, int* exponent, unsigned long long fault_key,
+                           unsigned long long* fault, cudaStream_t stream);
+
+// y[i] = scale_pow2(x[i], e) (rescale.h; exactly ldexpf); e is *e_device when that is not null.
+void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t stream, const int* e_device = nullptr);
 
 // v = e != 0 ? scale_pow2(y[i], -e) : y[i]; with coeffs, compensator_update(x_comp[i], v,
 // num_ranks, m1[i], m2[i], *coeffs); then out[i] = v (f32), or v rounded once to bf16 when
-// out_bf16. out may alias y.
+// out_bf16. out may alias y. e is *e_device when that is not null.
 void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1, float* m2,
-                 const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream);
+                 const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream,
+                 const int* e_device = nullptr);
 
 // The fused site's finish (docs/design.md §7, fused compensator; FusedEchoSite::finish on CPU):
 // echo_finish where x' is not stored but recomputed from the input x (f32, or bf16 widened) and

@@ -9,7 +9,9 @@
 // the shard sums by exp(m_loc - max) lets one pass over the logits serve both reductions; it
 // changes the sum only in the last bits of a double (with tp = 1 the factor is exactly 1).
 // With a local reducer (tp = 1) the host has nothing to do: cross_entropy_accumulate finishes on
-// the device instead (lse, and the loss added to an accumulator), so a step never waits here.
+// the device instead (lse, and the loss added to an accumulator), so a step never waits here. With
+// a device reducer (tp > 1, NCCL between distinct GPUs) it does the same two reductions on the
+// stream; a counted target that not exactly one shard owns then makes the loss NaN.
 // Backward: one block per row, (exp(logit - lse) - onehot) * dloss / count in double, rounded once.
 #include <cmath>
 #include <utility>
@@ -79,6 +81,18 @@ __global__ void cross_entropy_finish_kernel(const double* __restrict__ stats, in
 }
 
 __global__ void add_scalar_kernel(double* acc, double value) { *acc += value; }
+
+// Between the device reducer's two calls: each shard sum rescaled to the group's max, as the host
+// path does (exp(m_loc - max), in double), and the group max put in place of the shard's.
+__global__ void rescale_to_group_max_kernel(double* __restrict__ stats, const double* __restrict__ group_max,
+                                            int64_t tokens) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens; t += stride) {
+    const double local_sum = stats[kSumExp * tokens + t];
+    stats[kSumExp * tokens + t] = local_sum == 0.0 ? 0.0 : local_sum * exp(stats[kMax * tokens + t] - group_max[t]);
+    stats[kMax * tokens + t] = group_max[t];
+  }
+}
 
 // The statistics of every row into stats (kStats * tokens doubles), on the stream.
 void launch_stats(const Tensor& logits, const Tensor& targets, int64_t tokens, int64_t vocab_begin, int64_t vocab_local,
@@ -198,7 +212,7 @@ void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64
   check_tensor(op, "loss_acc", loss_acc, {DType::f64});
   check_numel(op, "loss_acc", loss_acc, 1);
   ECHO_CHECK(divisor > 0, "cuda::{}: divisor {} must be > 0", op, divisor);
-  if (!reducer.local) {  // the reductions go through the host: the loss comes back anyway
+  if (!reducer.local && !reducer.device) {  // the reductions go through the host: the loss comes back anyway
     const double loss = cross_entropy_forward(logits, targets, vocab_begin, ignore_index, reducer, lse, stream);
     add_scalar_kernel<<<1, 1, 0, stream>>>(ptr<double>(loss_acc), loss / divisor);
     CUDA_CHECK(cudaGetLastError());
@@ -210,6 +224,19 @@ void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64
   if (tokens == 0) return;  // adds 0
   Scratch stats(static_cast<size_t>(kStats * tokens) * sizeof(double), stream);
   launch_stats(logits, targets, tokens, vocab_begin, vocab_local, ignore_index, stats.as<double>(), stream);
+  if (reducer.device) {  // tp > 1 on distinct GPUs: the host path's two reductions, on the stream
+    // NOTE: every rank of the group has the same tokens, so all make both calls (or none, above).
+    Scratch group_max(static_cast<size_t>(tokens) * sizeof(double), stream);
+    CUDA_CHECK(cudaMemcpyAsync(group_max.as<double>(), stats.as<double>() + kMax * tokens,
+                               static_cast<size_t>(tokens) * sizeof(double), cudaMemcpyDeviceToDevice, stream));
+    reducer.device(group_max.as<double>(), tokens, DType::f64, backend::ReduceOp::max, stream);
+    rescale_to_group_max_kernel<<<blocks_for(tokens, kThreads), kThreads, 0, stream>>>(stats.as<double>(),
+                                                                                       group_max.as<double>(), tokens);
+    CUDA_CHECK(cudaGetLastError());
+    // The shard sums, target logits and owner counts are adjacent rows of stats: one sum.
+    static_assert(kTargetLogit == kSumExp + 1 && kOwner == kSumExp + 2);
+    reducer.device(stats.as<double>() + kSumExp * tokens, 3 * tokens, DType::f64, backend::ReduceOp::sum, stream);
+  }
   cross_entropy_finish_kernel<<<1, kThreads, 0, stream>>>(stats.as<double>(), tokens, ptr<float>(lse), divisor,
                                                           ptr<double>(loss_acc));
   CUDA_CHECK(cudaGetLastError());

@@ -399,9 +399,11 @@ void copy_to_device(T* dst, const T* src, int64_t n, cudaStream_t stream) {
 
 void wait(cudaStream_t stream) { CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
-// Max-reduces n device floats over TP through the reducer's host doubles (exact: floats
-// round-trip), as the CPU's max_over_tp. Called with n == 0 too: it is a collective.
+// Max-reduces n device floats over TP, as the CPU's max_over_tp: on the stream by the device
+// reducer when there is one, else through the reducer's host doubles (exact: floats round-trip).
+// Called with n == 0 too: it is a collective.
 void max_over_tp(const backend::TpReducer& tp, float* values, int64_t n, cudaStream_t stream) {
+  if (tp.device) return tp.device(values, n, DType::f32, backend::ReduceOp::max, stream);
   std::vector<float> host(static_cast<size_t>(n));
   copy_to_host(host.data(), values, n, stream);
   wait(stream);
@@ -548,9 +550,10 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   // max |G'| and the NaN/Inf flag, read back once (Δ is a launch argument from here on).
   Scratch row_amax(bytes_of(rows, sizeof(float)), stream), flag(sizeof(unsigned long long), stream);
   Scratch g_amax_dev(sizeof(float), stream);
-  // Without a TP max or a trace, Δ stays on the device and a fault goes to the deferred record:
-  // nothing here waits for the stream.
-  const bool on_device = faults != nullptr && trace == nullptr && ctx.tp_style != quant::TpStyle::column;
+  // Without a trace, and with the TP max (column style) on the device reducer when there is one, Δ
+  // stays on the device and a fault goes to the deferred record: nothing here waits for the stream.
+  const bool tp_max = ctx.tp_style == quant::TpStyle::column;
+  const bool on_device = faults != nullptr && trace == nullptr && (!tp_max || ctx.tp->device);
   FaultSink bad;
   if (on_device) {
     bad = {faults->slot(), DeferredFaults::key(ctx.layer, ctx.site, FaultOperand::gradient), true};
@@ -569,6 +572,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   GradientScale scale;
   float g_amax = 0.0f;
   if (on_device) {
+    // NOTE: a non-finite G' row is in the deferred record; the max over TP of finite maxima is finite.
+    if (tp_max) ctx.tp->device(g_amax_dev.as<float>(), 1, DType::f32, backend::ReduceOp::max, stream);
     scale.device_amax = g_amax_dev.as<float>();
   } else {
     unsigned long long bad_host = kNoBadRow;
@@ -581,7 +586,7 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     ECHO_CHECK(bad_host == kNoBadRow,
                "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
                bad_host);
-    if (ctx.tp_style == quant::TpStyle::column) {  // the channels are sharded: Δ of the whole layer
+    if (tp_max) {  // the channels are sharded: Δ of the whole layer
       double d = g_amax;
       ctx.tp->max(std::span<double>(&d, 1));
       g_amax = static_cast<float>(d);
@@ -630,7 +635,11 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
                                                                                     col_mean.as<double>());
     check_launch();
     double global_cols = static_cast<double>(out);
-    if (ctx.tp_style == quant::TpStyle::column) {
+    if (ctx.tp_style == quant::TpStyle::column && ctx.tp->device) {
+      // The row sums on the stream; the channel count (a shape, no data) on the host: no wait.
+      ctx.tp->device(sums.as<double>(), rows, DType::f64, backend::ReduceOp::sum, stream);
+      ctx.tp->sum(std::span<double>(&global_cols, 1));
+    } else if (ctx.tp_style == quant::TpStyle::column) {
       // The row sums and the channel count, summed together over TP as the CPU does.
       std::vector<double> host(static_cast<size_t>(rows) + 1);
       copy_to_host(host.data(), sums.as<double>(), rows, stream);

@@ -164,6 +164,20 @@ void reset_report(DeviceQuantReport* report, cudaStream_t stream) {
   CUDA_CHECK(cudaMemsetAsync(&report->first_bad_element, 0xff, sizeof report->first_bad_element, stream));
 }
 
+namespace {
+__global__ void note_if_poisoned_kernel(const DeviceQuantReport* report, unsigned long long key,
+                                        unsigned long long* word) {
+  if (report->bad_groups > 0) atomicMin(word, key);
+}
+}  // namespace
+
+void note_if_poisoned(const DeviceQuantReport* report, unsigned long long key, unsigned long long* word,
+                      cudaStream_t stream) {
+  ECHO_CHECK(report != nullptr && word != nullptr, "note_if_poisoned needs a device report and a word");
+  note_if_poisoned_kernel<<<1, 1, 0, stream>>>(report, key, word);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 comm::QuantReport read_report(const DeviceQuantReport* report, cudaStream_t stream) {
   ECHO_CHECK(report != nullptr, "read_report needs a device report");
   DeviceQuantReport host{};

@@ -26,6 +26,10 @@ struct DeviceQuantReport {
 void reset_report(DeviceQuantReport* report, cudaStream_t stream);
 // Waits for the stream and returns the counts (bad_groups == 0: nothing poisoned).
 comm::QuantReport read_report(const DeviceQuantReport* report, cudaStream_t stream);
+// Without a wait: atomicMin(word, key) when the report counts a poisoned group (a fault the
+// caller reads later, once per step).
+void note_if_poisoned(const DeviceQuantReport* report, unsigned long long key, unsigned long long* word,
+                      cudaStream_t stream);
 
 // Quantizes x[0, n) into wire (comm::wire_bytes(n, spec) bytes). Poisoned groups are added to *report.
 void quantize(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire, DeviceQuantReport* report,

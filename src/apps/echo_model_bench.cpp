@@ -62,11 +62,11 @@ int bench_main(int argc, char** argv) {
   overrides.push_back("parallel.tp=" + std::to_string(tp.size()));
   const config::Config cfg = config::load_config(path, overrides, tp.size());
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp.size(), tp.rank());
+  const Device device = cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu;
+  auto be = backend::make_backend(device, dist::node_local_rank(tp));  // chooses the rank's GPU first
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
-  model::CommTpOps ops(tp, *blocks, edge.get());
-  const Device device = cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu;
-  auto be = backend::make_backend(device, dist::node_local_rank(tp));
+  model::CommTpOps ops(tp, *blocks, edge.get(), cfg.run.device);
   model::Qwen3Model<float> m(shape, ops, be.get());
   m.init_weights(cfg.run.seed);
   m.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());

@@ -42,6 +42,9 @@ class AllReduce {
   // The host engine that moves the bytes (its transport and time split), null where the
   // implementation has none (NCCL).
   virtual SegmentReduce* engine() const { return nullptr; }
+  // Raises a NaN/Inf fault a device path noted without waiting since the last call (Echo over
+  // NCCL); nothing to do for the others. Called once per step, with the loss read.
+  virtual void raise_deferred_faults() {}
 };
 
 // "echo over shm", "exact over mpi", "nccl (bf16)": the implementation and its transport, for logs.

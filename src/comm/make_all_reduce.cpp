@@ -7,6 +7,7 @@
 #include "core/log.h"
 #ifdef ECHO_NCCL
 #include "comm/nccl_all_reduce.h"
+#include "comm/nccl_group.h"
 #endif
 
 namespace echo::comm {
@@ -84,6 +85,21 @@ std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, c
   o.compensate = false;
   o.telemetry = false;
   return std::make_unique<EchoAllReduce>(tp, o);
+}
+
+backend::DeviceReduce make_device_tp_reduce(const dist::Communicator& tp, config::Device device) {
+#ifdef ECHO_NCCL
+  if (device == config::Device::cuda && tp.size() > 1 && ranks_have_distinct_gpus(tp)) {
+    std::shared_ptr<NcclGroup> group = NcclGroup::for_group(tp);
+    return [group](void* data, int64_t n, DType dtype, backend::ReduceOp op, void* stream) {
+      group->all_reduce(data, static_cast<size_t>(n), dtype, op, static_cast<cudaStream_t>(stream));
+    };
+  }
+#else
+  (void)tp;
+  (void)device;
+#endif
+  return {};
 }
 
 }  // namespace echo::comm

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "backend/tp_reducer.h"
 #include "comm/all_reduce.h"
 #include "comm/exact_all_reduce.h"
 #include "core/config/config.h"
@@ -34,5 +35,10 @@ std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config
 // (exact) unless comm.embedding_exact is false, then Echo at comm.bits without compensation
 // (a lone site has no earlier errors to feed back).
 std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, const dist::Communicator& tp);
+
+// The device half of the TP reducer (backend::TpReducer::device): NCCL on device values over tp
+// when device is cuda, tp has more than one rank, the build has NCCL and every rank of tp drives
+// its own GPU; empty otherwise. Collective over tp.
+backend::DeviceReduce make_device_tp_reduce(const dist::Communicator& tp, config::Device device);
 
 }  // namespace echo::comm

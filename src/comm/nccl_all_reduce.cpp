@@ -27,10 +27,7 @@ void NcclAllReduce::all_reduce(Tensor& x, Site site) {
              to_string(site), x.describe());
   ECHO_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16,
              "the NCCL all-reduce at {} needs an f32 or bf16 tensor, got {}", to_string(site), x.describe());
-  const ncclDataType_t type = x.dtype() == DType::f32 ? ncclFloat32 : ncclBfloat16;
-  NCCL_CHECK(
-      ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), type, ncclSum,
-                    static_cast<ncclComm_t>(group_->raw()), cudaStreamLegacy));
+  group_->all_reduce(x.raw(), static_cast<size_t>(x.numel()), x.dtype(), backend::ReduceOp::sum, cudaStreamLegacy);
 }
 
 void NcclAllReduce::all_reduce(std::span<float> x, Site site) {

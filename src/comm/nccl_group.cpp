@@ -67,6 +67,17 @@ void check_layout(const ByteExchange& layout, int size, const char* what) {
 }
 }  // namespace
 
+void NcclGroup::all_reduce(void* data, size_t n, DType dtype, backend::ReduceOp op, cudaStream_t stream) {
+  ncclDataType_t type = ncclFloat32;
+  switch (dtype) {
+    case DType::f32: type = ncclFloat32; break;
+    case DType::bf16: type = ncclBfloat16; break;
+    case DType::f64: type = ncclFloat64; break;
+    default: ECHO_FAIL("NcclGroup::all_reduce: {} values are not reduced (f32, bf16 or f64)", to_string(dtype));
+  }
+  NCCL_CHECK(ncclAllReduce(data, data, n, type, op == backend::ReduceOp::max ? ncclMax : ncclSum, impl_->comm, stream));
+}
+
 void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_layout, uint8_t* recv,
                                  const ByteExchange& recv_layout, cudaStream_t stream) {
   check_layout(send_layout, size_, "send");

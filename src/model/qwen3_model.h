@@ -52,10 +52,12 @@ class Qwen3Model {
   void forward(const Batch& batch, bool keep_activations, Tensor& loss_acc, double divisor);
   Tensor loss_accumulator() { return be_.zeros({1}, DType::f64); }
   // The accumulated loss on the host: the one wait of a step (or of an evaluation), which also
-  // raises any fault the backend noted without waiting (Backend::raise_deferred_faults).
+  // raises any fault the backend or the all-reduces noted without waiting
+  // (Backend::raise_deferred_faults, comm::AllReduce::raise_deferred_faults).
   double read_loss(const Tensor& loss_acc) {
     const double loss = *be_.to_host(loss_acc).template data<double>();
     be_.raise_deferred_faults();
+    tp_.raise_deferred_faults();
     return loss;
   }
   // Accumulates the gradients of the last forward's loss (times loss_scale, e.g. 1/micro-batches)

@@ -3,18 +3,22 @@
 
 #include <mpi.h>
 
+#include "comm/make_all_reduce.h"
 #include "core/error.h"
 #include "dist/mpi_check.h"
 
 namespace echo::model {
 
-CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge)
+CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge,
+                     config::Device device)
     : tp_(tp),
       blocks_(blocks),
       edge_(edge),
       exact_(tp, comm::ExactPrecision::fp32),
       // The identity at tp = 1, which lets a device backend keep the cross-entropy on the device.
-      reducer_(tp.size() > 1 ? backend::make_mpi_reducer(tp) : backend::make_local_reducer()) {}
+      reducer_(tp.size() > 1 ? backend::make_mpi_reducer(tp) : backend::make_local_reducer()) {
+  if (tp.size() > 1) reducer_.device = comm::make_device_tp_reduce(tp, device);
+}
 
 void CommTpOps::edge_sum(Tensor& x, comm::Site site) {
   if (!edge_) return exact_sum(x);

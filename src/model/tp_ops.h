@@ -3,7 +3,7 @@
 //               of each block's normalized input (backward): Echo or exact, per config
 //   exact_sum   the vocab-parallel embedding, the LM-head input gradient and the q_norm/k_norm
 //               gradients: always an exact fp32/fp64 sum, identical on every rank
-//   reducer     the max / sum reductions of the vocab-parallel cross-entropy
+//   reducer     the max / sum reductions of the vocab-parallel cross-entropy and the INT8 scales
 #pragma once
 
 #include <memory>
@@ -11,6 +11,7 @@
 #include "backend/tp_reducer.h"
 #include "comm/all_reduce.h"
 #include "comm/exact_all_reduce.h"
+#include "core/config/config.h"
 #include "dist/communicator.h"
 
 namespace echo::model {
@@ -32,14 +33,19 @@ class TpOps {
     exact_sum(x);
   }
   virtual const backend::TpReducer& reducer() const = 0;
+  // A fault the all-reduces noted on the device without waiting (comm::AllReduce).
+  virtual void raise_deferred_faults() {}
 };
 
 // fp32 model: block sites go through the configured all-reduce (exact or Echo); the embedding
 // and LM-head sums through `edge` when given (comm.embedding_exact: false), else exactly; the
-// q_norm/k_norm gradient sums always exactly (fp32 two-phase). Arguments must outlive this.
+// q_norm/k_norm gradient sums always exactly (fp32 two-phase); the reducer over MPI, and over NCCL
+// on device values where device is cuda and each rank drives its own GPU (make it after the backend
+// has chosen the rank's GPU; collective over tp). Arguments must outlive this.
 class CommTpOps final : public TpOps<float> {
  public:
-  CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge = nullptr);
+  CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge = nullptr,
+            config::Device device = config::Device::cpu);
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }
@@ -47,6 +53,10 @@ class CommTpOps final : public TpOps<float> {
   void exact_sum(Tensor& x) override;
   void edge_sum(Tensor& x, comm::Site site) override;
   const backend::TpReducer& reducer() const override { return reducer_; }
+  void raise_deferred_faults() override {
+    blocks_.raise_deferred_faults();
+    if (edge_) edge_->raise_deferred_faults();
+  }
 
  private:
   const dist::Communicator& tp_;

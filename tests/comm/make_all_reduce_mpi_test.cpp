@@ -26,6 +26,16 @@ TEST(MakeAllReduce, BuildsWhatTheConfigNames) {
   EXPECT_EQ(echo->bits_for({7, Direction::forward}), 4);
 }
 
+// The TP reducer's device half (NCCL between distinct GPUs) is never made for the CPU backend nor
+// for a one-rank group. (Where it is set, the cuda tests run the kernels' device-reducer paths
+// through with_staged_device.)
+TEST(MakeAllReduce, DeviceTpReduceNeverForTheCpuNorForOneRank) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  EXPECT_FALSE(make_device_tp_reduce(tp, config::Device::cpu));
+  auto self = dist::Communicator::borrow(MPI_COMM_SELF);
+  EXPECT_FALSE(make_device_tp_reduce(self, config::Device::cuda));
+}
+
 TEST(MakeAllReduce, EchoOptionsCarryTheCompensatorCoefficients) {
   config::CommConfig cfg;
   cfg.compensator.eta = 0.5;

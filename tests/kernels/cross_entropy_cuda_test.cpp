@@ -3,12 +3,15 @@
 // dlogits within 1e-5 (f32) / 1e-2 (bf16) max-abs-normalized; ignored targets; vocab-parallel
 // shards on two host threads joined by an in-process TpReducer (the same loss bits on both ranks);
 // a counted target no shard owns is an error on every rank. cuda::cross_entropy_accumulate (the
-// backend's op: the loss added to a device scalar, no wait at tp = 1) against the same reference.
+// backend's op: the loss added to a device scalar, no wait at tp = 1) against the same reference,
+// and its device-reducer path (tp > 1 over NCCL; here staged through the threads' reducer) against
+// the host path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <barrier>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <random>
 #include <span>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "../support/gpu_test.h"
+#include "../support/staged_device_reduce.h"
 #include "backend/ops.h"
 #include "ops.cuh"
 #include "ops_cuda_test_util.h"
@@ -232,6 +236,69 @@ TEST(CrossEntropyCuda, VocabParallelShardsMatchTheFullVocabulary) {
       EXPECT_TRUE(close_normalized(lse[rank], ref.lse, 1e-5));
       EXPECT_TRUE(close_normalized(dlogits[rank], columns(ref.dlogits, tokens, vocab, begins[rank], widths[rank]),
                                    tolerance(dtype)));
+    }
+  }
+}
+
+// The device-reducer path of cross_entropy_accumulate (what tp > 1 takes between distinct GPUs)
+// against the host path on the same shards: the same lse bits, the loss within 1e-12 relative (the
+// rescale factor is the device's exp rather than the host's), the same loss on both ranks; a
+// counted target no shard owns makes the accumulated loss NaN on both.
+TEST(CrossEntropyCuda, DeviceReducerPathMatchesTheHostPath) {
+  ECHO_REQUIRE_DEVICE();
+  const int64_t tokens = 53, vocab = 3001, split = 1400;
+  uint32_t seed = 700;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (bool unowned : {false, true}) {
+      SCOPED_TRACE(dtype_name(dtype) + (unowned ? " with an unowned target" : ""));
+      const std::vector<float> logits = rounded_to(random_floats(tokens * vocab, seed++, 3.0f), dtype);
+      std::vector<int32_t> targets = random_targets(tokens, vocab, seed++);
+      if (unowned) targets[7] = static_cast<int32_t>(vocab + 2);
+      const int64_t begins[2] = {0, split}, widths[2] = {split, vocab - split};
+      ThreadGroup host_group(2), device_group(2);
+      double host_loss[2] = {0, 0}, device_acc[2] = {0, 0};
+      std::vector<float> host_lse[2], device_lse[2];
+      std::exception_ptr errors[2];
+      std::vector<std::thread> threads;
+      for (int rank = 0; rank < 2; ++rank) {
+        threads.emplace_back([&, rank] {
+          try {
+            Tensor d_logits = device_tensor(columns(logits, tokens, vocab, begins[rank], widths[rank]),
+                                            {tokens, widths[rank]}, dtype);
+            Tensor d_targets = device_i32(targets, {tokens});
+            Tensor d_lse = Tensor::empty({tokens}, DType::f32, Device::cuda);
+            if (!unowned) {
+              host_loss[rank] = cuda::cross_entropy_forward(d_logits, d_targets, begins[rank], kIgnore,
+                                                            host_group.reducer(rank), d_lse, nullptr);
+              host_lse[rank] = host_floats(d_lse);
+            }
+            const backend::TpReducer device = with_staged_device(device_group.reducer(rank));
+            Tensor d_acc = Tensor::zeros({1}, DType::f64, Device::cuda);
+            Tensor d_lse2 = Tensor::empty({tokens}, DType::f32, Device::cuda);
+            cuda::cross_entropy_accumulate(d_logits, d_targets, begins[rank], kIgnore, device, d_lse2, 4.0, d_acc,
+                                           nullptr);
+            device_acc[rank] = d_acc.to(Device::cpu).to_vector<double>()[0];
+            device_lse[rank] = host_floats(d_lse2);
+          } catch (...) {
+            errors[rank] = std::current_exception();
+            host_group.leave(rank);
+            device_group.leave(rank);
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (int rank = 0; rank < 2; ++rank)
+        if (errors[rank]) std::rethrow_exception(errors[rank]);
+      EXPECT_EQ(std::memcmp(&device_acc[0], &device_acc[1], sizeof(double)), 0) << device_acc[0] << " vs "
+                                                                               << device_acc[1];
+      if (unowned) {
+        EXPECT_TRUE(std::isnan(device_acc[0])) << device_acc[0];
+        continue;
+      }
+      EXPECT_GT(host_loss[0], 1.0);  // a real loss: log(3001) is about 8
+      EXPECT_LE(std::fabs(device_acc[0] - host_loss[0] / 4.0), 1e-12 * host_loss[0]) << device_acc[0] << " vs "
+                                                                                       << host_loss[0] / 4.0;
+      for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(close_normalized(device_lse[rank], to_double(host_lse[rank]), 1e-7));
     }
   }
 }

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/staged_device_reduce.h"
 #include "../support/thread_tp_group.h"
 #include "../support/gpu_test.h"
 #include "backend/backend.h"
@@ -234,6 +235,7 @@ TEST(Int8LinearCudaTest, RepeatsBitForBit) {
 }
 
 using echo::testing::ThreadTpGroup;
+using echo::testing::with_staged_device;
 
 // Columns [c0, c0 + nc) / rows [r0, r0 + nr) of a (rows, cols) matrix.
 std::vector<float> cols_of(const std::vector<float>& a, int64_t rows, int64_t cols, int64_t c0, int64_t nc) {
@@ -316,6 +318,27 @@ void check_tp(quant::TpStyle style, DType act) {
       });
       for (int r = 0; r < kShards; ++r)
         compare(cpu[r], gpu[r], cfg, act, fmt::format("rank {} of {}", r, describe(cfg, s, act, accumulate)));
+      // The backend's no-wait path with the reductions on the device reducer (NCCL between distinct
+      // GPUs; staged through the threads here): the same bits as the waiting path.
+      ThreadTpGroup device_group(kShards);
+      std::vector<GpuResult> no_wait(kShards);
+      std::vector<DeferredFaults> faults(kShards);
+      in_threads(kShards, [&](int r) {
+        CUDA_CHECK(cudaSetDevice(0));
+        const backend::TpReducer reducer = with_staged_device(device_group.reducer(r));
+        quant::LinearContext ctx = context(r, device_group);
+        ctx.tp = &reducer;
+        no_wait[r] = run_gpu(*gemms[r], cfg, ctx, shard[r], s, act, accumulate, streams[r], &faults[r]);
+        faults[r].raise_if_any(streams[r]);  // nothing noted
+      });
+      for (int r = 0; r < kShards; ++r) {
+        SCOPED_TRACE(fmt::format("device reducer, rank {} of {}", r, describe(cfg, s, act, accumulate)));
+        EXPECT_TRUE(same_bits(no_wait[r].y, gpu[r].y)) << "y";
+        EXPECT_TRUE(same_bits(no_wait[r].dx, gpu[r].dx)) << "dx";
+        EXPECT_TRUE(same_bits(no_wait[r].dw, gpu[r].dw)) << "dw";
+        EXPECT_TRUE(same_bits(no_wait[r].s_x, gpu[r].s_x)) << "s_x";
+        EXPECT_TRUE(same_bits(no_wait[r].s_w, gpu[r].s_w)) << "s_w";
+      }
       // The reductions made the shards agree on what the whole layer shares.
       if (style == quant::TpStyle::row) {
         EXPECT_EQ(gpu[0].s_x, gpu[1].s_x);

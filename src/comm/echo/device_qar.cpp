@@ -51,6 +51,15 @@ void nccl_all_to_all(NcclGroup& group, const uint8_t* send, const ByteExchange& 
 #endif
 }
 
+void nccl_max(NcclGroup& group, float* value) {
+#ifdef ECHO_NCCL
+  group.all_reduce(value, 1, DType::f32, backend::ReduceOp::max, kStream);
+#else
+  (void)group, (void)value;
+  ECHO_FAIL("this build has no NCCL");
+#endif
+}
+
 void nccl_all_gather(NcclGroup& group, const uint8_t* own, uint8_t* recv, const ByteExchange& gather) {
 #ifdef ECHO_NCCL
   group.all_gather_bytes(own, recv, gather, kStream);
@@ -91,13 +100,27 @@ void to_device(void* dst, const void* src, size_t bytes) {
 }
 
 // Small device-side counters, one allocation: the poisoned-group count of the decodes (the
-// count the CPU engine returns), a scratch count for the encodes (the CPU discards it too), and
-// the bits of the local max |x'|.
+// count the CPU engine returns), a scratch count for the encodes (the CPU discards it too), the
+// bits of the local max |x'|, the rescale exponent and the deferred fault word (below).
 struct Counters {
   cuda::DeviceQuantReport decoded;
   cuda::DeviceQuantReport encoded;
   uint32_t max_bits;
+  int exponent;
+  unsigned long long fault;
 };
+
+// A fault noted on the device when NCCL moves the bytes (nothing else waits for the stream): the
+// smallest key wins, so forward before backward, then the earliest site, then the rescale before
+// the poisoned output of the same site. raise_deferred_faults names it.
+enum class FaultKind : unsigned long long { nonfinite_rescale = 0, poisoned_output = 1 };
+constexpr unsigned long long kNoFault = ~0ull;
+
+unsigned long long fault_key(Site site, FaultKind kind) {
+  return (site.direction == Direction::backward ? 1ull << 40 : 0ull) |
+         (static_cast<unsigned long long>(static_cast<uint32_t>(site.index)) << 8) |
+         static_cast<unsigned long long>(kind);
+}
 
 // The fused site on the device (FusedEchoSite on CPU): load forms x' = compensate(x)·2^e of a
 // tile into the pipeline's tile buffer; finish unscales the decoded tile, updates m1, m2 from x'
@@ -142,6 +165,7 @@ class CudaDeviceEcho final : public DeviceEcho {
   void all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) override;
   std::vector<float> m1(Direction direction) const override { return host_copy(state(direction), false); }
   std::vector<float> m2(Direction direction) const override { return host_copy(state(direction), true); }
+  void raise_deferred_faults() override;
   const char* transport() const override {
     if (ipc_) return "cuda_ipc";
     if (!ipc_tried_) return "unset";
@@ -161,8 +185,12 @@ class CudaDeviceEcho final : public DeviceEcho {
   static std::vector<float> host_copy(const State& st, bool second);
   Counters* counters() { return reinterpret_cast<Counters*>(counters_.get(sizeof(Counters))); }
   int group_rescale_exponent(Site site);
+  // Whether this call's faults are noted on the device rather than checked now: the bytes go
+  // by NCCL (the two-collective path between distinct GPUs), where nothing else waits.
+  bool defers_faults(size_t n, const QuantSpec& spec);
+  unsigned long long* fault_word();
   size_t qar(float* y, size_t n, const QuantSpec& spec, Site site);
-  size_t two_collective_qar(float* y, size_t n, const QuantSpec& spec);
+  size_t two_collective_qar(float* y, size_t n, const QuantSpec& spec, Site site);
   p2p::CudaIpcReduce* ipc();
 
   const dist::Communicator& comm_;
@@ -174,6 +202,7 @@ class CudaDeviceEcho final : public DeviceEcho {
   NcclGroup* nccl();
   std::shared_ptr<NcclGroup> nccl_;  // shared_ptr: its deleter is bound where NcclGroup is complete
   bool nccl_tried_ = false;
+  bool fault_armed_ = false;  // counters()->fault holds kNoFault or a noted fault
   State forward_, backward_;
   DeviceBytes x_comp_, work_, counters_;
   DeviceBytes send_, recv_, own_code_, gathered_;
@@ -248,14 +277,26 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
   if (max_bits != nullptr) CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof *max_bits, kStream));
   cuda::echo_compensate(x.raw(), bf16, n, m1, m2, coeffs, x_comp, call.rescale ? nullptr : y, max_bits, kStream);
   int exponent = 0;
+  const int* exponent_on_device = nullptr;  // e stays on the device when the faults are deferred
+  const bool deferred = defers_faults(n, call.spec);
   if (call.rescale) {
-    exponent = group_rescale_exponent(site);
-    cuda::echo_scale_pow2(x_comp, n, exponent, y, kStream);
+    if (deferred) {
+      // NOTE: the bits of non-negative floats (+inf for a non-finite entry) reduce as floats.
+      nccl_max(*nccl(), reinterpret_cast<float*>(&c->max_bits));
+      cuda::echo_rescale_exponent(&c->max_bits, &c->exponent, fault_key(site, FaultKind::nonfinite_rescale),
+                                  fault_word(), kStream);
+      exponent_on_device = &c->exponent;
+    } else {
+      exponent = group_rescale_exponent(site);
+    }
+    cuda::echo_scale_pow2(x_comp, n, exponent, y, kStream, exponent_on_device);
   }
 
-  // As on the CPU, a poisoned output throws before the compensator takes the update in.
+  // As on the CPU, a poisoned output throws before the compensator takes the update in (deferred:
+  // at the step's end, after it has; the step then stops, so the state is never used).
   check_output(qar(y, n, call.spec, site), site, "Echo quantized");
-  cuda::echo_finish(y, n, exponent, x_comp, static_cast<float>(comm_.size()), m1, m2, coeffs, x.raw(), bf16, kStream);
+  cuda::echo_finish(y, n, exponent, x_comp, static_cast<float>(comm_.size()), m1, m2, coeffs, x.raw(), bf16, kStream,
+                    exponent_on_device);
 }
 
 p2p::CudaIpcReduce* CudaDeviceEcho::ipc() {
@@ -277,7 +318,37 @@ p2p::CudaIpcReduce* CudaDeviceEcho::ipc() {
 size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec, Site site) {
   p2p::CudaIpcReduce* pipelined = ipc();
   if (pipelined != nullptr && pipelined->pipelines(n, spec)) return pipelined->run(y, n, spec, site);
-  return two_collective_qar(y, n, spec);
+  return two_collective_qar(y, n, spec, site);
+}
+
+bool CudaDeviceEcho::defers_faults(size_t n, const QuantSpec& spec) {
+  p2p::CudaIpcReduce* pipelined = ipc();
+  if (pipelined != nullptr && pipelined->pipelines(n, spec)) return false;
+  return nccl() != nullptr;
+}
+
+unsigned long long* CudaDeviceEcho::fault_word() {
+  if (!fault_armed_) {
+    CUDA_CHECK(cudaMemsetAsync(&counters()->fault, 0xff, sizeof(unsigned long long), kStream));
+    fault_armed_ = true;
+  }
+  return &counters()->fault;
+}
+
+void CudaDeviceEcho::raise_deferred_faults() {
+  if (!fault_armed_) return;
+  unsigned long long word = kNoFault;
+  to_host(&word, &counters()->fault, sizeof word);
+  if (word == kNoFault) return;
+  CUDA_CHECK(cudaMemsetAsync(&counters()->fault, 0xff, sizeof word, kStream));  // the next step starts clean
+  const Site site{static_cast<int>((word >> 8) & 0xffffffffull),
+                  (word >> 40) & 1 ? Direction::backward : Direction::forward};
+  ECHO_CHECK(static_cast<FaultKind>(word & 0xff) != FaultKind::nonfinite_rescale,
+             "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)", to_string(site));
+  ECHO_FAIL(
+      "non-finite values in the Echo quantized all-reduce at {}: poisoned output groups (a rank's contribution "
+      "holds NaN/Inf, or a group scale overflowed fp16)",
+      to_string(site));
 }
 
 NcclGroup* CudaDeviceEcho::nccl() {
@@ -295,8 +366,9 @@ NcclGroup* CudaDeviceEcho::nccl() {
   return nccl_.get();
 }
 
-// TwoPhaseReduce::run with the QuantCodec, step for step, on device values (see there).
-size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& spec) {
+// TwoPhaseReduce::run with the QuantCodec, step for step, on device values (see there). Over
+// NCCL a poisoned output is noted for raise_deferred_faults and 0 returned; else the count.
+size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& spec, Site site) {
   const int P = comm_.size();
   const int me = comm_.rank();
   const TwoPhaseLayout L = make_two_phase_layout(n, P, me, static_cast<size_t>(spec.group_size),
@@ -353,6 +425,10 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
   for (int j = 0; j < P; ++j)
     if (segs[j].size > 0)
       cuda::dequantize(gathered + gather.displs[j], segs[j].size, spec, y + segs[j].begin, &c->decoded, kStream);
+  if (nccl_group != nullptr) {
+    cuda::note_if_poisoned(&c->decoded, fault_key(site, FaultKind::poisoned_output), fault_word(), kStream);
+    return 0;
+  }
   return cuda::read_report(&c->decoded, kStream).bad_groups;
 }
 

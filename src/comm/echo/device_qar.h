@@ -51,6 +51,10 @@ class DeviceEcho {
   // x <- Echo sum of x over the group; x contiguous f32 or bf16 on the device. Throws the CPU
   // path's errors (size change within a pass, non-finite rescale max, poisoned output).
   virtual void all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) = 0;
+  // Raises a fault noted without a wait since the last call (where NCCL moves the bytes, the
+  // rescale max's and the output's NaN/Inf checks are noted on the device); one wait when any
+  // call deferred, none otherwise. The model calls it once per step, with the loss read.
+  virtual void raise_deferred_faults() = 0;
   // Host copies of the compensator state (empty before the pass's first compensated site).
   virtual std::vector<float> m1(Direction direction) const = 0;
   virtual std::vector<float> m2(Direction direction) const = 0;

@@ -53,6 +53,9 @@ class EchoAllReduce final : public AllReduce {
   std::string name() const override { return "echo"; }
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
   SegmentReduce* engine() const override { return engine_.get(); }
+  void raise_deferred_faults() override {
+    if (device_) device_->raise_deferred_faults();
+  }
 
   int bits_for(Site site) const;
   // Telemetry costs one exact fp32 all-reduce per site: the trainer turns it on for the
