@@ -1,6 +1,7 @@
 // echo_ipc_bench: the rows of the Echo paper's Table 2 on CUDA device tensors (GitHub issue 11):
-// the 16-bit all-reduce, the two-collective quantized all-reduce (host-staged over MPI), the
-// pipelined cuda_ipc transport, and cuda_ipc with the compensator around it (unfused) and inside
+// the 16-bit all-reduce (NCCL between distinct GPUs, else host-staged over MPI, and over the
+// cuda_ipc pipeline with bf16 on the wire), the two-collective quantized all-reduce (host-staged
+// over MPI), the pipelined cuda_ipc transport, and cuda_ipc with the compensator around it (unfused) and inside
 // its tiles (fused), at 4 and 8 bits, in one run,
 // beside this GPU's device-to-device copy ceiling. Like nccl-tests: every rank reduces a bf16
 // tensor of the given size in place; the time is the slowest rank's, median of --iters after
@@ -8,7 +9,8 @@
 //   mpirun -np 4 echo_ipc_bench --sizes 64M..1G --iters 80 --warmup 30 --json ipc.jsonl
 // `wrong` counts the elements where a quantized row's output differs from the two-collective
 // output of the same input (the gpu tests tie both to the CPU reference bit for bit); the
-// 16-bit row counts elements differing from rank 0's, the fused row those differing from the
+// 16-bit row counts elements differing from rank 0's, the cuda_ipc 16-bit row those differing from
+// the 16-bit row's (equal by design: the same Bf16Codec arithmetic), the fused row those differing from the
 // unfused one (the same bits by design, docs/design.md §7). Ranks take GPU local_rank % count;
 // several ranks may share one GPU, where the copy ceiling is what the kernels share too.
 // NOTE: never run on a GPU when written; scripts/device_check.sh runs it.
@@ -56,6 +58,7 @@ struct RowSpec {
 
 std::vector<RowSpec> rows() {
   return {{"16-bit", 0, comm::TransportKind::mpi, false},
+          {"cuda_ipc 16-bit", 0, comm::TransportKind::cuda_ipc, false},
           {"two-collective 8-bit", 8, comm::TransportKind::mpi, false},
           {"two-collective 4-bit", 4, comm::TransportKind::mpi, false},
           {"cuda_ipc 8-bit", 8, comm::TransportKind::cuda_ipc, false},
@@ -153,7 +156,7 @@ int bench_main(int argc, char** argv) {
       CUDA_CHECK(cudaMemcpy(x.raw(), pristine.raw(), n * 2, cudaMemcpyDeviceToDevice));
       CUDA_CHECK(cudaDeviceSynchronize());
     };
-    std::vector<uint16_t> two_collective[9];  // by bits: the reference of the cuda_ipc rows
+    std::vector<uint16_t> two_collective[9];  // by bits (0: 16-bit): the reference of the cuda_ipc rows
     std::vector<uint16_t> unfused;            // the reference of the fused row
     for (const RowSpec& r : rows()) {
       auto impl = make_row(r, o, world);
@@ -174,16 +177,19 @@ int bench_main(int argc, char** argv) {
       const std::vector<uint16_t> out = to_host_bits(x);
       if (r.transport == comm::TransportKind::cuda_ipc) {
         const auto* echo = dynamic_cast<const comm::EchoAllReduce*>(impl.get());
-        const char* used = echo && echo->device_path() ? echo->device_path()->transport() : "none";
-        ECHO_CHECK(std::string(used) == "cuda_ipc",
+        const std::string used = r.bits == 0 ? comm::describe(*impl)
+                                 : echo && echo->device_path() ? echo->device_path()->transport()
+                                                               : "none";
+        ECHO_CHECK(used == (r.bits == 0 ? "exact over cuda_ipc" : "cuda_ipc"),
                    "row '{}' asked for cuda_ipc but ran over '{}' (the log says why the workspace failed)", r.name,
                    used);
       }
       size_t wrong = 0;
-      if (r.bits == 0) {
+      if (r.bits == 0 && r.transport == comm::TransportKind::mpi) {
         std::vector<uint16_t> root = out;
         MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_UINT16_T, 0, world.get());
         wrong = differing(out, root);
+        two_collective[0] = out;
       } else if (r.transport == comm::TransportKind::mpi) {
         two_collective[r.bits] = out;
       } else if (!r.compensate) {

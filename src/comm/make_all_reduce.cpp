@@ -9,6 +9,9 @@
 #include "comm/nccl_all_reduce.h"
 #include "comm/nccl_group.h"
 #endif
+#ifdef ECHO_CUDA
+#include "comm/p2p/cuda_ipc_all_reduce.h"
+#endif
 
 namespace echo::comm {
 
@@ -45,17 +48,29 @@ TransportOptions transport_options_from(const config::CommConfig& cfg) {
 
 std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
                                                  config::Device device, const TransportOptions& transport) {
-#ifdef ECHO_NCCL
   if (device == config::Device::cuda && group.size() > 1) {
+#ifdef ECHO_NCCL
     if (ranks_have_distinct_gpus(group))
       return std::make_unique<NcclAllReduce>(group, precision == ExactPrecision::bf16 ? "nccl (bf16)" : "nccl (fp32)",
                                              precision == ExactPrecision::bf16 ? 2 : 4);
-    ECHO_INFO("comm",
-              "ranks of one group share a GPU, which NCCL refuses: the exact all-reduce is host-staged over MPI");
-  }
-#else
-  (void)device;
 #endif
+#ifdef ECHO_CUDA
+    // The 16-bit baseline over the pipelined device transport where it was asked for: it needs no
+    // distinct GPUs (for_group is collective; every rank gets here together).
+    if (precision == ExactPrecision::bf16 && transport.kind == TransportKind::cuda_ipc) {
+      std::string why;
+      if (auto ws = p2p::CudaIpcWorkspace::for_group(group, transport.geometry, &why))
+        return std::make_unique<p2p::CudaIpcBf16AllReduce>(group, std::move(ws), transport);
+      if (group.rank() == 0)
+        ECHO_INFO("comm", "comm.transport = cuda_ipc is not possible for this group ({}); the exact all-reduce is "
+                  "host-staged", why);
+      return std::make_unique<ExactAllReduce>(group, precision, transport);
+    }
+#endif
+    if (group.rank() == 0)
+      ECHO_INFO("comm", "ranks of one group share a GPU (or the build has no NCCL): the exact all-reduce is "
+                "host-staged");
+  }
   return std::make_unique<ExactAllReduce>(group, precision, transport);
 }
 

@@ -3,7 +3,8 @@
 // P = 2, 3, 4, lengths from 1 to many rounds, bit-for-bit equal outputs. Then a stress of
 // 150 back-to-back calls of changing shapes and codecs under a time limit, and the faults: a rank that
 // never arrives and a rank that calls with another length are errors naming the stage and the
-// peer, not hangs or wrong sums. Finally Echo's device sites over cuda_ipc equal the CPU's.
+// peer, not hangs or wrong sums. Echo's device sites over cuda_ipc equal the CPU's; the 16-bit
+// (bf16) transport and the exact all-reduce built on it equal the host engine's.
 // Needs MPI and a GPU (the ranks may share one device: IPC works between processes on one GPU):
 // registered by hand in tests/comm/CMakeLists.txt under labels mpi and gpu. Skips without a CUDA
 // device on every rank alike; fails instead under ECHO_REQUIRE_GPU=1.
@@ -13,13 +14,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
 #include "../support/gpu_test.h"
 #include "../support/mpi_util.h"
 #include "../support/test_data.h"
+#include "comm/codec.h"
 #include "comm/echo/echo_all_reduce.h"
+#include "comm/make_all_reduce.h"
 #include "comm/p2p/cuda_ipc_reduce.h"
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
@@ -256,6 +260,69 @@ TEST(CudaIpcReduce, FusedBf16SiteIsTheCpuResultRoundedOnce) {
   const auto m1 = dev.device_path()->m1(Direction::backward);
   ASSERT_EQ(m1.size(), n);
   EXPECT_EQ(std::memcmp(m1.data(), cpu.compensator(Direction::backward).m1().data(), n * sizeof(float)), 0);
+}
+
+// The 16-bit transport (bits 16: bf16 on the wire, fp32 owner sum) against the host engine with
+// Bf16Codec: the same bits and the same count of non-finite outputs, lengths from one element to
+// many rounds, a NaN included in one call.
+TEST(CudaIpcReduce, Bf16TransportEqualsTheMpiEngineBitForBit) {
+  ECHO_REQUIRE_DEVICE();
+  for (int size : echo::testing::small_group_sizes())
+    on_group(size, [&](const dist::Communicator& group) {
+      auto ipc = make_ipc(group, small_geometry());
+      ASSERT_NE(ipc, nullptr);
+      TwoPhaseReduce mpi(group);
+      for (size_t n : {size_t{1}, size_t{31}, size_t{33}, size_t{1000}, size_t{70001}, size_t{3'000'017}}) {
+        SCOPED_TRACE(fmt::format("P {} n {}", size, n));
+        std::vector<float> x = random_normal(n, 11 * n, group.rank(), 0.1f, 1.0f + group.rank());
+        if (n == 1000 && group.rank() == 1) x[517] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> want = x;
+        const size_t bad_mpi = mpi.run(want, Bf16Codec());
+        Tensor t = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
+        ASSERT_TRUE(ipc->pipelines_bf16(n));
+        const size_t bad_ipc = ipc->run_bf16(t.data<float>(), n, {1, Direction::backward});
+        EXPECT_EQ(bad_ipc, bad_mpi);
+        EXPECT_EQ(bad_mpi, n == 1000 ? size_t{1} : size_t{0});
+        const Tensor back = t.to(Device::cpu);
+        EXPECT_EQ(std::memcmp(back.raw(), want.data(), n * sizeof(float)), 0) << "cuda_ipc and mpi outputs differ";
+      }
+    });
+}
+
+// The exact 16-bit all-reduce that make_exact_all_reduce builds under comm.transport: cuda_ipc on
+// ranks sharing a GPU: f32 and bf16 device tensors give the host ExactAllReduce's result.
+TEST(CudaIpcReduce, ExactAllReduceOverCudaIpcEqualsTheHostOne) {
+  ECHO_REQUIRE_DEVICE();
+  const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
+  TransportOptions t;
+  t.kind = TransportKind::cuda_ipc;
+  t.geometry = small_geometry(3);
+  auto dev = make_exact_all_reduce(comm, ExactPrecision::bf16, config::Device::cuda, t);
+  ExactAllReduce host(comm, ExactPrecision::bf16);
+  EXPECT_EQ(describe(*dev), "exact over cuda_ipc");
+  const size_t n = 25'013;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype == DType::f32 ? "f32" : "bf16");
+    std::vector<float> want = random_normal(n, 77, comm.rank(), 0.0f, 2.0f);
+    std::vector<uint16_t> bits(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = float_to_bf16_bits(want[i]);
+      if (dtype == DType::bf16) want[i] = bf16_bits_to_float(bits[i]);
+    }
+    Tensor x = dtype == DType::f32 ? Tensor::from_vector(want, {static_cast<int64_t>(n)}).to(Device::cuda)
+                                   : Tensor::from_vector(bits, {static_cast<int64_t>(n)}, DType::bf16).to(Device::cuda);
+    host.all_reduce(std::span<float>(want), {0, Direction::forward});
+    dev->all_reduce(x, {0, Direction::forward});
+    const Tensor got = x.to(Device::cpu);
+    if (dtype == DType::f32) {
+      EXPECT_EQ(std::memcmp(got.raw(), want.data(), n * sizeof(float)), 0);
+    } else {
+      std::vector<uint16_t> got_bits(n), want_bits(n);
+      std::memcpy(got_bits.data(), got.raw(), n * sizeof(uint16_t));
+      for (size_t i = 0; i < n; ++i) want_bits[i] = float_to_bf16_bits(want[i]);
+      EXPECT_EQ(got_bits, want_bits);
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // TwoPhaseReduce, and scripts/device_check.sh runs that test and the benchmark.
 #include "comm/p2p/cuda_ipc_reduce.h"
 
+#include "bf16_codec.cuh"
 #include "comm/echo/quantize.h"
 #include "core/error.h"
 #include "cuda_check.h"
@@ -41,8 +42,39 @@ CudaIpcReduce::~CudaIpcReduce() {
 }
 
 bool CudaIpcReduce::pipelines(size_t n, const QuantSpec& spec) const {
-  const size_t group = static_cast<size_t>(spec.group_size);
-  return group_fits_slot(ws_->geometry(), wire_bytes(group, spec)) && n > 0 && comm_.size() > 1;
+  const CallCodec codec{spec, false};
+  return group_fits_slot(ws_->geometry(), codec.bytes(codec.group())) && n > 0 && comm_.size() > 1;
+}
+
+bool CudaIpcReduce::pipelines_bf16(size_t n) const {
+  const CallCodec codec{{}, true};
+  return group_fits_slot(ws_->geometry(), codec.bytes(codec.group())) && n > 0 && comm_.size() > 1;
+}
+
+// 32 bf16 values per group, as Bf16Codec's granularity: the segments fall where the host's do.
+size_t CudaIpcReduce::CallCodec::group() const { return bf16 ? 32 : static_cast<size_t>(spec.group_size); }
+
+size_t CudaIpcReduce::CallCodec::bytes(size_t n) const { return bf16 ? 2 * n : wire_bytes(n, spec); }
+
+void CudaIpcReduce::encode(const CallCodec& codec, const float* x, size_t n, uint8_t* out, cudaStream_t stream) {
+  if (codec.bf16)
+    cuda::bf16_encode(x, n, out, stream);
+  else
+    cuda::quantize(x, n, codec.spec, out, &counters_->encoded, stream);
+}
+
+void CudaIpcReduce::decode_add(const CallCodec& codec, const uint8_t* in, size_t n, float* acc, cudaStream_t stream) {
+  if (codec.bf16)
+    cuda::bf16_decode_add(in, n, acc, stream);
+  else
+    cuda::dequantize_add(in, n, codec.spec, acc, &counters_->encoded, stream);
+}
+
+void CudaIpcReduce::decode(const CallCodec& codec, const uint8_t* in, size_t n, float* out, cudaStream_t stream) {
+  if (codec.bf16)
+    cuda::bf16_decode(in, n, out, &counters_->decoded, stream);
+  else
+    cuda::dequantize(in, n, codec.spec, out, &counters_->decoded, stream);
 }
 
 void CudaIpcReduce::reserve_tiles(size_t tile_elems) {
@@ -55,20 +87,23 @@ void CudaIpcReduce::reserve_tiles(size_t tile_elems) {
   tile_capacity_ = tile_elems;
 }
 
-size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const QuantSpec& spec, Site site, DeviceTileHooks* hooks) {
+size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks) {
   ECHO_CHECK(!broken_,
              "cuda_ipc all-reduce at {}: an earlier call of this group failed on a peer, so the ranks are out of "
              "step; restart the job",
              to_string(site));
-  ECHO_CHECK(pipelines(n, spec), "cuda_ipc all-reduce at {}: {} elements with group size {} cannot be pipelined",
-             to_string(site), n, spec.group_size);
-  const size_t group = static_cast<size_t>(spec.group_size);
-  const PipelineSchedule& s = schedules_.get(n, group, wire_bytes(group, spec));
+  ECHO_CHECK(codec.bf16 ? pipelines_bf16(n) : pipelines(n, codec.spec),
+             "cuda_ipc all-reduce at {}: {} elements with group size {} cannot be pipelined", to_string(site), n,
+             codec.group());
+  ECHO_CHECK(hooks == nullptr || !codec.bf16, "cuda_ipc all-reduce at {}: the bf16 transport has no fused site",
+             to_string(site));
+  const size_t group = codec.group();
+  const PipelineSchedule& s = schedules_.get(n, group, codec.bytes(group));
   if (hooks != nullptr) reserve_tiles(s.tile_elems);  // before the counters move: it may throw
   RegionTable& t = ws_->table();
   header_seq_ = t.next_call();
   header_n_ = n;
-  header_wire_ = wire_bytes(n, spec);
+  header_wire_ = codec.bytes(n);
   const uint64_t first_base = t.reserve_rounds(s.rounds);
 
   // Start: clear the counters on the legacy default stream. NOTE: that op waits for all earlier
@@ -83,7 +118,7 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const QuantSpec& spec, Si
   CUDA_CHECK(cudaStreamWaitEvent(reduce_, start_, 0));
   CUDA_CHECK(cudaStreamWaitEvent(tail_, start_, 0));
   for (int r = 0; r < s.rounds; ++r)
-    run_round(y, hooks, spec, s, r, first_base + static_cast<uint64_t>(r) * kStagesPerRound);
+    run_round(y, hooks, codec, s, r, first_base + static_cast<uint64_t>(r) * kStagesPerRound);
 
   // One wait on the host per call: everything is done once the tail is (it follows the reduce,
   // and the push of each tile precedes the gather that the tail waited for).
@@ -97,7 +132,7 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const QuantSpec& spec, Si
   return static_cast<size_t>(host.decoded.bad_groups);
 }
 
-void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec& spec, const PipelineSchedule& s,
+void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const CallCodec& codec, const PipelineSchedule& s,
                               int round, uint64_t base) {
   RegionTable& t = ws_->table();
   const int P = comm_.size(), me = t.rank(), tiles = t.geometry().tiles;
@@ -116,7 +151,7 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
       if (tile.size == 0) break;
       if (hooks != nullptr) hooks->load(tile.begin, tile.size, push_tile_, push_);
       const float* values = hooks != nullptr ? push_tile_ : y + tile.begin;
-      cuda::quantize(values, tile.size, spec, t.recv_slot(j, me, k), &counters_->encoded, push_);
+      encode(codec, values, tile.size, t.recv_slot(j, me, k), push_);
       cuda::P2pFlagList flag;
       flag.count = 1;
       flag.flag[0] = t.push_flag(j, k, me);
@@ -138,16 +173,18 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
     if (tile.size == 0) break;
     for (int i = 0; i < pushed.count; ++i) pushed.flag[i] = t.push_flag(me, k, pushed.peer[i]);
     cuda::p2p_wait(pushed, base + kStagePush, mine, kStagePush, k, timeout_ns, &counters_->fault, reduce_);
-    // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them), or what the
-    // hooks load; the copies are added in rank order, one launch each, so stream order is rank order.
+    // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them; rounded to bf16 in
+    // place, as Bf16Codec::load_own rounds them), or what the hooks load; the copies are added in
+    // rank order, one launch each, so stream order is rank order.
     if (hooks != nullptr) hooks->load(tile.begin, tile.size, reduce_tile_, reduce_);
     float* sum = hooks != nullptr ? reduce_tile_ : y + tile.begin;
+    if (codec.bf16) cuda::bf16_round(sum, tile.size, reduce_);
     for (int i = 0; i < pushed.count; ++i)
       // The decoded copies' poisoned groups are not counted (the sum's decode counts them), as on CPU.
-      cuda::dequantize_add(t.recv_slot(me, pushed.peer[i], k), tile.size, spec, sum, &counters_->encoded, reduce_);
+      decode_add(codec, t.recv_slot(me, pushed.peer[i], k), tile.size, sum, reduce_);
     uint8_t* own_code = t.gather_slot(me, me, k);
-    cuda::quantize(sum, tile.size, spec, own_code, &counters_->encoded, reduce_);
-    const size_t bytes = wire_bytes(tile.size, spec);
+    encode(codec, sum, tile.size, own_code, reduce_);
+    const size_t bytes = codec.bytes(tile.size);
     for (int i = 0; i < pushed.count; ++i) {
       const int p = pushed.peer[i];
       CUDA_CHECK(cudaMemcpyAsync(t.gather_slot(p, me, k), own_code, bytes, cudaMemcpyDeviceToDevice, reduce_));
@@ -172,10 +209,10 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const QuantSpec&
         cuda::p2p_wait(flag, base + kStageGather, mine, kStageGather, k, timeout_ns, &counters_->fault, tail_);
       }
       if (hooks != nullptr) {
-        cuda::dequantize(t.gather_slot(me, j, k), tile.size, spec, tail_tile_, &counters_->decoded, tail_);
+        decode(codec, t.gather_slot(me, j, k), tile.size, tail_tile_, tail_);
         hooks->finish(tile.begin, tile.size, tail_tile_, tail_);
       } else {
-        cuda::dequantize(t.gather_slot(me, j, k), tile.size, spec, y + tile.begin, &counters_->decoded, tail_);
+        decode(codec, t.gather_slot(me, j, k), tile.size, y + tile.begin, tail_);
       }
     }
   }

@@ -64,20 +64,40 @@ class CudaIpcReduce {
   // on the legacy default stream and before what follows it there; returns when done. Returns the
   // poisoned groups decoded, as the two-collective path does. Throws on a peer fault; the
   // transport is then unusable (the ranks are out of step) and every later call throws.
-  size_t run(float* y, size_t n, const QuantSpec& spec, Site site) { return run_pipeline(y, n, spec, site, nullptr); }
+  size_t run(float* y, size_t n, const QuantSpec& spec, Site site) {
+    return run_pipeline(y, n, CallCodec{spec, false}, site, nullptr);
+  }
   // run() with the site's per-tile work fused in: the values sent are what hooks.load() makes of
   // each tile (the whole x' is never written), and hooks.finish() gets each decoded tile.
   size_t run_fused(size_t n, const QuantSpec& spec, Site site, DeviceTileHooks& hooks) {
-    return run_pipeline(nullptr, n, spec, site, &hooks);
+    return run_pipeline(nullptr, n, CallCodec{spec, false}, site, &hooks);
   }
+
+  // The 16-bit baseline over the same pipeline (bits 16 in the Echo paper's Table 2): bf16 values
+  // on the wire, the owner's own values rounded to bf16 before the fp32 sum, the sum rounded once
+  // more: comm::Bf16Codec's arithmetic, so bitwise equal to ExactAllReduce (bf16) on the host.
+  // Unlike NCCL it works when ranks share a GPU. Returns the non-finite outputs.
+  bool pipelines_bf16(size_t n) const;
+  size_t run_bf16(float* y, size_t n, Site site) { return run_pipeline(y, n, CallCodec{{}, true}, site, nullptr); }
 
   size_t cached_schedules() const { return schedules_.size(); }
 
  private:
   struct Counters;
-  size_t run_pipeline(float* y, size_t n, const QuantSpec& spec, Site site, DeviceTileHooks* hooks);
-  void run_round(float* y, DeviceTileHooks* hooks, const QuantSpec& spec, const PipelineSchedule& s, int round,
+  // What a call moves: Echo's group-quantized codes (spec), or bf16 values (the 16-bit baseline).
+  struct CallCodec {
+    QuantSpec spec;
+    bool bf16 = false;
+    size_t group() const;           // elements per codec group (tiles are whole groups)
+    size_t bytes(size_t n) const;   // wire bytes of n elements
+  };
+  size_t run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks);
+  void run_round(float* y, DeviceTileHooks* hooks, const CallCodec& codec, const PipelineSchedule& s, int round,
                  uint64_t base);
+  // The codec's stage operations on `stream` (the decoders count poisoned / non-finite outputs).
+  void encode(const CallCodec& codec, const float* x, size_t n, uint8_t* out, cudaStream_t stream);
+  void decode_add(const CallCodec& codec, const uint8_t* in, size_t n, float* acc, cudaStream_t stream);
+  void decode(const CallCodec& codec, const uint8_t* in, size_t n, float* out, cudaStream_t stream);
   void reserve_tiles(size_t tile_elems);
   void throw_fault(const cuda::P2pFaultRecord& fault, Site site) const;
 
