@@ -572,7 +572,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   GradientScale scale;
   float g_amax = 0.0f;
   if (on_device) {
-    // NOTE: a non-finite G' row is in the deferred record; the max over TP of finite maxima is finite.
+    // NOTE: a non-finite G' row is in the record of the rank that holds it; an infinity then makes Δ
+    // infinite on every rank, which only matters until that rank raises the fault at the step's end.
     if (tp_max) ctx.tp->device(g_amax_dev.as<float>(), 1, DType::f32, backend::ReduceOp::max, stream);
     scale.device_amax = g_amax_dev.as<float>();
   } else {

@@ -174,6 +174,7 @@ int bench_main(int argc, char** argv) {
       impl->all_reduce(x, site);
       restore();
       impl->all_reduce(x, site);
+      impl->raise_deferred_faults();  // a poisoned output noted on the device (Echo over NCCL)
       const std::vector<uint16_t> out = to_host_bits(x);
       if (r.transport == comm::TransportKind::cuda_ipc) {
         const auto* echo = dynamic_cast<const comm::EchoAllReduce*>(impl.get());

@@ -66,7 +66,7 @@ int bench_main(int argc, char** argv) {
   auto be = backend::make_backend(device, dist::node_local_rank(tp));  // chooses the rank's GPU first
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
-  model::CommTpOps ops(tp, *blocks, edge.get(), cfg.run.device);
+  model::CommTpOps ops(tp, *blocks, edge.get(), cfg.run.device, comm::transport_options_from(cfg.comm).kind);
   model::Qwen3Model<float> m(shape, ops, be.get());
   m.init_weights(cfg.run.seed);
   m.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());

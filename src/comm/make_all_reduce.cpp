@@ -102,17 +102,21 @@ std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, c
   return std::make_unique<EchoAllReduce>(tp, o);
 }
 
-backend::DeviceReduce make_device_tp_reduce(const dist::Communicator& tp, config::Device device) {
+backend::DeviceReduce make_device_tp_reduce(const dist::Communicator& tp, config::Device device,
+                                            TransportKind transport) {
 #ifdef ECHO_NCCL
-  if (device == config::Device::cuda && tp.size() > 1 && ranks_have_distinct_gpus(tp)) {
+  if (device == config::Device::cuda && transport != TransportKind::mpi && tp.size() > 1 &&
+      ranks_have_distinct_gpus(tp)) {
     std::shared_ptr<NcclGroup> group = NcclGroup::for_group(tp);
     return [group](void* data, int64_t n, DType dtype, backend::ReduceOp op, void* stream) {
-      group->all_reduce(data, static_cast<size_t>(n), dtype, op, static_cast<cudaStream_t>(stream));
+      // NOTE: n is the same on every rank, so skipping an empty call skips it everywhere.
+      if (n > 0) group->all_reduce(data, static_cast<size_t>(n), dtype, op, static_cast<cudaStream_t>(stream));
     };
   }
 #else
   (void)tp;
   (void)device;
+  (void)transport;
 #endif
   return {};
 }

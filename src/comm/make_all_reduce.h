@@ -37,8 +37,10 @@ std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config
 std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, const dist::Communicator& tp);
 
 // The device half of the TP reducer (backend::TpReducer::device): NCCL on device values over tp
-// when device is cuda, tp has more than one rank, the build has NCCL and every rank of tp drives
-// its own GPU; empty otherwise. Collective over tp.
-backend::DeviceReduce make_device_tp_reduce(const dist::Communicator& tp, config::Device device);
+// when device is cuda, tp has more than one rank, the build has NCCL, every rank of tp drives its
+// own GPU and `transport` is not mpi (which asks for host-staged reductions, as it does of Echo's
+// device sites); empty otherwise. Collective over tp.
+backend::DeviceReduce make_device_tp_reduce(const dist::Communicator& tp, config::Device device,
+                                            TransportKind transport = TransportKind::automatic);
 
 }  // namespace echo::comm

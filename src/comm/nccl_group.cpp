@@ -73,7 +73,8 @@ void NcclGroup::all_reduce(void* data, size_t n, DType dtype, backend::ReduceOp 
     case DType::f32: type = ncclFloat32; break;
     case DType::bf16: type = ncclBfloat16; break;
     case DType::f64: type = ncclFloat64; break;
-    default: ECHO_FAIL("NcclGroup::all_reduce: {} values are not reduced (f32, bf16 or f64)", to_string(dtype));
+    case DType::i32: type = ncclInt32; break;
+    default: ECHO_FAIL("NcclGroup::all_reduce: {} values are not reduced (f32, bf16, f64 or i32)", to_string(dtype));
   }
   NCCL_CHECK(ncclAllReduce(data, data, n, type, op == backend::ReduceOp::max ? ncclMax : ncclSum, impl_->comm, stream));
 }

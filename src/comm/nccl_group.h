@@ -1,7 +1,7 @@
 // NcclGroup: one NCCL communicator over an MPI group, for ranks that each drive their own GPU
 // (docs/design.md §2.1). Rank 0's ncclUniqueId goes round by MPI_Bcast, then ncclCommInitRank on
 // the current CUDA device. It serves the exact all-reduce (nccl_all_reduce.h), the device
-// reductions of the TP reducer (make_all_reduce.h, make_tp_reducer) and the byte exchanges of Echo's two-collective QAR on the device (comm/echo/device_qar.cpp), both enqueued
+// reductions of the TP reducer (make_all_reduce.h, make_device_tp_reduce) and the byte exchanges of Echo's two-collective QAR on the device (comm/echo/device_qar.cpp), both enqueued
 // on a stream without a host wait. Built only with NCCL (ECHO_NCCL).
 #pragma once
 
@@ -32,7 +32,7 @@ class NcclGroup {
   int size() const { return size_; }
   int rank() const { return rank_; }
 
-  // ncclAllReduce in place of n device values (f32, bf16 or f64), on the stream.
+  // ncclAllReduce in place of n device values (f32, bf16, f64 or i32), on the stream.
   void all_reduce(void* data, size_t n, DType dtype, backend::ReduceOp op, cudaStream_t stream);
   // MPI_Alltoallv of device bytes: send[displs[j], + counts[j]) of send_layout goes to rank j,
   // which receives it at recv + recv_layout.displs[me]; one NCCL group of sends and receives.

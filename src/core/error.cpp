@@ -2,6 +2,8 @@
 // was raised.
 #include "core/error.h"
 
+#include <vector>
+
 namespace echo {
 
 static std::string describe(const std::string& message, const char* file, int line, const char* condition, bool input) {
@@ -29,6 +31,22 @@ void throw_error(const char* file, int line, const char* condition, std::string 
 
 void throw_input_error(const char* file, int line, std::string message) {
   throw InputError(std::move(message), file, line);
+}
+
+void raise_all(std::initializer_list<std::function<void()>> checks) {
+  std::vector<Error> errors;
+  for (const auto& check : checks) {
+    try {
+      check();
+    } catch (const Error& e) {
+      errors.push_back(e);
+    }
+  }
+  if (errors.empty()) return;
+  if (errors.size() == 1) throw errors.front();
+  std::string all = fmt::format("{} faults were noted in this step:", errors.size());
+  for (size_t i = 0; i < errors.size(); ++i) all += fmt::format("\n  {}. {}", i + 1, errors[i].message());
+  throw_error(errors.front().file(), errors.front().line(), nullptr, std::move(all));
 }
 
 }  // namespace echo

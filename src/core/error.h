@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -46,6 +48,12 @@ class InputError : public Error {
 
 [[noreturn]] void throw_error(const char* file, int line, const char* condition, std::string message);
 [[noreturn]] void throw_input_error(const char* file, int line, std::string message);
+
+// Runs every check, then rethrows: nothing when none threw, the one echo::Error as it was, or one
+// Error whose message lists each in order. For faults noted on the device during a step and read
+// together at its end, so that a fault downstream (a NaN reaching the next layer) does not hide
+// the one that caused it.
+void raise_all(std::initializer_list<std::function<void()>> checks);
 
 }  // namespace echo
 

@@ -53,11 +53,11 @@ class Qwen3Model {
   Tensor loss_accumulator() { return be_.zeros({1}, DType::f64); }
   // The accumulated loss on the host: the one wait of a step (or of an evaluation), which also
   // raises any fault the backend or the all-reduces noted without waiting
-  // (Backend::raise_deferred_faults, comm::AllReduce::raise_deferred_faults).
+  // (Backend::raise_deferred_faults, comm::AllReduce::raise_deferred_faults), all of them in one
+  // error when several were noted (a NaN from one site reaches the next: none may hide the cause).
   double read_loss(const Tensor& loss_acc) {
     const double loss = *be_.to_host(loss_acc).template data<double>();
-    be_.raise_deferred_faults();
-    tp_.raise_deferred_faults();
+    raise_all({[&] { be_.raise_deferred_faults(); }, [&] { tp_.raise_deferred_faults(); }});
     return loss;
   }
   // Accumulates the gradients of the last forward's loss (times loss_scale, e.g. 1/micro-batches)

@@ -10,14 +10,15 @@
 namespace echo::model {
 
 CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge,
-                     config::Device device)
+                     config::Device device, comm::TransportKind transport)
     : tp_(tp),
       blocks_(blocks),
       edge_(edge),
-      exact_(tp, comm::ExactPrecision::fp32),
+      // NCCL between distinct GPUs, else the host engine over MPI (the same bits as over shm).
+      exact_(comm::make_exact_all_reduce(tp, comm::ExactPrecision::fp32, device)),
       // The identity at tp = 1, which lets a device backend keep the cross-entropy on the device.
       reducer_(tp.size() > 1 ? backend::make_mpi_reducer(tp) : backend::make_local_reducer()) {
-  if (tp.size() > 1) reducer_.device = comm::make_device_tp_reduce(tp, device);
+  if (tp.size() > 1) reducer_.device = comm::make_device_tp_reduce(tp, device, transport);
 }
 
 void CommTpOps::edge_sum(Tensor& x, comm::Site site) {
@@ -27,7 +28,7 @@ void CommTpOps::edge_sum(Tensor& x, comm::Site site) {
 }
 
 void CommTpOps::exact_sum(Tensor& x) {
-  if (tp_.size() > 1) exact_.all_reduce(x, {0, comm::Direction::forward});
+  if (tp_.size() > 1) exact_->all_reduce(x, {0, comm::Direction::forward});
 }
 
 template <class T>

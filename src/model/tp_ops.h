@@ -39,13 +39,16 @@ class TpOps {
 
 // fp32 model: block sites go through the configured all-reduce (exact or Echo); the embedding
 // and LM-head sums through `edge` when given (comm.embedding_exact: false), else exactly; the
-// q_norm/k_norm gradient sums always exactly (fp32 two-phase); the reducer over MPI, and over NCCL
-// on device values where device is cuda and each rank drives its own GPU (make it after the backend
-// has chosen the rank's GPU; collective over tp). Arguments must outlive this.
+// q_norm/k_norm gradient sums always exactly (fp32 two-phase); the reducer over MPI. Where device is
+// cuda and each rank drives its own GPU, the exact sums and the reducer's device half go over NCCL
+// (the reducer's unless `transport` is mpi, as for Echo's bytes), so tp > 1 does not wait for the
+// GPU either. Make it after the backend has chosen the rank's GPU; collective over tp. Arguments
+// must outlive this.
 class CommTpOps final : public TpOps<float> {
  public:
   CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge = nullptr,
-            config::Device device = config::Device::cpu);
+            config::Device device = config::Device::cpu,
+            comm::TransportKind transport = comm::TransportKind::automatic);
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }
@@ -53,16 +56,18 @@ class CommTpOps final : public TpOps<float> {
   void exact_sum(Tensor& x) override;
   void edge_sum(Tensor& x, comm::Site site) override;
   const backend::TpReducer& reducer() const override { return reducer_; }
-  void raise_deferred_faults() override {
-    blocks_.raise_deferred_faults();
-    if (edge_) edge_->raise_deferred_faults();
+  void raise_deferred_faults() override {  // the embedding's edge site runs before the blocks
+    raise_all({[&] {
+                 if (edge_) edge_->raise_deferred_faults();
+               },
+               [&] { blocks_.raise_deferred_faults(); }});
   }
 
  private:
   const dist::Communicator& tp_;
   comm::AllReduce& blocks_;
   comm::AllReduce* edge_;
-  comm::ExactAllReduce exact_;
+  std::unique_ptr<comm::AllReduce> exact_;
   backend::TpReducer reducer_;
 };
 

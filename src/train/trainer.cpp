@@ -90,7 +90,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   grad_sync_ = std::make_unique<GradientSync>(world, cfg.run.device);
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
-  tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device);
+  tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
+                                                  comm::transport_options_from(cfg.comm).kind);
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
   model::MemoryPlanInput plan_in;
   plan_in.master = DType::f32;

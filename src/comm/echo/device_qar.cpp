@@ -51,11 +51,13 @@ void nccl_all_to_all(NcclGroup& group, const uint8_t* send, const ByteExchange& 
 #endif
 }
 
-void nccl_max(NcclGroup& group, float* value) {
+// The max of one u32 over the group, as an i32 max: exact for the bits of non-negative floats
+// (below 2^31, +inf included), whatever NCCL's float max does with NaN or denormals.
+void nccl_max_bits(NcclGroup& group, uint32_t* bits) {
 #ifdef ECHO_NCCL
-  group.all_reduce(value, 1, DType::f32, backend::ReduceOp::max, kStream);
+  group.all_reduce(bits, 1, DType::i32, backend::ReduceOp::max, kStream);
 #else
-  (void)group, (void)value;
+  (void)group, (void)bits;
   ECHO_FAIL("this build has no NCCL");
 #endif
 }
@@ -281,8 +283,7 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
   const bool deferred = defers_faults(n, call.spec);
   if (call.rescale) {
     if (deferred) {
-      // NOTE: the bits of non-negative floats (+inf for a non-finite entry) reduce as floats.
-      nccl_max(*nccl(), reinterpret_cast<float*>(&c->max_bits));
+      nccl_max_bits(*nccl(), &c->max_bits);  // bits of non-negative floats, +inf for a non-finite entry
       cuda::echo_rescale_exponent(&c->max_bits, &c->exponent, fault_key(site, FaultKind::nonfinite_rescale),
                                   fault_word(), kStream);
       exponent_on_device = &c->exponent;

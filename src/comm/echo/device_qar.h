@@ -49,7 +49,8 @@ class DeviceEcho {
   // Forgets the compensator state of a direction; the pass's first site sizes it from zero.
   virtual void begin_pass(Direction direction) = 0;
   // x <- Echo sum of x over the group; x contiguous f32 or bf16 on the device. Throws the CPU
-  // path's errors (size change within a pass, non-finite rescale max, poisoned output).
+  // path's errors (size change within a pass, non-finite rescale max, poisoned output); where NCCL
+  // moves the bytes the last two are noted on the device and raised by raise_deferred_faults.
   virtual void all_reduce(Tensor& x, Site site, const DeviceEchoCall& call) = 0;
   // Raises a fault noted without a wait since the last call (where NCCL moves the bytes, the
   // rescale max's and the output's NaN/Inf checks are noted on the device); one wait when any
