@@ -82,9 +82,10 @@ std::vector<float> make_input(size_t n, size_t g, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  std::uniform_int_distribution<int> kind_of(0, 15);
+  std::uniform_int_distribution<int> kind_of(0, 21);
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
   std::vector<float> x(n);
   for (size_t begin = 0; begin < n; begin += g) {
     const size_t len = std::min(g, n - begin);
@@ -102,12 +103,24 @@ std::vector<float> make_input(size_t n, size_t g, uint32_t seed) {
         case 5: x[i] = 1e-9f * normal(rng); break;                           // below any fp16 scale
         case 6: x[i] = 1e6f * normal(rng); break;                            // scale overflows fp16
         case 7: x[i] = (i % 2 == 0) ? v : 0.0f; break;                       // many exact zeros
+        case 11: x[i] = -std::fabs(v); break;                                // + one tiny positive (below)
+        case 12: x[i] = std::fabs(v); break;                                 // + one tiny negative
+        case 13: x[i] = 3e38f * std::tanh(normal(rng)); break;              // max - min overflows fp32
+        case 14: x[i] = 1e-12f * normal(rng); break;                          // straddles zero, far too small
+        case 15: x[i] = 1e-40f * normal(rng); break;                          // fp32 subnormals
+        case 16: x[i] = std::fabs(v); break;                                 // + one small negative: 0 < λ < 1
+        case 17: x[i] = -1000.0f + 1e-4f * normal(rng); break;
+        case 18: x[i] = tiny * static_cast<float>(static_cast<int>(i % 7) - 3); break;  // the range underflows
         default: x[i] = v;
       }
     }
     if (kind == 8) x[at] = nan;  // poisoned groups
     if (kind == 9) x[at] = (at % 2) ? inf : -inf;
     if (kind == 10) x[at] = -0.0f;  // a signed zero in an ordinary group
+    // zero-aware: λ rounds to 0 (tiny / s0 underflows) or the blended z to 2^b − 1
+    if (kind == 11) x[at] = (begin / g % 2) ? 1e-30f : tiny;
+    if (kind == 12) x[at] = (begin / g % 2) ? -1e-30f : -tiny;
+    if (kind == 16) x[at] = -0.02f * scale;
   }
   return x;
 }

@@ -1,11 +1,14 @@
 // Host implementation of the group quantizer (quantize.h): loops over groups calling the ECHO_HD
-// arithmetic of quantizer.h, which kernels/quantize.cu shares, so the bytes match the GPU's.
+// arithmetic of quantizer.h, which kernels/quantize.cu shares, so the bytes match the GPU's; the
+// per-group statistics and parameters run in vector lanes (host_lanes.h) that compute the same
+// bits as those functions.
 #include "comm/echo/quantize.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
+#include "comm/echo/host_lanes.h"
 #include "comm/echo/quantizer.h"
 #include "core/config/config.h"
 #include "core/error.h"
@@ -15,86 +18,21 @@ namespace echo::comm {
 
 namespace {
 
+using host_lanes::kParamLanes;
+
 // Elements handled per inner chunk: codes go to a stack buffer first, so the encode loop has no
 // aliasing with the wire and vectorizes, and no call allocates.
 constexpr size_t kChunk = 256;
 
-// quantize() works on batches of groups: the statistics of a whole batch first, then its wire
-// parameters, then its codes. The parameters are a chain of a few dependent divisions per group
-// (zero-aware: five); with the groups of a batch independent of each other the CPU overlaps those
-// chains instead of waiting on each between two groups' vector loops, and 2048 values (8 KB) are
-// still in L1 when they are encoded.
+// quantize() works on batches of up to 16 groups: the statistics of a whole batch first, then its
+// wire parameters, one group per vector lane (host_lanes.h; per group they are a chain of a few
+// dependent divisions, zero-aware five, which cost as much as the group's codes when computed one
+// group at a time), then its codes, while the batch's 2048 values (8 KB) are still in L1.
 constexpr size_t kBatchValues = 2048;
-constexpr size_t kMaxBatchGroups = 16;
+constexpr size_t kMaxBatchGroups = kParamLanes;
 
 // The nibble (un)packing below reads and writes pairs of code bytes as one uint16.
 static_assert(std::endian::native == std::endian::little);
-
-#if defined(__GNUC__)
-#define ECHO_INLINE inline __attribute__((always_inline))  // compiled into each SIMD clone that calls it
-// NOTE: without fast-math GCC will not vectorize a float min/max reduction (x < m ? x : m is not
-// MIN_EXPR under NaN and signed-zero rules), so the lanes are explicit GCC/Clang vectors. 64 bytes:
-// one AVX-512 register, two AVX2 or four SSE registers (the three accumulators still fit the 16 xmm
-// registers of the baseline clone). Each lane applies exactly stats_add's select (x86 minps/maxps
-// compute that select), and the lanes never hold NaN, so any merge order gives the scalar loop's
-// min and max up to the sign of a zero, which wire_params canonicalizes.
-typedef float Floats16 __attribute__((vector_size(64)));
-typedef uint32_t Words16 __attribute__((vector_size(64)));
-typedef float Floats8 __attribute__((vector_size(32)));
-typedef uint32_t Words8 __attribute__((vector_size(32)));
-typedef float Floats4 __attribute__((vector_size(16)));
-typedef uint32_t Words4 __attribute__((vector_size(16)));
-
-#define lower8(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-#define upper8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
-#define lower4(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
-#define upper4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
-#define half_min(a, b) ((b) < (a) ? (b) : (a))  // stats_merge's selects, lane-wise
-#define half_max(a, b) ((b) > (a) ? (b) : (a))
-
-ECHO_INLINE GroupStats group_stats(const float* x, size_t len) {
-  const float inf = bits_float(0x7f800000u);
-  const Floats16 zeros = {};
-  Floats16 min = zeros + inf, max = zeros - inf;
-  Words16 bad = {};
-  size_t i = 0;
-  for (; i + 16 <= len; i += 16) {
-    Floats16 v;
-    std::memcpy(&v, x + i, sizeof v);
-    min = v < min ? v : min;
-    max = v > max ? v : max;
-    Words16 bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    bad |= (bits & 0x7f800000u) + 0x00800000u;  // nonfinite_mark, lane-wise
-  }
-  // Merge the lanes as a tree, halving the width each step (a scalar merge of 16 lanes costs as
-  // much as the loop over a 128-value group).
-  Floats8 min8 = half_min(lower8(min), upper8(min)), max8 = half_max(lower8(max), upper8(max));
-  Words8 bad8 = lower8(bad) | upper8(bad);
-  Floats4 min4 = half_min(lower4(min8), upper4(min8)), max4 = half_max(lower4(max8), upper4(max8));
-  Words4 bad4 = lower4(bad8) | upper4(bad8);
-  min4 = half_min(min4, __builtin_shufflevector(min4, min4, 2, 3, 0, 1));
-  max4 = half_max(max4, __builtin_shufflevector(max4, max4, 2, 3, 0, 1));
-  bad4 |= __builtin_shufflevector(bad4, bad4, 2, 3, 0, 1);
-  GroupStats s{min4[0], max4[0], bad4[0]};
-  stats_merge(s, GroupStats{min4[1], max4[1], bad4[1]});
-  for (; i < len; ++i) stats_add(s, x[i]);
-  return s;
-}
-#undef lower8
-#undef upper8
-#undef lower4
-#undef upper4
-#undef half_min
-#undef half_max
-#else
-#define ECHO_INLINE inline
-GroupStats group_stats(const float* x, size_t len) {
-  GroupStats s = stats_empty();
-  for (size_t i = 0; i < len; ++i) stats_add(s, x[i]);
-  return s;
-}
-#endif
 
 // The codes of one group (not poisoned) into out. 4-bit codes are computed into a buffer, then
 // packed: reading a pair of code bytes as one little-endian uint16 p = even | odd << 8, the packed
@@ -122,21 +60,29 @@ ECHO_INLINE void encode_group(const float* __restrict x, size_t len, const CodeM
   }
 }
 
-// quantize() for n > 0 values; one function per SIMD clone, so the loops over groups and the
-// per-group code all run in the clone's ISA without a call per group.
-ECHO_SIMD_CLONES QuantReport quantize_groups(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+// quantize() for n > 0 values, with vectors of W floats for the statistics and parameters. One
+// function per target (below), so the loops over groups and the per-group code all run in the
+// target's ISA without a call per group.
+template <int W>
+ECHO_INLINE QuantReport quantize_groups(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
   const WireLayout layout = wire_layout(n, spec);
   const size_t g = static_cast<size_t>(spec.group_size);
   const size_t batch = std::clamp<size_t>(kBatchValues / g, 1, kMaxBatchGroups);
   uint8_t* params = wire + layout.code_bytes;
   QuantReport report;
   WireParams w[kMaxBatchGroups];
+  alignas(64) float mins[kMaxBatchGroups] = {}, maxs[kMaxBatchGroups] = {};
+  alignas(64) uint32_t nonfinite[kMaxBatchGroups] = {};
   for (size_t first = 0; first < layout.num_groups; first += batch) {
     const size_t count = std::min(batch, layout.num_groups - first);
     for (size_t k = 0; k < count; ++k) {
       const size_t begin = (first + k) * g;
-      w[k] = wire_params(group_stats(x + begin, std::min(g, n - begin)), spec.policy, spec.bits);
+      const GroupStats s = host_lanes::group_stats<W>(x + begin, std::min(g, n - begin));
+      mins[k] = s.min;
+      maxs[k] = s.max;
+      nonfinite[k] = s.nonfinite;
     }
+    host_lanes::wire_params_lanes<W>(mins, maxs, nonfinite, count, spec.policy, spec.bits, w);
     for (size_t k = 0; k < count; ++k) {
       const size_t group_idx = first + k;
       const size_t begin = group_idx * g;
@@ -154,10 +100,29 @@ ECHO_SIMD_CLONES QuantReport quantize_groups(const float* x, size_t n, const Qua
   return report;
 }
 
+#if defined(ECHO_SIMD_VERSIONS)
+ECHO_TARGET_V4 QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<16>(x, n, spec, wire);
+}
+ECHO_TARGET_V3 QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<8>(x, n, spec, wire);
+}
+ECHO_TARGET_DEFAULT QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<4>(x, n, spec, wire);
+}
+#else
+QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<4>(x, n, spec, wire);
+}
+#endif
+
 // One group's values from its codes (not poisoned). 4-bit codes are first unpacked to one byte
 // each (byte b becomes the uint16 (b & 15) | (b >> 4) << 8, i.e. the two code bytes in element
 // order), so both loops are plain element-wise ones GCC vectorizes. Each value is decode_code of
 // its code, the same expression as the device's, so the bits do not depend on the clone.
+// NOTE: a 16-entry table of decoded values per group would give the same bits, but a table lookup
+// per element vectorizes only as a gather; decode_code is three vector ops (convert, subtract,
+// multiply) per vector of codes.
 template <bool kAdd>
 ECHO_INLINE void decode_group(const uint8_t* __restrict in, size_t len, const DecodeMap& map, int bits,
                               float* __restrict out) {
@@ -252,7 +217,7 @@ size_t wire_bytes(size_t n, const QuantSpec& spec) {
 QuantReport quantize(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
   validate(spec);
   ECHO_CHECK(n == 0 || (x != nullptr && wire != nullptr), "quantize of {} values needs non-null buffers", n);
-  return n == 0 ? QuantReport{} : quantize_groups(x, n, spec, wire);
+  return n == 0 ? QuantReport{} : quantize_all(x, n, spec, wire);
 }
 
 QuantReport dequantize(const uint8_t* wire, size_t n, const QuantSpec& spec, float* out) {
