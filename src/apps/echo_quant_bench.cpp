@@ -1,7 +1,13 @@
 // echo_quant_bench: single-thread throughput of the CPU group quantizer (quantize and
 // dequantize_add) on random fp32 data, per policy at b = 4 and 8, g = 128. Prints a table of the
 // median (and min/max) over several runs in GB/s of fp32 input processed per core, and bytes on the
-// wire. Usage: echo_quant_bench [--mib N] [--runs R] [--group G] [--json FILE]
+// wire. The same run times memory ceilings on the same buffers (`read`: a read-only pass over x;
+// `update`: a read-modify-write pass over the accumulator; `copy`: memcpy of x into the
+// accumulator, echo_bench's ceiling), so each row also says what fraction of the memory bandwidth
+// it reaches: quantize against `read` (it reads 4 bytes a value and writes about half a byte),
+// dequantize_add against `update` (it reads and writes the 4-byte accumulator, and reads the
+// codes).
+// Usage: echo_quant_bench [--mib N] [--runs R] [--group G] [--json FILE]
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +26,7 @@
 #include "comm/echo/quantize.h"
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/simd_clones.h"
 
 namespace {
 
@@ -81,6 +88,22 @@ Stats measure(size_t bytes, int runs, Fn&& fn) {
   return {gbps[gbps.size() / 2], gbps.front(), gbps.back()};
 }
 
+// A read-only pass over x that the compiler cannot drop or stop early: an integer sum of the bit
+// patterns (vectorizes without fast-math, unlike a float sum), compiled for the widest vectors the
+// CPU has, like the quantizer's loops, so the ceiling is the memory's and not this loop's.
+ECHO_SIMD_CLONES uint32_t read_all(const float* x, size_t n) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(x);
+  uint32_t sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += w[i];
+  return sum;
+}
+
+// A read-modify-write pass over acc (flips the lowest bit of every word; run twice it is a no-op).
+ECHO_SIMD_CLONES void update_all(float* acc, size_t n) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(acc);
+  for (size_t i = 0; i < n; ++i) w[i] ^= 1u;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,13 +122,21 @@ int main(int argc, char** argv) {
     std::printf("%s", echo::bench::machine_header(machine).c_str());
     std::printf("echo_quant_bench: %zu MiB fp32 (%zu values), group %d, 1 thread, %d runs (median [min, max])\n", mib,
                 n, opt.group_size, opt.runs);
-    std::printf("%-16s %4s %12s %24s %24s\n", "policy", "bits", "wire B/elem", "quantize GB/s", "dequantize_add GB/s");
+    const size_t bytes = n * sizeof(float);
+    volatile uint32_t sink = 0;
+    const Stats read = measure(bytes, opt.runs, [&] { sink = sink + read_all(x.data(), n); });
+    const Stats update = measure(bytes, opt.runs, [&] { update_all(acc.data(), n); });
+    const Stats copy = measure(bytes, opt.runs, [&] { std::memcpy(acc.data(), x.data(), bytes); });
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::printf("memory ceilings, GB/s of fp32 values: read %.2f [%.2f, %.2f], update %.2f [%.2f, %.2f], copy %.2f [%.2f, %.2f]\n",
+                read.median, read.min, read.max, update.median, update.min, update.max, copy.median, copy.min, copy.max);
+    std::printf("%-16s %4s %12s %24s %7s %24s %9s\n", "policy", "bits", "wire B/elem", "quantize GB/s", "of_read",
+                "dequantize_add GB/s", "of_update");
     nlohmann::json rows = nlohmann::json::array();
     for (QuantPolicy policy : {QuantPolicy::symmetric, QuantPolicy::asym_naive, QuantPolicy::asym_zero_aware}) {
       for (int bits : {4, 8}) {
         const QuantSpec spec{policy, bits, opt.group_size};
         std::vector<uint8_t> wire(echo::comm::wire_bytes(n, spec));
-        const size_t bytes = n * sizeof(float);
         const Stats q = measure(bytes, opt.runs, [&] {
           const auto report = echo::comm::quantize(x.data(), n, spec, wire.data());
           ECHO_CHECK(report.ok(), "unexpected poisoned groups");
@@ -116,8 +147,9 @@ int main(int argc, char** argv) {
         });
         const std::string name(echo::config::to_string(policy));
         const double wire_per_elem = static_cast<double>(wire.size()) / static_cast<double>(n);
-        std::printf("%-16s %4d %12.4f %8.2f [%5.2f, %5.2f] %8.2f [%5.2f, %5.2f]\n", name.c_str(), bits, wire_per_elem,
-                    q.median, q.min, q.max, d.median, d.min, d.max);
+        std::printf("%-16s %4d %12.4f %8.2f [%5.2f, %5.2f] %7.2f %8.2f [%5.2f, %5.2f] %9.2f\n", name.c_str(), bits,
+                    wire_per_elem, q.median, q.min, q.max, q.median / read.median, d.median, d.min, d.max,
+                    d.median / update.median);
         rows.push_back({{"policy", name},
                         {"bits", bits},
                         {"group_size", opt.group_size},
@@ -125,13 +157,19 @@ int main(int argc, char** argv) {
                         {"runs", opt.runs},
                         {"wire_bytes_per_elem", wire_per_elem},
                         {"quantize_gbps", {{"median", q.median}, {"min", q.min}, {"max", q.max}}},
-                        {"dequantize_add_gbps", {{"median", d.median}, {"min", d.min}, {"max", d.max}}}});
+                        {"dequantize_add_gbps", {{"median", d.median}, {"min", d.min}, {"max", d.max}}},
+                        {"quantize_of_read", q.median / read.median},
+                        {"dequantize_add_of_update", d.median / update.median}});
       }
     }
     if (!opt.json.empty()) {
       std::ofstream f(opt.json);
       ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
-      f << nlohmann::json{{"machine", echo::bench::to_json(machine)}, {"results", rows}}.dump(2) << "\n";
+      const nlohmann::json ceilings{{"read_gbps", {{"median", read.median}, {"min", read.min}, {"max", read.max}}},
+                                    {"update_gbps", {{"median", update.median}, {"min", update.min}, {"max", update.max}}},
+                                    {"copy_gbps", {{"median", copy.median}, {"min", copy.min}, {"max", copy.max}}}};
+      f << nlohmann::json{{"machine", echo::bench::to_json(machine)}, {"memory_ceilings", ceilings}, {"results", rows}}.dump(2)
+        << "\n";
     }
     return 0;
   } catch (const std::exception& e) {

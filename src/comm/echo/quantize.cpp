@@ -1,10 +1,14 @@
 // Host implementation of the group quantizer (quantize.h): loops over groups calling the ECHO_HD
-// arithmetic of quantizer.h, which kernels/quantize.cu shares, so the bytes match the GPU's.
+// arithmetic of quantizer.h, which kernels/quantize.cu shares, so the bytes match the GPU's; the
+// per-group statistics and parameters run in vector lanes (host_lanes.h) that compute the same
+// bits as those functions.
 #include "comm/echo/quantize.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
+#include "comm/echo/host_lanes.h"
 #include "comm/echo/quantizer.h"
 #include "core/config/config.h"
 #include "core/error.h"
@@ -14,89 +18,115 @@ namespace echo::comm {
 
 namespace {
 
+using host_lanes::kParamLanes;
+
 // Elements handled per inner chunk: codes go to a stack buffer first, so the encode loop has no
 // aliasing with the wire and vectorizes, and no call allocates.
 constexpr size_t kChunk = 256;
 
+// quantize() works on batches of up to 16 groups: the statistics of a whole batch first, then its
+// wire parameters, one group per vector lane (host_lanes.h; per group they are a chain of a few
+// dependent divisions, zero-aware five, which cost as much as the group's codes when computed one
+// group at a time), then its codes, while the batch's 2048 values (8 KB) are still in L1.
+constexpr size_t kBatchValues = 2048;
+constexpr size_t kMaxBatchGroups = kParamLanes;
 
-#if defined(__GNUC__)
-// NOTE: without fast-math GCC will not vectorize a float min/max reduction (x < m ? x : m is not
-// MIN_EXPR under NaN and signed-zero rules), so the lanes are explicit GCC/Clang vectors of 16
-// bytes (one SSE/NEON register; wider ones spill without AVX), two sets for instruction-level
-// parallelism. Each lane applies exactly stats_add's select, so the result equals the scalar loop's
-// (up to the sign of a zero min/max, which wire_params canonicalizes).
-typedef float Floats4 __attribute__((vector_size(16)));
-typedef uint32_t Words4 __attribute__((vector_size(16)));
+// The nibble (un)packing below reads and writes pairs of code bytes as one uint16.
+static_assert(std::endian::native == std::endian::little);
 
-struct LaneStats {
-  Floats4 min, max;
-  Words4 bad;
-  void add(const float* x) {
-    Floats4 v;
-    std::memcpy(&v, x, sizeof v);
-    min = v < min ? v : min;
-    max = v > max ? v : max;
-    Words4 bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    bad |= (bits & 0x7f800000u) + 0x00800000u;  // nonfinite_mark, lane-wise
-  }
-  void merge_into(GroupStats& s) const {
-    for (int j = 0; j < 4; ++j) stats_merge(s, GroupStats{min[j], max[j], bad[j]});
-  }
-};
-
-ECHO_SIMD_CLONES GroupStats group_stats(const float* x, size_t len) {
-  const float inf = bits_float(0x7f800000u);
-  LaneStats a{{inf, inf, inf, inf}, {-inf, -inf, -inf, -inf}, {0, 0, 0, 0}};
-  LaneStats b = a;
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    a.add(x + i);
-    b.add(x + i + 4);
-  }
-  GroupStats s = stats_empty();
-  a.merge_into(s);
-  b.merge_into(s);
-  for (; i < len; ++i) stats_add(s, x[i]);
-  return s;
-}
-#else
-GroupStats group_stats(const float* x, size_t len) {
-  GroupStats s = stats_empty();
-  for (size_t i = 0; i < len; ++i) stats_add(s, x[i]);
-  return s;
-}
-#endif
-
-// Codes of x[0, len) into codes[0, len) (one per byte), len <= kChunk.
-ECHO_SIMD_CLONES void encode_chunk(const float* x, size_t len, const CodeMap& map, uint8_t* codes) {
+// The codes of one group (not poisoned) into out. 4-bit codes are computed into a buffer, then
+// packed: reading a pair of code bytes as one little-endian uint16 p = even | odd << 8, the packed
+// byte even | odd << 4 is the low byte of p | p >> 4 (even < 16), a loop GCC vectorizes, where
+// pack_nibbles over two strided bytes does not.
+ECHO_INLINE void encode_group(const float* __restrict x, size_t len, const CodeMap& map, int bits,
+                              uint8_t* __restrict out) {
   const CodeMap m = map;  // a local copy: the byte stores below may not alias it
-  for (size_t i = 0; i < len; ++i) codes[i] = static_cast<uint8_t>(encode_code(x[i], m));
-}
-
-void encode_group(const float* x, size_t len, const CodeMap& m, int bits, uint8_t* out) {
+  if (bits == 8) {
+    for (size_t i = 0; i < len; ++i) out[i] = static_cast<uint8_t>(encode_code(x[i], m));
+    return;
+  }
   alignas(64) uint8_t codes[kChunk];
   for (size_t begin = 0; begin < len; begin += kChunk) {
     const size_t count = std::min(kChunk, len - begin);
-    encode_chunk(x + begin, count, m, codes);
-    if (bits == 8) {
-      std::memcpy(out + begin, codes, count);
-      continue;
-    }
-    if (count & 1) codes[count] = 0;  // the high nibble of a short group's last byte
+    for (size_t i = 0; i < count; ++i) codes[i] = static_cast<uint8_t>(encode_code(x[begin + i], m));
     uint8_t* dst = out + begin / 2;
-    const size_t num_bytes = (count + 1) / 2;
-    for (size_t k = 0; k < num_bytes; ++k) dst[k] = pack_nibbles(codes[2 * k], codes[2 * k + 1]);
+    const size_t pairs = count / 2;
+    for (size_t k = 0; k < pairs; ++k) {
+      uint16_t p;
+      std::memcpy(&p, codes + 2 * k, sizeof p);
+      dst[k] = static_cast<uint8_t>(p | (p >> 4));
+    }
+    if (count & 1) dst[pairs] = pack_nibbles(codes[count - 1], 0);  // a short group's last byte
   }
 }
 
-template <bool kAdd>
-void decode_group(const uint8_t* in, size_t len, const DecodeMap& map, int bits, float* out) {
-  const DecodeMap d = map;
-  if (d.poisoned) {
-    std::fill(out, out + len, quant_nan());
-    return;
+// quantize() for n > 0 values, with vectors of W floats for the statistics and parameters. One
+// function per target (below), so the loops over groups and the per-group code all run in the
+// target's ISA without a call per group.
+template <int W>
+ECHO_INLINE QuantReport quantize_groups(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  const WireLayout layout = wire_layout(n, spec);
+  const size_t g = static_cast<size_t>(spec.group_size);
+  const size_t batch = std::clamp<size_t>(kBatchValues / g, 1, kMaxBatchGroups);
+  uint8_t* params = wire + layout.code_bytes;
+  QuantReport report;
+  WireParams w[kMaxBatchGroups];
+  alignas(64) float mins[kMaxBatchGroups] = {}, maxs[kMaxBatchGroups] = {};
+  alignas(64) uint32_t nonfinite[kMaxBatchGroups] = {};
+  for (size_t first = 0; first < layout.num_groups; first += batch) {
+    const size_t count = std::min(batch, layout.num_groups - first);
+    for (size_t k = 0; k < count; ++k) {
+      const size_t begin = (first + k) * g;
+      const GroupStats s = host_lanes::group_stats<W>(x + begin, std::min(g, n - begin));
+      mins[k] = s.min;
+      maxs[k] = s.max;
+      nonfinite[k] = s.nonfinite;
+    }
+    host_lanes::wire_params_lanes<W>(mins, maxs, nonfinite, count, spec.policy, spec.bits, w);
+    for (size_t k = 0; k < count; ++k) {
+      const size_t group_idx = first + k;
+      const size_t begin = group_idx * g;
+      const size_t len = std::min(g, n - begin);
+      uint8_t* codes = wire + group_idx * layout.group_code_bytes;
+      store_params(params + group_idx * layout.group_param_bytes, w[k], spec.policy);
+      if (params_poisoned(w[k])) {
+        if (report.bad_groups++ == 0) report.first_bad_element = begin;
+        std::memset(codes, 0, group_code_bytes(len, spec.bits));
+        continue;
+      }
+      encode_group(x + begin, len, code_map(w[k], spec.policy, spec.bits), spec.bits, codes);
+    }
   }
+  return report;
+}
+
+#if defined(ECHO_SIMD_VERSIONS)
+ECHO_TARGET_V4 QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<16>(x, n, spec, wire);
+}
+ECHO_TARGET_V3 QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<8>(x, n, spec, wire);
+}
+ECHO_TARGET_DEFAULT QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<4>(x, n, spec, wire);
+}
+#else
+QuantReport quantize_all(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
+  return quantize_groups<4>(x, n, spec, wire);
+}
+#endif
+
+// One group's values from its codes (not poisoned). 4-bit codes are first unpacked to one byte
+// each (byte b becomes the uint16 (b & 15) | (b >> 4) << 8, i.e. the two code bytes in element
+// order), so both loops are plain element-wise ones GCC vectorizes. Each value is decode_code of
+// its code, the same expression as the device's, so the bits do not depend on the clone.
+// NOTE: a 16-entry table of decoded values per group would give the same bits, but a table lookup
+// per element vectorizes only as a gather; decode_code is three vector ops (convert, subtract,
+// multiply) per vector of codes.
+template <bool kAdd>
+ECHO_INLINE void decode_group(const uint8_t* __restrict in, size_t len, const DecodeMap& map, int bits,
+                              float* __restrict out) {
+  const DecodeMap d = map;
   if (bits == 8) {
     for (size_t i = 0; i < len; ++i) {
       const float v = decode_code(in[i], d);
@@ -104,24 +134,26 @@ void decode_group(const uint8_t* in, size_t len, const DecodeMap& map, int bits,
     }
     return;
   }
-  const size_t pairs = len / 2;
-  for (size_t k = 0; k < pairs; ++k) {
-    const uint8_t b = in[k];
-    const float lo = decode_code(b & 0x0fu, d);
-    const float hi = decode_code(b >> 4, d);
-    out[2 * k] = kAdd ? add_rn(out[2 * k], lo) : lo;
-    out[2 * k + 1] = kAdd ? add_rn(out[2 * k + 1], hi) : hi;
-  }
-  if (len & 1) {
-    const float v = decode_code(in[pairs] & 0x0fu, d);
-    out[len - 1] = kAdd ? add_rn(out[len - 1], v) : v;
+  alignas(64) uint8_t codes[kChunk];
+  for (size_t begin = 0; begin < len; begin += kChunk) {
+    const size_t count = std::min(kChunk, len - begin);
+    const uint8_t* src = in + begin / 2;
+    const size_t pairs = count / 2;
+    for (size_t k = 0; k < pairs; ++k) {
+      const uint16_t p = static_cast<uint16_t>((src[k] & 0x0fu) | ((src[k] >> 4) << 8));
+      std::memcpy(codes + 2 * k, &p, sizeof p);
+    }
+    if (count & 1) codes[count - 1] = static_cast<uint8_t>(unpack_nibble(src[pairs], 0));
+    float* dst = out + begin;
+    for (size_t i = 0; i < count; ++i) {
+      const float v = decode_code(codes[i], d);
+      dst[i] = kAdd ? add_rn(dst[i], v) : v;
+    }
   }
 }
 
 template <bool kAdd>
-QuantReport decode(const uint8_t* wire, size_t n, const QuantSpec& spec, float* out) {
-  validate(spec);
-  ECHO_CHECK(n == 0 || (wire != nullptr && out != nullptr), "dequantize of {} values needs non-null buffers", n);
+ECHO_INLINE QuantReport decode_groups(const uint8_t* wire, size_t n, const QuantSpec& spec, float* out) {
   const WireLayout layout = wire_layout(n, spec);
   const size_t g = static_cast<size_t>(spec.group_size);
   const uint8_t* params = wire + layout.code_bytes;
@@ -131,10 +163,26 @@ QuantReport decode(const uint8_t* wire, size_t n, const QuantSpec& spec, float* 
     const size_t len = std::min(g, n - begin);
     const WireParams w = load_params(params + group_idx * layout.group_param_bytes, spec.policy);
     const DecodeMap d = decode_map(w, spec.policy, spec.bits);
-    if (d.poisoned && report.bad_groups++ == 0) report.first_bad_element = begin;
+    if (d.poisoned) {
+      if (report.bad_groups++ == 0) report.first_bad_element = begin;
+      std::fill(out + begin, out + begin + len, quant_nan());
+      continue;
+    }
     decode_group<kAdd>(wire + group_idx * layout.group_code_bytes, len, d, spec.bits, out + begin);
   }
   return report;
+}
+
+// dequantize() / dequantize_add() for n > 0 values, one function per SIMD clone (target_clones
+// takes no templates).
+ECHO_SIMD_CLONES QuantReport decode_all(const uint8_t* wire, size_t n, const QuantSpec& spec, float* out, bool add) {
+  return add ? decode_groups<true>(wire, n, spec, out) : decode_groups<false>(wire, n, spec, out);
+}
+
+QuantReport decode(const uint8_t* wire, size_t n, const QuantSpec& spec, float* out, bool add) {
+  validate(spec);
+  ECHO_CHECK(n == 0 || (wire != nullptr && out != nullptr), "dequantize of {} values needs non-null buffers", n);
+  return n == 0 ? QuantReport{} : decode_all(wire, n, spec, out, add);
 }
 
 }  // namespace
@@ -169,32 +217,15 @@ size_t wire_bytes(size_t n, const QuantSpec& spec) {
 QuantReport quantize(const float* x, size_t n, const QuantSpec& spec, uint8_t* wire) {
   validate(spec);
   ECHO_CHECK(n == 0 || (x != nullptr && wire != nullptr), "quantize of {} values needs non-null buffers", n);
-  const WireLayout layout = wire_layout(n, spec);
-  const size_t g = static_cast<size_t>(spec.group_size);
-  uint8_t* params = wire + layout.code_bytes;
-  QuantReport report;
-  for (size_t group_idx = 0; group_idx < layout.num_groups; ++group_idx) {
-    const size_t begin = group_idx * g;
-    const size_t len = std::min(g, n - begin);
-    uint8_t* codes = wire + group_idx * layout.group_code_bytes;
-    const WireParams w = wire_params(group_stats(x + begin, len), spec.policy, spec.bits);
-    store_params(params + group_idx * layout.group_param_bytes, w, spec.policy);
-    if (params_poisoned(w)) {
-      if (report.bad_groups++ == 0) report.first_bad_element = begin;
-      std::memset(codes, 0, group_code_bytes(len, spec.bits));
-      continue;
-    }
-    encode_group(x + begin, len, code_map(w, spec.policy, spec.bits), spec.bits, codes);
-  }
-  return report;
+  return n == 0 ? QuantReport{} : quantize_all(x, n, spec, wire);
 }
 
 QuantReport dequantize(const uint8_t* wire, size_t n, const QuantSpec& spec, float* out) {
-  return decode<false>(wire, n, spec, out);
+  return decode(wire, n, spec, out, false);
 }
 
 QuantReport dequantize_add(const uint8_t* wire, size_t n, const QuantSpec& spec, float* acc) {
-  return decode<true>(wire, n, spec, acc);
+  return decode(wire, n, spec, acc, true);
 }
 
 }  // namespace echo::comm
