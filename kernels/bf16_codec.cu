@@ -7,18 +7,15 @@
 #include "bf16_codec.cuh"
 #include "core/half.h"
 #include "core/hd.h"
+#include "device_util.cuh"
 
 namespace echo::cuda {
 
 namespace {
 
-constexpr int kBlockThreads = 256;
-constexpr size_t kMaxBlocks = size_t{1} << 16;  // grid-stride beyond this
+using detail::kThreads;
 
-unsigned blocks(size_t n) {
-  const size_t b = (n + kBlockThreads - 1) / kBlockThreads;
-  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
-}
+unsigned blocks(size_t n) { return detail::blocks_for(static_cast<int64_t>(n), kThreads); }
 
 __global__ void encode_kernel(const float* __restrict__ x, size_t n, uint16_t* __restrict__ out) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -56,21 +53,21 @@ __global__ void decode_kernel(const uint16_t* __restrict__ in, size_t n, float* 
 void bf16_encode(const float* x, size_t n, uint8_t* out, cudaStream_t stream) {
   if (n == 0) return;
   ECHO_CHECK(x != nullptr && out != nullptr, "bf16_encode of {} values needs non-null buffers", n);
-  encode_kernel<<<blocks(n), kBlockThreads, 0, stream>>>(x, n, reinterpret_cast<uint16_t*>(out));
+  encode_kernel<<<blocks(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<uint16_t*>(out));
   CUDA_CHECK(cudaGetLastError());
 }
 
 void bf16_round(float* acc, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   ECHO_CHECK(acc != nullptr, "bf16_round of {} values needs a non-null buffer", n);
-  round_kernel<<<blocks(n), kBlockThreads, 0, stream>>>(acc, n);
+  round_kernel<<<blocks(n), kThreads, 0, stream>>>(acc, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void bf16_decode_add(const uint8_t* in, size_t n, float* acc, cudaStream_t stream) {
   if (n == 0) return;
   ECHO_CHECK(in != nullptr && acc != nullptr, "bf16_decode_add of {} values needs non-null buffers", n);
-  decode_add_kernel<<<blocks(n), kBlockThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(in), n, acc);
+  decode_add_kernel<<<blocks(n), kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(in), n, acc);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -78,7 +75,7 @@ void bf16_decode(const uint8_t* in, size_t n, float* out, DeviceQuantReport* rep
   if (n == 0) return;
   ECHO_CHECK(in != nullptr && out != nullptr && report != nullptr, "bf16_decode of {} values needs non-null buffers",
              n);
-  decode_kernel<<<blocks(n), kBlockThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(in), n, out, report);
+  decode_kernel<<<blocks(n), kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(in), n, out, report);
   CUDA_CHECK(cudaGetLastError());
 }
 

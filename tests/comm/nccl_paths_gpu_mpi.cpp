@@ -17,6 +17,7 @@
 
 #include "../support/gpu_test.h"
 #include "../support/test_data.h"
+#include "../support/test_util.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
@@ -27,6 +28,7 @@
 namespace echo::comm {
 namespace {
 
+using echo::testing::expect_error;
 using echo::testing::random_normal;
 
 dist::Communicator world() { return dist::Communicator::borrow(MPI_COMM_WORLD); }
@@ -72,16 +74,6 @@ TEST(NcclPaths, DeviceTpReduceEqualsMpiAllreduce) {
         ASSERT_NEAR(got_f[i], want_f[i], 1e-5f * (1.0f + std::fabs(want_f[i]))) << i;
       }
     }
-  }
-}
-
-// Expects fn to throw an echo::Error whose message holds `needle`.
-void expect_error(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 

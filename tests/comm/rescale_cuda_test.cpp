@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../support/gpu_test.h"
+#include "../support/test_data.h"
 #include "comm/echo/compensator_math.h"
 #include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
@@ -53,12 +54,8 @@ std::vector<uint32_t> bits(const std::vector<float>& v) {
   return b;
 }
 
-std::vector<float> random_gradient(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
+std::vector<float> random_gradient(size_t n, uint64_t seed, float scale) {
+  return echo::testing::random_normal(n, seed, 0, 0.0f, scale);
 }
 
 TEST(RescaleCuda, ExponentOnTheDeviceMatchesTheHostAndNotesANonFiniteMax) {

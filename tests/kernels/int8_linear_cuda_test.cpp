@@ -30,6 +30,7 @@
 #include "cuda_check.h"
 #include "gemm.cuh"
 #include "int8_linear.cuh"
+#include "../support/test_util.h"
 #include "ops_cuda_test_util.h"
 #include "quant/error_correction.h"
 #include "quant/int8_linear.h"
@@ -234,6 +235,7 @@ TEST(Int8LinearCudaTest, RepeatsBitForBit) {
   EXPECT_EQ(a.trace.q, b.trace.q);
 }
 
+using echo::testing::expect_error;
 using echo::testing::ThreadTpGroup;
 using echo::testing::with_staged_device;
 
@@ -364,16 +366,6 @@ TEST(Int8LinearCudaTest, RowParallelShardsMatchTheCpuShards) {
   ECHO_REQUIRE_DEVICE();
   check_tp(quant::TpStyle::row, DType::f32);
   check_tp(quant::TpStyle::row, DType::bf16);
-}
-
-// Expects fn to throw an echo::Error whose message holds `needle`.
-void expect_error(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(Int8LinearCudaTest, NonFiniteOperandsAreErrorsNamingTheRow) {

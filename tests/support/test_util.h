@@ -1,6 +1,9 @@
 // Small helpers shared by the test files: the message of an expected echo::Error.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -31,6 +34,12 @@ std::string kind_and_what_of(F&& f) {
     return (e.is_input() ? "input: " : "internal: ") + std::string(e.what());
   }
   return kNoErrorThrown;
+}
+
+// Expects `f` to throw an echo::Error whose message holds `needle` (a failure names both).
+inline void expect_error(const std::function<void()>& f, const std::string& needle) {
+  const std::string message = error_of(f);
+  EXPECT_NE(message.find(needle), std::string::npos) << "expected '" << needle << "' in: " << message;
 }
 
 }  // namespace echo::testing

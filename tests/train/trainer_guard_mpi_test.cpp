@@ -27,6 +27,7 @@
 namespace echo::train {
 namespace {
 
+using echo::testing::expect_error;
 using echo::testing::world_rank;
 using echo::testing::world_size;
 
@@ -61,11 +62,6 @@ TrainResult train(const config::Config& cfg, RunDirMode mode) {
   const dist::World world = dist::World::create(cfg.parallel.tp);
   Trainer trainer(cfg, world, mode);
   return trainer.run();
-}
-
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  const std::string message = echo::testing::error_of(f);
-  EXPECT_NE(message.find(needle), std::string::npos) << "expected '" << needle << "' in: " << message;
 }
 
 std::string read_file(const std::string& path) {

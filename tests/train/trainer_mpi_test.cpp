@@ -21,6 +21,7 @@
 namespace echo::train {
 namespace {
 
+using echo::testing::expect_error;
 using echo::testing::world_rank;
 using echo::testing::world_size;
 
@@ -153,11 +154,6 @@ TEST(Trainer, ResumesAtADifferentTp) {
     }
   }
   EXPECT_NEAR(r1.last_loss, ref.last_loss, 1e-4) << "tp = 1 continues what tp = 2 started, within fp32 reduction-order noise";
-}
-
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  const std::string message = echo::testing::error_of(f);
-  EXPECT_NE(message.find(needle), std::string::npos) << message;
 }
 
 TEST(Trainer, StartsFromAHuggingFaceCheckpointGivenByRunInitFrom) {
