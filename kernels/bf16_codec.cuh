@@ -20,8 +20,9 @@ void bf16_encode(const float* x, size_t n, uint8_t* out, cudaStream_t stream);
 void bf16_round(float* acc, size_t n, cudaStream_t stream);
 // acc[i] += float(in[i]) in fp32 (Bf16Codec::decode_add).
 void bf16_decode_add(const uint8_t* in, size_t n, float* acc, cudaStream_t stream);
-// out[i] = float(in[i]); the non-finite outputs are added to report->bad_groups (and the first one's
-// index atomicMin'd into first_bad_element), as Bf16Codec::decode counts them.
+// out[i] = float(in[i]); the non-finite outputs are added to report->bad_groups (and the smallest
+// such i, an index into this call's values, atomicMin'd into first_bad_element), as
+// Bf16Codec::decode counts them.
 void bf16_decode(const uint8_t* in, size_t n, float* out, DeviceQuantReport* report, cudaStream_t stream);
 
 }  // namespace echo::cuda

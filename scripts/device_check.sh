@@ -132,10 +132,12 @@ stage_environment() {
 
 # --- stage 2: gpu tests ---------------------------------------------------------------------
 stage_gpu_tests() {
-  local ok=0 total=0 tp=0 tf=0 ts=0 t rc c p f s
+  local ok=0 total=0 tp=0 tf=0 ts=0 t rc c p f s gpus
   for t in "${GPU_TESTS[@]}"; do
     # NCCL refuses ranks that share a GPU: this test needs one GPU per rank, which one lent GPU is not.
-    if [[ $t == nccl_paths_* ]] && (($(nvidia-smi -L 2>/dev/null | grep -c '^GPU') < 2)); then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    [[ -n ${CUDA_VISIBLE_DEVICES:-} ]] && gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+    if [[ $t == nccl_paths_* ]] && ((gpus < 2)); then
       sub "$(printf '%-28s n/a     needs 2 GPUs (NCCL between ranks); this machine has fewer' "$t")"
       continue
     fi

@@ -10,7 +10,7 @@
 // `wrong` counts the elements where a quantized row's output differs from the two-collective
 // output of the same input (the gpu tests tie both to the CPU reference bit for bit); the
 // 16-bit row counts elements differing from rank 0's, the cuda_ipc 16-bit row those differing from
-// the 16-bit row's (equal by design: the same Bf16Codec arithmetic), the fused row those differing from the
+// the host-staged 16-bit all-reduce (equal by design: the same Bf16Codec arithmetic), the fused row those differing from the
 // unfused one (the same bits by design, docs/design.md §7). Ranks take GPU local_rank % count;
 // several ranks may share one GPU, where the copy ceiling is what the kernels share too.
 // NOTE: never run on a GPU when written; scripts/device_check.sh runs it.
@@ -28,6 +28,7 @@
 #include "apps/bench/timing.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
+#include "comm/p2p/cuda_ipc_all_reduce.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -71,6 +72,12 @@ std::unique_ptr<comm::AllReduce> make_row(const RowSpec& r, const Options& o, co
   comm::TransportOptions t;
   t.kind = r.transport;
   t.peer_timeout_s = o.peer_timeout_s;
+  if (r.bits == 0 && r.transport == comm::TransportKind::cuda_ipc) {  // built directly: distinct GPUs would get NCCL
+    std::string why;
+    auto ws = comm::p2p::CudaIpcWorkspace::for_group(c, t.geometry, &why);
+    ECHO_CHECK(ws != nullptr, "row '{}' needs the cuda_ipc workspace, which failed: {}", r.name, why);
+    return std::make_unique<comm::p2p::CudaIpcBf16AllReduce>(c, std::move(ws), t);
+  }
   if (r.bits == 0) return comm::make_exact_all_reduce(c, comm::ExactPrecision::bf16, config::Device::cuda, t);
   comm::EchoOptions e;
   e.quant = {QuantPolicy::asym_zero_aware, r.bits, o.group_size};
@@ -156,7 +163,7 @@ int bench_main(int argc, char** argv) {
       CUDA_CHECK(cudaMemcpy(x.raw(), pristine.raw(), n * 2, cudaMemcpyDeviceToDevice));
       CUDA_CHECK(cudaDeviceSynchronize());
     };
-    std::vector<uint16_t> two_collective[9];  // by bits (0: 16-bit): the reference of the cuda_ipc rows
+    std::vector<uint16_t> two_collective[9];  // by bits: the reference of the cuda_ipc rows
     std::vector<uint16_t> unfused;            // the reference of the fused row
     for (const RowSpec& r : rows()) {
       auto impl = make_row(r, o, world);
@@ -190,7 +197,13 @@ int bench_main(int argc, char** argv) {
         std::vector<uint16_t> root = out;
         MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_UINT16_T, 0, world.get());
         wrong = differing(out, root);
-        two_collective[0] = out;
+      } else if (r.bits == 0) {
+        // Against the host-staged 16-bit all-reduce (Bf16Codec's arithmetic, which this row
+        // reproduces bit for bit); the 16-bit row may be NCCL, whose bf16 sum rounds per hop.
+        comm::ExactAllReduce host(world, comm::ExactPrecision::bf16);
+        restore();
+        host.all_reduce(x, site);
+        wrong = differing(out, to_host_bits(x));
       } else if (r.transport == comm::TransportKind::mpi) {
         two_collective[r.bits] = out;
       } else if (!r.compensate) {

@@ -51,8 +51,7 @@ std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group
   if (device == config::Device::cuda && group.size() > 1) {
 #ifdef ECHO_NCCL
     if (ranks_have_distinct_gpus(group))
-      return std::make_unique<NcclAllReduce>(group, precision == ExactPrecision::bf16 ? "nccl (bf16)" : "nccl (fp32)",
-                                             precision == ExactPrecision::bf16 ? 2 : 4);
+      return std::make_unique<NcclAllReduce>(group, precision);
 #endif
 #ifdef ECHO_CUDA
     // The 16-bit baseline over the pipelined device transport where it was asked for: it needs no

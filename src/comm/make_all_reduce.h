@@ -19,8 +19,9 @@ EchoOptions echo_options_from(const config::CommConfig& cfg, int num_layers);
 
 // The exact sum over group at `precision`: NCCL when device is cuda, the build has NCCL and every
 // rank of the group drives its own GPU (NCCL refuses two ranks on one device; the log says when
-// it falls back); otherwise ExactAllReduce over the given transport, host-staged for device
-// tensors. Collective over group.
+// it falls back); else, for the 16-bit (bf16) precision under transport cuda_ipc, the pipelined
+// device transport (p2p/cuda_ipc_all_reduce.h); otherwise ExactAllReduce over the given
+// transport, host-staged for device tensors. Collective over group.
 std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group, ExactPrecision precision,
                                                  config::Device device, const TransportOptions& transport = {});
 

@@ -10,15 +10,15 @@
 #include <cstring>
 #include <vector>
 
-#include "comm/nccl_check.h"
 #include "comm/nccl_group.h"
 #include "core/error.h"
+#include "ops.cuh"
 #include "dist/mpi_check.h"
 
 namespace echo::comm {
 
-NcclAllReduce::NcclAllReduce(const dist::Communicator& group, std::string name, size_t wire_bytes)
-    : group_(NcclGroup::for_group(group)), name_(std::move(name)), wire_bytes_(wire_bytes), size_(group.size()) {}
+NcclAllReduce::NcclAllReduce(const dist::Communicator& group, ExactPrecision precision)
+    : group_(NcclGroup::for_group(group)), precision_(precision), size_(group.size()) {}
 
 NcclAllReduce::~NcclAllReduce() = default;
 
@@ -27,7 +27,17 @@ void NcclAllReduce::all_reduce(Tensor& x, Site site) {
              to_string(site), x.describe());
   ECHO_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16,
              "the NCCL all-reduce at {} needs an f32 or bf16 tensor, got {}", to_string(site), x.describe());
-  group_->all_reduce(x.raw(), static_cast<size_t>(x.numel()), x.dtype(), backend::ReduceOp::sum, cudaStreamLegacy);
+  const size_t n = static_cast<size_t>(x.numel());
+  if (precision_ == ExactPrecision::bf16 || x.dtype() == DType::f32) {
+    group_->all_reduce(x.raw(), n, x.dtype(), backend::ReduceOp::sum, cudaStreamLegacy);
+    return;
+  }
+  // NOTE: NCCL's bf16 sum rounds at every hop of the ring; the fp32 sum of a bf16 tensor rounds once.
+  if (!work_.defined() || work_.numel() < x.numel()) work_ = Tensor::empty({x.numel()}, DType::f32, Device::cuda);
+  Tensor work = work_.slice(0, 0, x.numel());
+  cuda::cast(work, x, cudaStreamLegacy);
+  group_->all_reduce(work.raw(), n, DType::f32, backend::ReduceOp::sum, cudaStreamLegacy);
+  cuda::cast(x, work, cudaStreamLegacy);
 }
 
 void NcclAllReduce::all_reduce(std::span<float> x, Site site) {
@@ -36,7 +46,8 @@ void NcclAllReduce::all_reduce(std::span<float> x, Site site) {
 }
 
 size_t NcclAllReduce::wire_bytes_per_rank(size_t n, Site) const {
-  return size_ <= 1 ? 0 : 2 * (static_cast<size_t>(size_) - 1) * n * wire_bytes_ / static_cast<size_t>(size_);
+  const size_t wire_bytes = precision_ == ExactPrecision::bf16 ? 2 : 4;
+  return size_ <= 1 ? 0 : 2 * (static_cast<size_t>(size_) - 1) * n * wire_bytes / static_cast<size_t>(size_);
 }
 
 bool ranks_have_distinct_gpus(const dist::Communicator& group) {

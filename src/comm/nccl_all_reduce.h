@@ -8,6 +8,8 @@
 #include <string>
 
 #include "comm/all_reduce.h"
+#include "comm/exact_all_reduce.h"
+#include "core/tensor.h"
 #include "dist/communicator.h"
 
 namespace echo::comm {
@@ -17,9 +19,9 @@ class NcclGroup;
 class NcclAllReduce final : public AllReduce {
  public:
   // Collective over group: rank 0's ncclUniqueId travels by MPI_Bcast, then ncclCommInitRank on
-  // the current CUDA device. `wire_bytes` is the element size on the wire (2 for the bf16
-  // baseline, 4 for fp32), for wire_bytes_per_rank.
-  NcclAllReduce(const dist::Communicator& group, std::string name, size_t wire_bytes);
+  // the current CUDA device. bf16: the 16-bit baseline (NCCL's own bf16 sum); fp32: sums in fp32,
+  // a bf16 tensor through an f32 work copy, rounded once at the end (as the host-staged fp32 sum).
+  NcclAllReduce(const dist::Communicator& group, ExactPrecision precision);
   ~NcclAllReduce() override;
   NcclAllReduce(const NcclAllReduce&) = delete;
   NcclAllReduce& operator=(const NcclAllReduce&) = delete;
@@ -29,15 +31,15 @@ class NcclAllReduce final : public AllReduce {
   void all_reduce(Tensor& x, Site site) override;
   // Host spans are not NCCL's: an error naming the site.
   void all_reduce(std::span<float> x, Site site) override;
-  std::string name() const override { return name_; }
+  std::string name() const override { return precision_ == ExactPrecision::bf16 ? "nccl (bf16)" : "nccl (fp32)"; }
   // Ring all-reduce: each rank sends 2 (P - 1) / P of the buffer.
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
 
  private:
   std::shared_ptr<NcclGroup> group_;  // shared with the Echo sites of the same group
-  std::string name_;
-  size_t wire_bytes_;
+  ExactPrecision precision_;
   int size_;
+  Tensor work_;  // fp32: the f32 copy of a bf16 tensor, grown to the largest call
 };
 
 // True when the ranks of group all use different GPUs (NCCL refuses two ranks on one device).

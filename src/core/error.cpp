@@ -2,6 +2,7 @@
 // was raised.
 #include "core/error.h"
 
+#include <exception>
 #include <vector>
 
 namespace echo {
@@ -35,15 +36,17 @@ void throw_input_error(const char* file, int line, std::string message) {
 
 void raise_all(std::initializer_list<std::function<void()>> checks) {
   std::vector<Error> errors;
+  std::exception_ptr first;  // rethrown as it was (an InputError stays one) when it is the only one
   for (const auto& check : checks) {
     try {
       check();
     } catch (const Error& e) {
       errors.push_back(e);
+      if (!first) first = std::current_exception();
     }
   }
   if (errors.empty()) return;
-  if (errors.size() == 1) throw errors.front();
+  if (errors.size() == 1) std::rethrow_exception(first);
   std::string all = fmt::format("{} faults were noted in this step:", errors.size());
   for (size_t i = 0; i < errors.size(); ++i) all += fmt::format("\n  {}. {}", i + 1, errors[i].message());
   throw_error(errors.front().file(), errors.front().line(), nullptr, std::move(all));

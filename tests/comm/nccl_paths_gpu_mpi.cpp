@@ -83,7 +83,8 @@ TEST(NcclPaths, EchoOverNcclEqualsTheCpuAndDefersItsFaults) {
   EchoOptions o;
   o.quant = {QuantPolicy::asym_zero_aware, 4, 128};
   o.backward_rescale = true;
-  EchoAllReduce cpu(comm, o);
+  o.transport.kind = TransportKind::automatic;  // mpi would keep the device path host-staged
+  EchoAllReduce cpu(comm, o);                   // (the host one takes shm: the same bits)
   EchoAllReduce dev(comm, o);
   const size_t n = 128 * 41 + 5;
   for (Direction d : {Direction::forward, Direction::backward}) {

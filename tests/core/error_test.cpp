@@ -23,6 +23,7 @@ TEST(RaiseAll, OneErrorComesOutAsItWas) {
   } catch (const Error& e) {
     EXPECT_EQ(e.message(), "bad row 7");
     EXPECT_TRUE(e.is_input());
+    EXPECT_NE(dynamic_cast<const InputError*>(&e), nullptr) << "rethrown as the InputError it was";
   }
   EXPECT_EQ(ran, 3);  // the checks after the throwing one ran too
 }
