@@ -191,6 +191,9 @@ class CudaDeviceEcho final : public DeviceEcho {
   // by NCCL (the two-collective path between distinct GPUs), where nothing else waits.
   bool defers_faults(size_t n, const QuantSpec& spec);
   unsigned long long* fault_word();
+  // The pipelined transport when it serves a call of n values with this spec, else null (qar then
+  // takes the two-collective path).
+  p2p::CudaIpcReduce* pipeline_for(size_t n, const QuantSpec& spec);
   size_t qar(float* y, size_t n, const QuantSpec& spec, Site site);
   size_t two_collective_qar(float* y, size_t n, const QuantSpec& spec, Site site);
   p2p::CudaIpcReduce* ipc();
@@ -257,8 +260,8 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
   }
 
   Counters* c = counters();
-  p2p::CudaIpcReduce* pipelined = ipc();
-  if (call.fuse && pipelined != nullptr && pipelined->pipelines(n, call.spec)) {
+  p2p::CudaIpcReduce* pipelined = pipeline_for(n, call.spec);
+  if (call.fuse && pipelined != nullptr) {
     int exponent = 0;
     if (call.rescale) {  // a pass for max |x'| only: x' itself is formed tile by tile in the pipeline
       CUDA_CHECK(cudaMemsetAsync(&c->max_bits, 0, sizeof c->max_bits, kStream));
@@ -316,16 +319,18 @@ p2p::CudaIpcReduce* CudaDeviceEcho::ipc() {
   return ipc_.get();
 }
 
-size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec, Site site) {
+p2p::CudaIpcReduce* CudaDeviceEcho::pipeline_for(size_t n, const QuantSpec& spec) {
   p2p::CudaIpcReduce* pipelined = ipc();
-  if (pipelined != nullptr && pipelined->pipelines(n, spec)) return pipelined->run(y, n, spec, site);
+  return pipelined != nullptr && pipelined->pipelines(n, spec) ? pipelined : nullptr;
+}
+
+size_t CudaDeviceEcho::qar(float* y, size_t n, const QuantSpec& spec, Site site) {
+  if (p2p::CudaIpcReduce* pipelined = pipeline_for(n, spec)) return pipelined->run(y, n, spec, site);
   return two_collective_qar(y, n, spec, site);
 }
 
 bool CudaDeviceEcho::defers_faults(size_t n, const QuantSpec& spec) {
-  p2p::CudaIpcReduce* pipelined = ipc();
-  if (pipelined != nullptr && pipelined->pipelines(n, spec)) return false;
-  return nccl() != nullptr;
+  return pipeline_for(n, spec) == nullptr && nccl() != nullptr;
 }
 
 unsigned long long* CudaDeviceEcho::fault_word() {
