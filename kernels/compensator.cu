@@ -137,13 +137,14 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
 }
 
 void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks, float* m1,
-                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream) {
+                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream,
+                           const int* e_device) {
   if (n == 0) return;
   ECHO_CHECK(y != nullptr && x != nullptr, "echo_finish_recompute of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr),
              "echo_finish_recompute needs the compensator state to update it");
   // NOTE: x is read and written by the same thread, element by element: in place is safe.
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, nullptr, nullptr, x, x_bf16, num_ranks, m1, m2,
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, e_device, nullptr, x, x_bf16, num_ranks, m1, m2,
                                                              coeffs != nullptr,
                                                              coeffs ? *coeffs : comm::CompensatorCoeffs{}, x, x_bf16);
   CUDA_CHECK(cudaGetLastError());

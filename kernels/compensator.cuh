@@ -45,8 +45,9 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
 // echo_finish where x' is not stored but recomputed from the input x (f32, or bf16 widened) and
 // the not yet updated m1, m2: v = scale_pow2(y[i], -e) (y[i] when e == 0); with coeffs,
 // compensator_update(compensate(x[i], m1[i], m2[i]), v, ...); then x[i] = v (rounded once to bf16
-// when x_bf16). In place in x; y is a tile buffer.
+// when x_bf16). In place in x; y is a tile buffer. e is *e_device when that is not null.
 void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks, float* m1,
-                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream);
+                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream,
+                           const int* e_device = nullptr);
 
 }  // namespace echo::cuda

@@ -7,6 +7,8 @@
 
 #include "p2p_flags.cuh"
 
+#include "comm/p2p/p2p_geometry.h"
+
 namespace echo::cuda {
 
 namespace {
@@ -36,13 +38,18 @@ __device__ uint64_t now_ns() {
   return t;
 }
 
+using comm::p2p::kHeaderMaxSeq;
+using comm::p2p::kHeaderMaxValue;
+using comm::p2p::kHeaderN;
+using comm::p2p::kHeaderSeq;
+using comm::p2p::kHeaderWire;
+
 __global__ void write_header_kernel(uint64_t* header, P2pCallHeader h) {
-  // Word order of p2p_geometry.h: seq, n, wire.
-  store_relaxed(&header[0], 0);  // "being written": never a valid call number
+  store_relaxed(&header[kHeaderSeq], 0);  // "being written": never a valid call number
   __threadfence_system();
-  store_relaxed(&header[1], h.n);
-  store_relaxed(&header[2], h.wire);
-  store_release(&header[0], h.seq);
+  store_relaxed(&header[kHeaderN], h.n);
+  store_relaxed(&header[kHeaderWire], h.wire);
+  store_release(&header[kHeaderSeq], h.seq);
 }
 
 __global__ void publish_kernel(P2pFlagList flags, uint64_t value, const P2pFaultRecord* record) {
@@ -66,11 +73,11 @@ __device__ void record_fault(P2pFaultRecord* record, uint32_t fault, int stage, 
 
 // Seqlock read of a peer's header; false when it is being written or is another call's.
 __device__ bool same_call_differs(const uint64_t* header, const P2pCallHeader& mine, uint64_t& n, uint64_t& wire) {
-  const uint64_t s1 = load_acquire(&header[0]);
-  n = load_relaxed(&header[1]);
-  wire = load_relaxed(&header[2]);
+  const uint64_t s1 = load_acquire(&header[kHeaderSeq]);
+  n = load_relaxed(&header[kHeaderN]);
+  wire = load_relaxed(&header[kHeaderWire]);
   __threadfence_system();
-  const uint64_t s2 = load_relaxed(&header[0]);
+  const uint64_t s2 = load_relaxed(&header[kHeaderSeq]);
   return s1 != 0 && s1 == s2 && s1 == mine.seq && (n != mine.n || wire != mine.wire);
 }
 
@@ -105,6 +112,50 @@ __global__ void wait_kernel(P2pFlagList flags, uint64_t expected, P2pCallHeader 
   }
 }
 
+// One block: thread 0 publishes this rank's max, then thread i waits for peer i's and raises the
+// block's max; thread 0 writes it back. The value word is written before the release of the
+// number, and read after its acquire, so a peer's value is the one of this max.
+__global__ void group_max_kernel(uint64_t* my_header, P2pFlagList peers, uint64_t max_seq, uint32_t* bits,
+                                 uint64_t timeout_ns, P2pFaultRecord* record) {
+  __shared__ uint32_t block_max;
+  const int i = static_cast<int>(threadIdx.x);
+  const int slot = 2 * static_cast<int>(max_seq % 2);
+  if (i == 0) {
+    block_max = *bits;
+    store_relaxed(&my_header[kHeaderMaxValue + slot], block_max);
+    store_release(&my_header[kHeaderMaxSeq + slot], max_seq);
+  }
+  __syncthreads();
+  if (i < peers.count) {
+    const uint64_t* theirs = peers.peer_header[i];
+    const uint64_t start = now_ns();
+    for (uint32_t polls = 0;; ++polls) {
+      const uint64_t v = load_acquire(&theirs[kHeaderMaxSeq + slot]);
+      if (v == max_seq) {
+        atomicMax(&block_max, static_cast<uint32_t>(load_relaxed(&theirs[kHeaderMaxValue + slot])));
+        break;
+      }
+      // A peer cannot start max number max_seq + 2 (this slot again) before it has read this
+      // rank's max_seq + 1, which this rank writes only after this wait: past max_seq is a
+      // different sequence of calls.
+      if (v > max_seq) {
+        record_fault(record, kP2pOutOfStep, kP2pStageGroupMax, peers.peer[i], 0, v, max_seq, 0);
+        break;
+      }
+      if (polls % 64 == 63) {
+        const uint64_t waited = now_ns() - start;
+        if (timeout_ns != 0 && waited > timeout_ns) {
+          record_fault(record, kP2pTimeout, kP2pStageGroupMax, peers.peer[i], 0, v, max_seq, waited);
+          break;
+        }
+      }
+      __nanosleep(200);
+    }
+  }
+  __syncthreads();
+  if (i == 0 && *static_cast<volatile uint32_t*>(&record->fault) == kP2pNoFault) *bits = block_max;
+}
+
 }  // namespace
 
 void p2p_write_header(uint64_t* header, P2pCallHeader h, cudaStream_t stream) {
@@ -122,6 +173,13 @@ void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, i
               uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
   if (flags.count == 0) return;
   wait_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, expected, mine, stage, tile, timeout_ns, record);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, uint64_t max_seq, uint32_t* bits,
+                        uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
+  ECHO_CHECK(max_seq > 0, "p2p_group_max_bits: max numbers start at 1 (0 is an unwritten header)");
+  group_max_kernel<<<1, kMaxP2pPeers, 0, stream>>>(my_header, peers, max_seq, bits, timeout_ns, record);
   CUDA_CHECK(cudaGetLastError());
 }
 

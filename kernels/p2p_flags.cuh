@@ -37,6 +37,10 @@ struct P2pFlagList {
 
 enum P2pFault : uint32_t { kP2pNoFault = 0, kP2pTimeout = 1, kP2pOutOfStep = 2, kP2pMismatch = 3 };
 
+// The stage a fault record names for a wait of p2p_group_max_bits: not a flag stage of a round
+// (p2p::Stage is 1..3), only a label.
+constexpr int kP2pStageGroupMax = 0;
+
 // The first fault of a call (device memory; fault == kP2pNoFault: none).
 struct P2pFaultRecord {
   uint32_t fault;
@@ -60,5 +64,15 @@ void p2p_publish(const P2pFlagList& flags, uint64_t value, const P2pFaultRecord*
 // another n or wire (mismatch), or timeout_ns passed (0: no timeout).
 void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, int stage, int tile,
               uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream);
+// The backward rescale's one scalar, reduced through the headers without the host
+// (docs/design.md §7, "The rescale's max"): writes *bits (the bits of this rank's max |x'|, a
+// non-negative float or +inf) into `my_header`'s max slot number `max_seq` (two slots used in
+// turn, as the shm transport's group_max), publishes max_seq with release at system scope, waits
+// for the same max number in every peer header of `peers` (flag and peer_header per peer, the
+// flags unused), and leaves the largest bits in *bits: for non-negative floats the integer order
+// is the value order. A wait faults as p2p_wait does (timeout; a peer's max number past max_seq
+// is out of step), with stage kP2pStageGroupMax; *bits is then left as it was.
+void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, uint64_t max_seq, uint32_t* bits,
+                        uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream);
 
 }  // namespace echo::cuda

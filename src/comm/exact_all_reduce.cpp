@@ -1,6 +1,8 @@
 // Exact 16-bit and fp32 all-reduce over the mpi or shm engine.
 #include "comm/exact_all_reduce.h"
 
+#include <cmath>
+
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
 
@@ -11,6 +13,11 @@ void check_output(size_t bad, Site site, const char* what) {
              "non-finite values in the {} all-reduce at {}: {} bad output {} (a rank's contribution holds NaN/Inf, "
              "or a group scale overflowed fp16)",
              what, to_string(site), bad, bad == 1 ? "entry" : "entries");
+}
+
+void check_rescale_max(float group_max, Site site) {
+  ECHO_CHECK(std::isfinite(group_max),
+             "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)", to_string(site));
 }
 
 ExactAllReduce::ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision,

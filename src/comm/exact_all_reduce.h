@@ -32,5 +32,8 @@ class ExactAllReduce final : public AllReduce {
 // Throws an echo::Error naming the site when an all-reduce produced bad values. Every rank
 // sees the same count, so every rank throws together and none is left in a collective.
 void check_output(size_t bad, Site site, const char* what);
+// Throws the non-finite-gradient error naming the site unless the group's max |x'| of a backward
+// rescale (docs/design.md §9) is finite: one text for the host, shm and device paths.
+void check_rescale_max(float group_max, Site site);
 
 }  // namespace echo::comm

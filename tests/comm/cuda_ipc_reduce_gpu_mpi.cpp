@@ -159,6 +159,141 @@ TEST(CudaIpcReduce, ARankThatNeverArrivesIsATimeoutNamingIt) {
   });
 }
 
+// Sends the input's tiles unchanged, writes the decoded sums into `out`, and keeps a copy of the
+// group max that the pipeline reduced before begin().
+class PassThroughHooks final : public p2p::DeviceTileHooks {
+ public:
+  PassThroughHooks(const float* in, float* out, const uint32_t* max_bits, uint32_t* seen)
+      : in_(in), out_(out), max_bits_(max_bits), seen_(seen) {}
+  void begin(cudaStream_t stream) override {
+    if (max_bits_ != nullptr) {
+      ASSERT_EQ(cudaMemcpyAsync(seen_, max_bits_, sizeof *seen_, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+    }
+  }
+  void load(size_t begin, size_t n, float* out, cudaStream_t stream) override {
+    ASSERT_EQ(cudaMemcpyAsync(out, in_ + begin, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+  }
+  void finish(size_t begin, size_t n, const float* sum, cudaStream_t stream) override {
+    ASSERT_EQ(cudaMemcpyAsync(out_ + begin, sum, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+  }
+
+ private:
+  const float* in_;
+  float* out_;
+  const uint32_t* max_bits_;
+  uint32_t* seen_;
+};
+
+// The backward rescale's scalar through the workspace headers (run_fused's group_max_bits): every
+// rank ends with the largest of the ranks' values (checked against MPI_MAX), before the first load
+// (begin() sees it), over calls that alternate the two header slots and calls without a max in
+// between; the sum itself is still the MPI engine's bit for bit. Magnitudes from denormal to
+// large, and +inf on one rank (a non-finite gradient) once.
+TEST(CudaIpcReduce, RescaleMaxGoesThroughTheHeadersOnTheDevice) {
+  ECHO_REQUIRE_DEVICE();
+  for (int size : echo::testing::small_group_sizes())
+    on_group(size, [&](const dist::Communicator& group) {
+      auto ipc = make_ipc(group, small_geometry(4), 30);
+      ASSERT_NE(ipc, nullptr);
+      TwoPhaseReduce mpi(group);
+      std::mt19937_64 rng(17 + 1000 * static_cast<uint64_t>(group.rank()));
+      const size_t n = 5000;
+      for (int call = 0; call < 9 && group.all_ranks(!::testing::Test::HasFailure()); ++call) {
+        SCOPED_TRACE(fmt::format("P {} call {}", size, call));
+        const bool with_max = call % 3 != 2;
+        float local = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f,
+                                 static_cast<int>(rng() % 240) - 140);  // 2^-140 (denormal) .. 2^100
+        if (call == 4 && group.rank() == group.size() - 1) local = std::numeric_limits<float>::infinity();
+        float want_max = 0;
+        ASSERT_EQ(MPI_Allreduce(&local, &want_max, 1, MPI_FLOAT, MPI_MAX, group.get()), MPI_SUCCESS);
+        const std::vector<float> x = random_normal(n, 40 + static_cast<uint64_t>(call), group.rank(), 0.1f, 1.0f);
+        std::vector<float> want = x;
+        mpi.run(want, QuantCodec(QuantSpec{}));
+        Tensor in = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
+        Tensor out = Tensor::from_vector(std::vector<float>(n, 0.0f), {static_cast<int64_t>(n)}).to(Device::cuda);
+        const std::vector<uint32_t> local_bits{float_bits(local), 0u};  // [0] reduced, [1] begin()'s copy
+        Tensor bits = Tensor::from_vector(std::vector<float>{bits_float(local_bits[0]), 0.0f}, {2}).to(Device::cuda);
+        uint32_t* max_bits = reinterpret_cast<uint32_t*>(bits.data<float>());
+        PassThroughHooks hooks(in.data<float>(), out.data<float>(), with_max ? max_bits : nullptr, max_bits + 1);
+        ipc->run_fused(n, QuantSpec{}, {call, Direction::backward}, hooks, with_max ? max_bits : nullptr);
+        const Tensor got = out.to(Device::cpu);
+        EXPECT_EQ(std::memcmp(got.raw(), want.data(), n * sizeof(float)), 0) << "the sum";
+        const Tensor got_bits = bits.to(Device::cpu);
+        uint32_t reduced[2];
+        std::memcpy(reduced, got_bits.raw(), sizeof reduced);
+        if (with_max) {
+          EXPECT_EQ(reduced[0], float_bits(want_max)) << local << " here, " << want_max << " over the group";
+          EXPECT_EQ(reduced[1], float_bits(want_max)) << "begin() runs after the max";
+        } else {
+          EXPECT_EQ(reduced[0], local_bits[0]) << "a call without a max leaves the value alone";
+        }
+      }
+    });
+}
+
+// Only rank 0 makes a rescaling call: the wait for rank 1's max times out, naming the stage.
+TEST(CudaIpcReduce, ARankThatNeverSendsItsMaxIsATimeoutNamingIt) {
+  ECHO_REQUIRE_DEVICE();
+  on_group(2, [&](const dist::Communicator& group) {
+    auto ipc = make_ipc(group, small_geometry(6), 1.0);
+    ASSERT_NE(ipc, nullptr);
+    if (group.rank() == 0) {
+      const size_t n = 3000;
+      Tensor in = Tensor::from_vector(random_normal(n, 3, 0, 0.1f, 1.0f), {3000}).to(Device::cuda);
+      Tensor out = Tensor::from_vector(std::vector<float>(n, 0.0f), {3000}).to(Device::cuda);
+      Tensor bits = Tensor::from_vector(std::vector<float>{1.0f, 0.0f}, {2}).to(Device::cuda);
+      uint32_t* max_bits = reinterpret_cast<uint32_t*>(bits.data<float>());
+      PassThroughHooks hooks(in.data<float>(), out.data<float>(), max_bits, max_bits + 1);
+      try {
+        ipc->run_fused(n, QuantSpec{}, {5, Direction::backward}, hooks, max_bits);
+        ADD_FAILURE() << "expected a timeout";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("timed out"), std::string::npos) << what;
+        EXPECT_NE(what.find("rescale max stage"), std::string::npos) << what;
+        EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
+        EXPECT_NE(what.find("backward site 5"), std::string::npos) << what;
+      }
+    }
+    group.barrier();
+  });
+}
+
+// A NaN on one rank at a fused backward site with rescaling over cuda_ipc: every rank raises the
+// CPU's error text (the non-finite max), not the poisoned output that the NaN then causes.
+TEST(CudaIpcReduce, FusedSiteRaisesTheCpuErrorForANonFiniteMax) {
+  ECHO_REQUIRE_DEVICE();
+  const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
+  EchoOptions o;
+  o.backward_rescale = true;
+  EchoOptions o_ipc = o;
+  o_ipc.transport.kind = TransportKind::cuda_ipc;
+  o_ipc.transport.geometry = small_geometry(7);
+  EchoAllReduce cpu(comm, o);
+  EchoAllReduce dev(comm, o_ipc);
+  const size_t n = 4000;
+  std::vector<float> x = random_normal(n, 9, comm.rank(), 0.0f, 1e-3f);
+  if (comm.rank() == comm.size() - 1) x[1234] = std::numeric_limits<float>::quiet_NaN();
+  Tensor t = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
+  std::string cpu_error, dev_error;
+  cpu.begin_pass(Direction::backward);
+  dev.begin_pass(Direction::backward);
+  try {
+    cpu.all_reduce(std::span<float>(x), {2, Direction::backward});
+  } catch (const Error& e) {
+    cpu_error = e.message();
+  }
+  try {
+    dev.all_reduce(t, {2, Direction::backward});
+  } catch (const Error& e) {
+    dev_error = e.message();
+  }
+  ASSERT_NE(dev.device_path(), nullptr);
+  EXPECT_STREQ(dev.device_path()->transport(), "cuda_ipc");
+  EXPECT_NE(cpu_error.find("non-finite gradient"), std::string::npos) << cpu_error;
+  EXPECT_EQ(dev_error, cpu_error);
+}
+
 TEST(CudaIpcReduce, ARankCallingWithAnotherLengthIsAnErrorNamingIt) {
   ECHO_REQUIRE_DEVICE();
   on_group(2, [&](const dist::Communicator& group) {

@@ -116,6 +116,22 @@ TEST(RescaleCuda, ExponentFromDeviceMemoryGivesTheSameBits) {
     EXPECT_EQ(bits(a1.get()), bits(b1.get()));
     EXPECT_EQ(bits(a2.get()), bits(b2.get()));
     for (size_t i = 0; i < n; i += 97) ASSERT_EQ(bits({out[i]}), bits({x[i]})) << i;  // 2^e then 2^-e: exact
+
+    // finish_recompute (the fused site's: x' recomputed from x, output in place in x); both ways,
+    // and against the host formulas.
+    Device<float> xa(x), xb(x), c1(m1), c2(m2), d1(m1), d2(m2);
+    cuda::echo_finish_recompute(y_host_e.p, n, e, xa.p, false, 4.0f, c1.p, c2.p, &k, nullptr);
+    cuda::echo_finish_recompute(y_device_e.p, n, -5, xb.p, false, 4.0f, d1.p, d2.p, &k, nullptr, e_device.p);
+    const std::vector<float> got_x = xa.get(), got_m1 = c1.get(), got_m2 = c2.get();
+    EXPECT_EQ(bits(got_x), bits(xb.get()));
+    EXPECT_EQ(bits(got_m1), bits(d1.get()));
+    EXPECT_EQ(bits(got_m2), bits(d2.get()));
+    for (size_t i = 0; i < n; i += 89) {
+      float h1 = m1[i], h2 = m2[i];
+      const float v = e != 0 ? comm::scale_pow2(scaled[i], -e) : scaled[i];
+      comm::compensator_update(comm::compensate(x[i], h1, h2, k), v, 4.0f, h1, h2, k);
+      ASSERT_EQ(bits({got_x[i], got_m1[i], got_m2[i]}), bits({v, h1, h2})) << i;
+    }
   }
 }
 

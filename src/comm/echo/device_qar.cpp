@@ -128,21 +128,35 @@ unsigned long long fault_key(Site site, FaultKind kind) {
 // tile into the pipeline's tile buffer; finish unscales the decoded tile, updates m1, m2 from x'
 // recomputed from x and the not yet updated state, and writes the output into x. The pipeline
 // finishes a tile only after every load of it (docs/design.md §7), so x still holds the input.
+// A rescaling site's e is computed on the device in begin(), from the group max the pipeline has
+// just reduced through its headers; a non-finite max is noted in the deferred fault word.
 class FusedDeviceSite final : public p2p::DeviceTileHooks {
  public:
-  FusedDeviceSite(void* x, bool bf16, float* m1, float* m2, const CompensatorCoeffs* coeffs, int exponent,
-                  float num_ranks)
-      : x_(x), bf16_(bf16), m1_(m1), m2_(m2), coeffs_(coeffs), exponent_(exponent), num_ranks_(num_ranks) {}
+  FusedDeviceSite(void* x, bool bf16, float* m1, float* m2, const CompensatorCoeffs* coeffs, float num_ranks)
+      : x_(x), bf16_(bf16), m1_(m1), m2_(m2), coeffs_(coeffs), num_ranks_(num_ranks) {}
 
+  // Rescale by the e that begin() derives from *group_max_bits into *exponent.
+  void rescale_on_device(const uint32_t* group_max_bits, int* exponent, unsigned long long fault_key,
+                         unsigned long long* fault_word) {
+    group_max_bits_ = group_max_bits;
+    exponent_ = exponent;
+    fault_key_ = fault_key;
+    fault_word_ = fault_word;
+  }
+
+  void begin(cudaStream_t stream) override {
+    if (group_max_bits_ != nullptr)
+      cuda::echo_rescale_exponent(group_max_bits_, exponent_, fault_key_, fault_word_, stream);
+  }
   void load(size_t begin, size_t n, float* out, cudaStream_t stream) override {
     cuda::echo_compensate(at(begin), bf16_, n, m1_ ? m1_ + begin : nullptr, m2_ ? m2_ + begin : nullptr, coeffs_,
                           out, nullptr, nullptr, stream);
     // The unfused path sends scale_pow2(x', e) for every e, 0 included: so does this.
-    cuda::echo_scale_pow2(out, n, exponent_, out, stream);
+    cuda::echo_scale_pow2(out, n, 0, out, stream, exponent_);
   }
   void finish(size_t begin, size_t n, const float* sum, cudaStream_t stream) override {
-    cuda::echo_finish_recompute(sum, n, exponent_, at(begin), bf16_, num_ranks_, m1_ ? m1_ + begin : nullptr,
-                                m2_ ? m2_ + begin : nullptr, coeffs_, stream);
+    cuda::echo_finish_recompute(sum, n, 0, at(begin), bf16_, num_ranks_, m1_ ? m1_ + begin : nullptr,
+                                m2_ ? m2_ + begin : nullptr, coeffs_, stream, exponent_);
   }
 
  private:
@@ -154,8 +168,12 @@ class FusedDeviceSite final : public p2p::DeviceTileHooks {
   float* m1_;
   float* m2_;
   const CompensatorCoeffs* coeffs_;
-  int exponent_;
   float num_ranks_;
+  // Rescaling only (else e = 0):
+  const uint32_t* group_max_bits_ = nullptr;
+  int* exponent_ = nullptr;  // device
+  unsigned long long fault_key_ = 0;
+  unsigned long long* fault_word_ = nullptr;
 };
 
 class CudaDeviceEcho final : public DeviceEcho {
@@ -226,8 +244,7 @@ int CudaDeviceEcho::group_rescale_exponent(Site site) {
   const float local = bits_float(bits);  // non-finite entries entered as +inf (compensator.cuh)
   float gmax = 0.0f;
   MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, comm_.get()));
-  ECHO_CHECK(std::isfinite(gmax),
-             "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)", to_string(site));
+  check_rescale_max(gmax, site);
   return rescale_exponent(gmax);
 }
 
@@ -262,15 +279,21 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
   Counters* c = counters();
   p2p::CudaIpcReduce* pipelined = pipeline_for(n, call.spec);
   if (call.fuse && pipelined != nullptr) {
-    int exponent = 0;
+    FusedDeviceSite hooks(x.raw(), bf16, m1, m2, coeffs, static_cast<float>(comm_.size()));
+    uint32_t* max_bits = nullptr;
     if (call.rescale) {  // a pass for max |x'| only: x' itself is formed tile by tile in the pipeline
-      CUDA_CHECK(cudaMemsetAsync(&c->max_bits, 0, sizeof c->max_bits, kStream));
-      cuda::echo_compensate(x.raw(), bf16, n, m1, m2, coeffs, nullptr, nullptr, &c->max_bits, kStream);
-      exponent = group_rescale_exponent(site);
+      max_bits = &c->max_bits;
+      CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof *max_bits, kStream));
+      cuda::echo_compensate(x.raw(), bf16, n, m1, m2, coeffs, nullptr, nullptr, max_bits, kStream);
+      hooks.rescale_on_device(max_bits, &c->exponent, fault_key(site, FaultKind::nonfinite_rescale), fault_word());
     }
-    FusedDeviceSite hooks(x.raw(), bf16, m1, m2, coeffs, exponent, static_cast<float>(comm_.size()));
+    const size_t bad = pipelined->run_fused(n, call.spec, site, hooks, max_bits);
+    // The call has ended on the host: a non-finite max is raised now, before the poisoned output
+    // it causes, as the CPU raises it (there before the exchange, here after: the ranks learnt the
+    // max on the device, and the compensator state of this pass is then not used again).
+    if (call.rescale) raise_deferred_faults();
     // As the CPU's fused site: the compensator has taken the update in when a poisoned output throws.
-    check_output(pipelined->run_fused(n, call.spec, site, hooks), site, "Echo quantized");
+    check_output(bad, site, "Echo quantized");
     return;
   }
 
@@ -349,8 +372,8 @@ void CudaDeviceEcho::raise_deferred_faults() {
   CUDA_CHECK(cudaMemsetAsync(&counters()->fault, 0xff, sizeof word, kStream));  // the next step starts clean
   const Site site{static_cast<int>((word >> 8) & 0xffffffffull),
                   (word >> 40) & 1 ? Direction::backward : Direction::forward};
-  ECHO_CHECK(static_cast<FaultKind>(word & 0xff) != FaultKind::nonfinite_rescale,
-             "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)", to_string(site));
+  if (static_cast<FaultKind>(word & 0xff) == FaultKind::nonfinite_rescale)
+    check_rescale_max(std::numeric_limits<float>::infinity(), site);
   ECHO_FAIL(
       "non-finite values in the Echo quantized all-reduce at {}: poisoned output groups (a rank's contribution "
       "holds NaN/Inf, or a group scale overflowed fp16)",

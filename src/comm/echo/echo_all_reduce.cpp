@@ -6,6 +6,7 @@
 
 #include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
+#include "comm/exact_all_reduce.h"
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
 
@@ -84,8 +85,7 @@ size_t EchoAllReduce::wire_bytes_per_rank(size_t n, Site site) const {
 int EchoAllReduce::group_rescale_exponent(float local_absmax, Site site) {
   // NOTE: absmax_step maps a non-finite value to +inf, never NaN: MPI_MAX need not propagate NaN.
   const float gmax = engine_->group_max(local_absmax, site);
-  ECHO_CHECK(std::isfinite(gmax), "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)",
-             to_string(site));
+  check_rescale_max(gmax, site);
   return rescale_exponent(gmax);
 }
 

@@ -87,7 +87,8 @@ void CudaIpcReduce::reserve_tiles(size_t tile_elems) {
   tile_capacity_ = tile_elems;
 }
 
-size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks) {
+size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks,
+                                   uint32_t* group_max_bits) {
   ECHO_CHECK(!broken_,
              "cuda_ipc all-reduce at {}: an earlier call of this group failed on a peer, so the ranks are out of "
              "step; restart the job",
@@ -101,9 +102,8 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, S
   const PipelineSchedule& s = schedules_.get(n, group, codec.bytes(group));
   if (hooks != nullptr) reserve_tiles(s.tile_elems);  // before the counters move: it may throw
   RegionTable& t = ws_->table();
-  header_seq_ = t.next_call();
-  header_n_ = n;
-  header_wire_ = codec.bytes(n);
+  header_ = {t.next_call(), n, codec.bytes(n)};
+  const uint64_t max_seq = group_max_bits != nullptr ? t.next_max() : 0;
   const uint64_t first_base = t.reserve_rounds(s.rounds);
 
   // Start: clear the counters on the legacy default stream. NOTE: that op waits for all earlier
@@ -113,7 +113,19 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, S
   CUDA_CHECK(cudaMemsetAsync(counters_, 0, sizeof(Counters), cudaStreamLegacy));
   cuda::reset_report(&counters_->decoded, cudaStreamLegacy);  // first_bad_element starts at ~0, not 0
   cuda::reset_report(&counters_->encoded, cudaStreamLegacy);
-  cuda::p2p_write_header(t.header(t.rank()), {header_seq_, header_n_, header_wire_}, push_);
+  cuda::p2p_write_header(t.header(t.rank()), header_, push_);
+  if (group_max_bits != nullptr) {  // the rescale's scalar first: every load of the call depends on it
+    cuda::P2pFlagList peers;
+    for (int p = 0; p < comm_.size(); ++p) {
+      if (p == t.rank()) continue;
+      peers.peer[peers.count] = p;
+      peers.peer_header[peers.count] = t.header(p);
+      ++peers.count;
+    }
+    cuda::p2p_group_max_bits(t.header(t.rank()), peers, max_seq, group_max_bits, timeout_ns(), &counters_->fault,
+                             push_);
+  }
+  if (hooks != nullptr) hooks->begin(push_);
   CUDA_CHECK(cudaEventRecord(start_, push_));
   CUDA_CHECK(cudaStreamWaitEvent(reduce_, start_, 0));
   CUDA_CHECK(cudaStreamWaitEvent(tail_, start_, 0));
@@ -136,8 +148,8 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const CallCodec&
                               int round, uint64_t base) {
   RegionTable& t = ws_->table();
   const int P = comm_.size(), me = t.rank(), tiles = t.geometry().tiles;
-  const uint64_t timeout_ns = static_cast<uint64_t>(peer_timeout_s_ * 1e9);
-  const cuda::P2pCallHeader mine{header_seq_, header_n_, header_wire_};
+  const uint64_t timeout = timeout_ns();
+  const cuda::P2pCallHeader mine = header_;
   if (round > 0) {  // the slots of the last round are free once its tail has seen every gather
     CUDA_CHECK(cudaStreamWaitEvent(push_, tailed_, 0));
     CUDA_CHECK(cudaStreamWaitEvent(reduce_, tailed_, 0));
@@ -172,7 +184,7 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const CallCodec&
     const Tile tile = s.tile(me, round, k);
     if (tile.size == 0) break;
     for (int i = 0; i < pushed.count; ++i) pushed.flag[i] = t.push_flag(me, k, pushed.peer[i]);
-    cuda::p2p_wait(pushed, base + kStagePush, mine, kStagePush, k, timeout_ns, &counters_->fault, reduce_);
+    cuda::p2p_wait(pushed, base + kStagePush, mine, kStagePush, k, timeout, &counters_->fault, reduce_);
     // The own values are y's (kept unencoded, as QuantCodec::load_own keeps them; rounded to bf16 in
     // place, as Bf16Codec::load_own rounds them), or what the hooks load; the copies are added in
     // rank order, one launch each, so stream order is rank order.
@@ -206,7 +218,7 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const CallCodec&
         flag.flag[0] = t.gather_flag(me, k, j);
         flag.peer[0] = j;
         flag.peer_header[0] = t.header(j);
-        cuda::p2p_wait(flag, base + kStageGather, mine, kStageGather, k, timeout_ns, &counters_->fault, tail_);
+        cuda::p2p_wait(flag, base + kStageGather, mine, kStageGather, k, timeout, &counters_->fault, tail_);
       }
       if (hooks != nullptr) {
         decode(codec, t.gather_slot(me, j, k), tile.size, tail_tile_, tail_);
@@ -220,7 +232,10 @@ void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const CallCodec&
 }
 
 void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) const {
-  const char* stage = fault.stage == kStagePush ? "push" : fault.stage == kStageGather ? "gather" : "?";
+  const char* stage = fault.stage == kStagePush                ? "push"
+                      : fault.stage == kStageGather            ? "gather"
+                      : fault.stage == cuda::kP2pStageGroupMax ? "rescale max"
+                                                               : "?";
   const std::string where = to_string(site);
   switch (fault.fault) {
     case cuda::kP2pTimeout:
@@ -241,7 +256,7 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
       ECHO_FAIL(
           "cuda_ipc all-reduce at {}: rank {} called with {} elements ({} encoded bytes), this rank with {} ({} "
           "bytes): every rank of the group must reduce a tensor of the same length with the same codec",
-          where, fault.peer, fault.observed, fault.expected, header_n_, header_wire_);
+          where, fault.peer, fault.observed, fault.expected, header_.n, header_.wire);
     default:
       ECHO_FAIL("cuda_ipc all-reduce at {}: unknown fault code {} from the device", where, fault.fault);
   }

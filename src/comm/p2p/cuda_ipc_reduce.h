@@ -29,12 +29,12 @@
 #include "comm/all_reduce.h"
 #include "comm/p2p/cuda_ipc_workspace.h"
 #include "comm/p2p/pipeline_schedule.h"
+#include "p2p_flags.cuh"  // P2pCallHeader, P2pFaultRecord (plain C++)
 #include "core/quant_spec.h"
 #include "dist/communicator.h"
 
 namespace echo::cuda {
 struct DeviceQuantReport;
-struct P2pFaultRecord;
 }  // namespace echo::cuda
 
 namespace echo::comm::p2p {
@@ -46,6 +46,9 @@ namespace echo::comm::p2p {
 class DeviceTileHooks {
  public:
   virtual ~DeviceTileHooks() = default;
+  // Once per call before the first load, after the group max of a rescaling call (run_fused's
+  // max_bits) is known on the device: where the site derives its exponent from it.
+  virtual void begin(cudaStream_t /*stream*/) {}
   virtual void load(size_t begin, size_t n, float* out, cudaStream_t stream) = 0;
   virtual void finish(size_t begin, size_t n, const float* sum, cudaStream_t stream) = 0;
 };
@@ -69,8 +72,12 @@ class CudaIpcReduce {
   }
   // run() with the site's per-tile work fused in: the values sent are what hooks.load() makes of
   // each tile (the whole x' is never written), and hooks.finish() gets each decoded tile.
-  size_t run_fused(size_t n, const QuantSpec& spec, Site site, DeviceTileHooks& hooks) {
-    return run_pipeline(nullptr, n, CallCodec{spec, false}, site, &hooks);
+  // group_max_bits (device; null: none): the bits of this rank's max |x'| of a rescaling site,
+  // replaced by the group's max through the workspace headers before hooks.begin(), all on the
+  // device (the backward rescale's one scalar without a host wait or an MPI call).
+  size_t run_fused(size_t n, const QuantSpec& spec, Site site, DeviceTileHooks& hooks,
+                   uint32_t* group_max_bits = nullptr) {
+    return run_pipeline(nullptr, n, CallCodec{spec, false}, site, &hooks, group_max_bits);
   }
 
   // The 16-bit baseline over the same pipeline (bits 16 in the Echo paper's Table 2): bf16 values
@@ -91,7 +98,8 @@ class CudaIpcReduce {
     size_t group() const;           // elements per codec group (tiles are whole groups)
     size_t bytes(size_t n) const;   // wire bytes of n elements
   };
-  size_t run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks);
+  size_t run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks,
+                      uint32_t* group_max_bits = nullptr);
   void run_round(float* y, DeviceTileHooks* hooks, const CallCodec& codec, const PipelineSchedule& s, int round,
                  uint64_t base);
   // The codec's stage operations on `stream` (the decoders count poisoned / non-finite outputs).
@@ -100,6 +108,7 @@ class CudaIpcReduce {
   void decode(const CallCodec& codec, const uint8_t* in, size_t n, float* out, cudaStream_t stream);
   void reserve_tiles(size_t tile_elems);
   void throw_fault(const cuda::P2pFaultRecord& fault, Site site) const;
+  uint64_t timeout_ns() const { return static_cast<uint64_t>(peer_timeout_s_ * 1e9); }
 
   const dist::Communicator& comm_;
   std::shared_ptr<CudaIpcWorkspace> ws_;
@@ -113,7 +122,7 @@ class CudaIpcReduce {
   float* reduce_tile_ = nullptr;
   float* tail_tile_ = nullptr;
   size_t tile_capacity_ = 0;
-  uint64_t header_seq_ = 0, header_n_ = 0, header_wire_ = 0;  // the call in flight
+  cuda::P2pCallHeader header_;  // the call in flight
   bool broken_ = false;
 };
 
