@@ -12,7 +12,6 @@
 
 #include "comm/nccl_group.h"
 #include "core/error.h"
-#include "ops.cuh"
 #include "dist/mpi_check.h"
 
 namespace echo::comm {
@@ -33,11 +32,9 @@ void NcclAllReduce::all_reduce(Tensor& x, Site site) {
     return;
   }
   // NOTE: NCCL's bf16 sum rounds at every hop of the ring; the fp32 sum of a bf16 tensor rounds once.
-  if (!work_.defined() || work_.numel() < x.numel()) work_ = Tensor::empty({x.numel()}, DType::f32, Device::cuda);
-  Tensor work = work_.slice(0, 0, x.numel());
-  cuda::cast(work, x, cudaStreamLegacy);
-  group_->all_reduce(work.raw(), n, DType::f32, backend::ReduceOp::sum, cudaStreamLegacy);
-  cuda::cast(x, work, cudaStreamLegacy);
+  work_.reduce(x, [&](float* values, size_t count) {
+    group_->all_reduce(values, count, DType::f32, backend::ReduceOp::sum, cudaStreamLegacy);
+  });
 }
 
 void NcclAllReduce::all_reduce(std::span<float> x, Site site) {

@@ -9,6 +9,7 @@
 
 #include "comm/all_reduce.h"
 #include "comm/exact_all_reduce.h"
+#include "comm/f32_work_copy.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
 
@@ -39,7 +40,7 @@ class NcclAllReduce final : public AllReduce {
   std::shared_ptr<NcclGroup> group_;  // shared with the Echo sites of the same group
   ExactPrecision precision_;
   int size_;
-  Tensor work_;  // fp32: the f32 copy of a bf16 tensor, grown to the largest call
+  F32WorkCopy work_;  // a bf16 tensor is reduced through an f32 copy
 };
 
 // True when the ranks of group all use different GPUs (NCCL refuses two ranks on one device).

@@ -2,7 +2,6 @@
 #include "comm/p2p/cuda_ipc_all_reduce.h"
 
 #include "core/error.h"
-#include "ops.cuh"
 
 namespace echo::comm::p2p {
 
@@ -21,13 +20,10 @@ void CudaIpcBf16AllReduce::all_reduce(Tensor& x, Site site) {
     check_output(ipc_.run_bf16(x.data<float>(), n, site), site, "exact bf16");
     return;
   }
-  if (!work_.defined() || work_.numel() < x.numel()) work_ = Tensor::empty({x.numel()}, DType::f32, Device::cuda);
-  Tensor work = work_.slice(0, 0, x.numel());
-  // NOTE: the legacy default stream, which orders with the backend's blocking stream and with the
-  // pipeline's start and end (cuda_ipc_reduce.h).
-  cuda::cast(work, x, cudaStreamLegacy);
-  check_output(ipc_.run_bf16(work.data<float>(), n, site), site, "exact bf16");
-  cuda::cast(x, work, cudaStreamLegacy);
+  // The pipeline orders with the legacy default stream at its start and end (cuda_ipc_reduce.h).
+  work_.reduce(x, [&](float* values, size_t count) {
+    check_output(ipc_.run_bf16(values, count, site), site, "exact bf16");
+  });
 }
 
 }  // namespace echo::comm::p2p

@@ -12,6 +12,7 @@
 
 #include "comm/all_reduce.h"
 #include "comm/exact_all_reduce.h"
+#include "comm/f32_work_copy.h"
 #include "comm/p2p/cuda_ipc_reduce.h"
 #include "comm/p2p/cuda_ipc_workspace.h"
 #include "core/tensor.h"
@@ -32,7 +33,7 @@ class CudaIpcBf16AllReduce final : public AllReduce {
  private:
   ExactAllReduce host_;  // host tensors, and the wire count (the same segments and bytes)
   CudaIpcReduce ipc_;
-  Tensor work_;  // f32 copy of a bf16 tensor, grown to the largest call
+  comm::F32WorkCopy work_;  // a bf16 tensor is reduced through an f32 copy
 };
 
 }  // namespace echo::comm::p2p
