@@ -115,8 +115,8 @@ __global__ void wait_kernel(P2pFlagList flags, uint64_t expected, P2pCallHeader 
 // One block: thread 0 publishes this rank's max, then thread i waits for peer i's and raises the
 // block's max; thread 0 writes it back. The value word is written before the release of the
 // number, and read after its acquire, so a peer's value is the one of this max.
-__global__ void group_max_kernel(uint64_t* my_header, P2pFlagList peers, uint64_t max_seq, uint32_t* bits,
-                                 uint64_t timeout_ns, P2pFaultRecord* record) {
+__global__ void group_max_kernel(uint64_t* my_header, P2pFlagList peers, P2pCallHeader mine, uint64_t max_seq,
+                                 uint32_t* bits, uint64_t timeout_ns, P2pFaultRecord* record) {
   __shared__ uint32_t block_max;
   const int i = static_cast<int>(threadIdx.x);
   const int slot = 2 * static_cast<int>(max_seq % 2);
@@ -143,17 +143,32 @@ __global__ void group_max_kernel(uint64_t* my_header, P2pFlagList peers, uint64_
         break;
       }
       if (polls % 64 == 63) {
+        // As wait_kernel: a peer in this call with another length or codec, or already in a later
+        // call, fails at once instead of after the timeout; so does another peer's fault.
+        uint64_t n = 0, wire = 0;
+        if (same_call_differs(theirs, mine, n, wire)) {
+          record_fault(record, kP2pMismatch, kP2pStageGroupMax, peers.peer[i], 0, n, wire, 0);
+          break;
+        }
+        const uint64_t their_call = load_acquire(&theirs[kHeaderSeq]);
+        if (their_call > mine.seq) {
+          record_fault(record, kP2pOutOfStep, kP2pStageGroupMax, peers.peer[i], 0, their_call, mine.seq, 0);
+          break;
+        }
         const uint64_t waited = now_ns() - start;
         if (timeout_ns != 0 && waited > timeout_ns) {
           record_fault(record, kP2pTimeout, kP2pStageGroupMax, peers.peer[i], 0, v, max_seq, waited);
           break;
         }
+        if (*static_cast<volatile uint32_t*>(&record->fault) != kP2pNoFault) break;
       }
       __nanosleep(200);
     }
   }
   __syncthreads();
-  if (i == 0 && *static_cast<volatile uint32_t*>(&record->fault) == kP2pNoFault) *bits = block_max;
+  // After a fault the call throws; 0 (a finite max) keeps the site's exponent kernel from noting
+  // a non-finite max that no one would raise.
+  if (i == 0) *bits = *static_cast<volatile uint32_t*>(&record->fault) == kP2pNoFault ? block_max : 0u;
 }
 
 }  // namespace
@@ -176,10 +191,10 @@ void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, i
   CUDA_CHECK(cudaGetLastError());
 }
 
-void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, uint64_t max_seq, uint32_t* bits,
-                        uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
+void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, P2pCallHeader mine, uint64_t max_seq,
+                        uint32_t* bits, uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
   ECHO_CHECK(max_seq > 0, "p2p_group_max_bits: max numbers start at 1 (0 is an unwritten header)");
-  group_max_kernel<<<1, kMaxP2pPeers, 0, stream>>>(my_header, peers, max_seq, bits, timeout_ns, record);
+  group_max_kernel<<<1, kMaxP2pPeers, 0, stream>>>(my_header, peers, mine, max_seq, bits, timeout_ns, record);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -68,11 +68,12 @@ void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, i
 // (docs/design.md §7, "The rescale's max"): writes *bits (the bits of this rank's max |x'|, a
 // non-negative float or +inf) into `my_header`'s max slot number `max_seq` (two slots used in
 // turn, as the shm transport's group_max), publishes max_seq with release at system scope, waits
-// for the same max number in every peer header of `peers` (flag and peer_header per peer, the
+// for the same max number in every peer header of `peers` (peer and peer_header per peer, the
 // flags unused), and leaves the largest bits in *bits: for non-negative floats the integer order
-// is the value order. A wait faults as p2p_wait does (timeout; a peer's max number past max_seq
-// is out of step), with stage kP2pStageGroupMax; *bits is then left as it was.
-void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, uint64_t max_seq, uint32_t* bits,
-                        uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream);
+// is the value order. A wait faults as p2p_wait does, with stage kP2pStageGroupMax: timeout; a
+// peer's max number past max_seq, or its call number past mine.seq, is out of step; its header of
+// this call with another n or wire is a mismatch. After a fault *bits is 0.
+void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, P2pCallHeader mine, uint64_t max_seq,
+                        uint32_t* bits, uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream);
 
 }  // namespace echo::cuda

@@ -244,16 +244,26 @@ TEST(CudaIpcReduce, ARankThatNeverSendsItsMaxIsATimeoutNamingIt) {
       Tensor bits = Tensor::from_vector(std::vector<float>{1.0f, 0.0f}, {2}).to(Device::cuda);
       uint32_t* max_bits = reinterpret_cast<uint32_t*>(bits.data<float>());
       PassThroughHooks hooks(in.data<float>(), out.data<float>(), max_bits, max_bits + 1);
+      const auto start = std::chrono::steady_clock::now();
       try {
         ipc->run_fused(n, QuantSpec{}, {5, Direction::backward}, hooks, max_bits);
         ADD_FAILURE() << "expected a timeout";
       } catch (const Error& e) {
         const std::string what = e.what();
         EXPECT_NE(what.find("timed out"), std::string::npos) << what;
-        EXPECT_NE(what.find("rescale max stage"), std::string::npos) << what;
+        EXPECT_NE(what.find("rescale max stage waiting"), std::string::npos) << what;
         EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
         EXPECT_NE(what.find("backward site 5"), std::string::npos) << what;
       }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, 20.0) << "one timeout, not one per tile";
+      // After a fault the max is 0, so the site would not note a non-finite max no one raises.
+      const Tensor after = bits.to(Device::cpu);
+      uint32_t reduced = 1;
+      std::memcpy(&reduced, after.raw(), sizeof reduced);
+      EXPECT_EQ(reduced, 0u);
+      // The group is out of step now: later calls refuse to run.
+      EXPECT_THROW(ipc->run_fused(n, QuantSpec{}, {6, Direction::backward}, hooks, max_bits), Error);
     }
     group.barrier();
   });

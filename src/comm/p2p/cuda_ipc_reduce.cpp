@@ -122,8 +122,8 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, S
       peers.peer_header[peers.count] = t.header(p);
       ++peers.count;
     }
-    cuda::p2p_group_max_bits(t.header(t.rank()), peers, max_seq, group_max_bits, timeout_ns(), &counters_->fault,
-                             push_);
+    cuda::p2p_group_max_bits(t.header(t.rank()), peers, header_, max_seq, group_max_bits, timeout_ns(),
+                             &counters_->fault, push_);
   }
   if (hooks != nullptr) hooks->begin(push_);
   CUDA_CHECK(cudaEventRecord(start_, push_));
@@ -237,12 +237,14 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
                       : fault.stage == cuda::kP2pStageGroupMax ? "rescale max"
                                                                : "?";
   const std::string where = to_string(site);
+  // The max precedes the tiles: it names no tile.
+  const std::string tile = fault.stage == cuda::kP2pStageGroupMax ? "" : fmt::format(" (tile {})", fault.tile);
   switch (fault.fault) {
     case cuda::kP2pTimeout:
       ECHO_FAIL(
-          "cuda_ipc all-reduce at {}: timed out after {:.1f} s in the {} stage (tile {}) waiting for rank {} "
+          "cuda_ipc all-reduce at {}: timed out after {:.1f} s in the {} stage{} waiting for rank {} "
           "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
-          where, static_cast<double>(fault.waited_ns) * 1e-9, stage, fault.tile, fault.peer, peer_timeout_s_);
+          where, static_cast<double>(fault.waited_ns) * 1e-9, stage, tile, fault.peer, peer_timeout_s_);
     case cuda::kP2pOutOfStep:
       ECHO_CHECK(fault.observed != cuda::kP2pPoison,
                  "cuda_ipc all-reduce at {}: rank {} failed in this call (in the {} stage here; its own error names "
