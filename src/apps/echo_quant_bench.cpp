@@ -7,6 +7,9 @@
 // it reaches: quantize against `read` (it reads 4 bytes a value and writes about half a byte),
 // dequantize_add against `update` (it reads and writes the 4-byte accumulator, and reads the
 // codes).
+// A second table times the fused Echo site's compensator work (comm/echo/fused_echo_site.cpp) the
+// way the shm pipeline runs it, tile by tile over state in DRAM, beside ceilings with the same mix
+// of reads and writes (below, "The compensator's passes").
 // Usage: echo_quant_bench [--mib N] [--runs R] [--group G] [--json FILE]
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -23,7 +26,10 @@
 #include <vector>
 
 #include "apps/bench/machine.h"
+#include "comm/echo/compensator.h"
+#include "comm/echo/fused_echo_site.h"
 #include "comm/echo/quantize.h"
+#include "comm/p2p/p2p_geometry.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "core/simd_clones.h"
@@ -63,7 +69,8 @@ std::variant<Options, int> parse(int argc, char** argv) {
   ECHO_INPUT_CHECK(o.mib >= 1 && o.mib <= kMaxMib, "--mib must be a whole number of MiB from 1 to {} (got '{}')", kMaxMib, t);
   ECHO_INPUT_CHECK(o.runs >= 1, "--runs must be at least 1 (got {})", o.runs);
   const size_t avail = echo::bench::available_memory_bytes();
-  const size_t need = 3 * o.mib * (size_t{1} << 20);  // x, acc and (at most) 8-bit codes with parameters
+  // x, acc, the compensator's m1 and m2, and (at most) 8-bit codes with parameters.
+  const size_t need = 5 * o.mib * (size_t{1} << 20);
   ECHO_INPUT_CHECK(avail == 0 || need <= avail, "--mib {} needs about {:.1f} GiB but only {:.1f} GiB is available", o.mib,
              static_cast<double>(need) / (1 << 30), static_cast<double>(avail) / (1 << 30));
   return o;
@@ -102,6 +109,57 @@ ECHO_SIMD_CLONES uint32_t read_all(const float* x, size_t n) {
 ECHO_SIMD_CLONES void update_all(float* acc, size_t n) {
   uint32_t* w = reinterpret_cast<uint32_t*>(acc);
   for (size_t i = 0; i < n; ++i) w[i] ^= 1u;
+}
+
+// The compensator's passes. The shm pipeline (comm/p2p/shm_pipelined_reduce.cpp) calls the fused
+// site's load() on each tile it pushes or reduces (x' = (x + c)·2^e into a tile buffer, which it
+// then encodes) and finish() on each tile it has decoded (unscale, x' recomputed from x, m1, m2,
+// the update of m1, m2, the output into x). A tile is the 4-bit g = 128 tile of the default
+// geometry (128 KiB slots / 68 bytes a group = 1927 groups, 246656 values, 0.94 MiB of fp32),
+// so the tile buffer stays in L2 while x, m1 and m2 come from DRAM. Bytes through memory, per value:
+//   load:   reads x, m1, m2 = 12 bytes (the tile written is in cache);
+//   finish: reads x, m1, m2 and writes them back = 24 bytes (the tile of y read is in cache; the
+//           stores go to lines the same loop has just read, so no extra read for ownership).
+//   decode+finish: the tail as it runs, 4-bit zero-aware codes (0.53 bytes a value) decoded into
+//           the tile, then finish: 24.53 bytes.
+// The ceilings run the same tile loop with the same streams and the simplest work on them:
+//   read3:   t[i] = x[i] ^ m1[i] ^ m2[i] (bit patterns) into the tile;
+//   update3: x[i] ^= t[i] & f, m1[i] ^= f, m2[i] ^= f, f = 0 at run time (each of x, m1, m2 read
+//            and stored, t read).
+size_t pipeline_tile_elems(int group_size) {
+  const QuantSpec spec{QuantPolicy::asym_zero_aware, 4, group_size};
+  const size_t group_bytes = echo::comm::wire_bytes(static_cast<size_t>(group_size), spec);
+  return static_cast<size_t>(group_size) * std::max<size_t>(1, echo::comm::p2p::P2pGeometry{}.slot_bytes / group_bytes);
+}
+
+ECHO_SIMD_CLONES void read3_tile(const float* __restrict x, const float* __restrict m1, const float* __restrict m2, size_t n,
+                                 float* __restrict t) {
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(x);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(m1);
+  const uint32_t* c = reinterpret_cast<const uint32_t*>(m2);
+  uint32_t* out = reinterpret_cast<uint32_t*>(t);
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] ^ b[i] ^ c[i];
+}
+
+// `flip` is 0 at run time (the compiler cannot know): every value is read and stored unchanged, so
+// the passes timed after this one see the same data.
+ECHO_SIMD_CLONES void update3_tile(float* __restrict x, float* __restrict m1, float* __restrict m2, const float* __restrict t,
+                                   size_t n, uint32_t flip) {
+  uint32_t* a = reinterpret_cast<uint32_t*>(x);
+  uint32_t* b = reinterpret_cast<uint32_t*>(m1);
+  uint32_t* c = reinterpret_cast<uint32_t*>(m2);
+  const uint32_t* in = reinterpret_cast<const uint32_t*>(t);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] ^= in[i] & flip;
+    b[i] ^= flip;
+    c[i] ^= flip;
+  }
+}
+
+// fn(begin, size) for every tile of [0, n).
+template <typename Fn>
+void for_tiles(size_t n, size_t tile, Fn&& fn) {
+  for (size_t begin = 0; begin < n; begin += tile) fn(begin, std::min(tile, n - begin));
 }
 
 }  // namespace
@@ -162,13 +220,113 @@ int main(int argc, char** argv) {
                         {"dequantize_add_of_update", d.median / update.median}});
       }
     }
+
+    // The compensator's passes (see pipeline_tile_elems). m1, m2 hold residual-sized values; the
+    // state evolves from run to run (finish writes it) but stays finite and normal.
+    // x is copied (finish writes its output there); the ceilings run on the same buffers.
+    const size_t tile = pipeline_tile_elems(opt.group_size);
+    std::vector<float> xs(x), t(tile);
+    for (size_t i = 0; i < tile; ++i) t[i] = 2.0f * x[i];
+    echo::comm::Compensator comp(echo::comm::CompensatorCoeffs{});
+    comp.prepare(n, "echo_quant_bench");
+    float* c1 = comp.m1_data();
+    float* c2 = comp.m2_data();
+    std::normal_distribution<float> residual(0.0f, 0.05f);
+    for (size_t i = 0; i < n; ++i) {
+      c1[i] = residual(rng);
+      c2[i] = residual(rng);
+    }
+    echo::comm::FusedEchoSite site(comp, 2);
+    // The tail's codes, one encoding per tile as the pipeline's gather slots hold them.
+    const QuantSpec tail_spec{QuantPolicy::asym_zero_aware, 4, opt.group_size};
+    const size_t tile_wire = echo::comm::wire_bytes(tile, tail_spec);
+    std::vector<uint8_t> tail_codes((n + tile - 1) / tile * tile_wire);
+    for_tiles(n, tile, [&](size_t b, size_t m) {
+      ECHO_CHECK(echo::comm::quantize(xs.data() + b, m, tail_spec, tail_codes.data() + b / tile * tile_wire).ok(),
+                 "unexpected poisoned groups");
+    });
+    const double tail_code_per_value = static_cast<double>(echo::comm::wire_bytes(n, tail_spec)) / static_cast<double>(n);
+    volatile uint32_t zero = 0;  // update3's operand: its stores leave the values as they were
+    const uint32_t flip = zero;
+    struct PassRow {
+      const char* name;
+      double bytes_per_value;
+      const char* ceiling;
+      Stats s;
+    };
+    std::vector<PassRow> passes;
+    const auto time_pass = [&](const char* name, double bytes_per_value, const char* ceiling, auto&& fn) {
+      passes.push_back({name, bytes_per_value, ceiling,
+                        measure(static_cast<size_t>(bytes_per_value * static_cast<double>(n)), opt.runs, fn)});
+    };
+    time_pass("read3", 12, "", [&] { for_tiles(n, tile, [&](size_t b, size_t m) { read3_tile(xs.data() + b, c1 + b, c2 + b, m, t.data()); }); });
+    time_pass("update3", 24, "", [&] { for_tiles(n, tile, [&](size_t b, size_t m) { update3_tile(xs.data() + b, c1 + b, c2 + b, t.data(), m, flip); }); });
+    for (int e : {0, 5}) {
+      site.set_exponent(e);
+      const bool fwd = e == 0;
+      time_pass(fwd ? "load e=0" : "load e=5", 12, "read3",
+                [&] { for_tiles(n, tile, [&](size_t b, size_t m) { site.load(xs.data(), b, m, t.data()); }); });
+      time_pass(fwd ? "finish e=0" : "finish e=5", 24, "update3",
+                [&] { for_tiles(n, tile, [&](size_t b, size_t m) { site.finish(xs.data(), b, m, t.data()); }); });
+    }
+    site.set_exponent(0);
+    time_pass("decode+finish e=0", 24 + tail_code_per_value, "update3", [&] {
+      for_tiles(n, tile, [&](size_t b, size_t m) {
+        ECHO_CHECK(echo::comm::dequantize(tail_codes.data() + b / tile * tile_wire, m, tail_spec, t.data()).ok(),
+                   "unexpected poisoned groups");
+        site.finish(xs.data(), b, m, t.data());
+      });
+    });
+    // What decoding in L1-sized pieces inside finish would buy (the pipeline decodes a whole tile,
+    // 0.94 MiB, into L2 first): the same codes cut into 16-group chunks, each encoded on its own,
+    // decoded into the first 2048 values of the tile buffer and finished at once.
+    const size_t chunk = std::min(tile, 16 * static_cast<size_t>(opt.group_size));  // whole groups, fits the tile buffer
+    const size_t chunk_wire = echo::comm::wire_bytes(chunk, tail_spec);
+    std::vector<uint8_t> chunk_codes((n + chunk - 1) / chunk * chunk_wire);
+    for_tiles(n, chunk, [&](size_t b, size_t m) {
+      ECHO_CHECK(echo::comm::quantize(xs.data() + b, m, tail_spec, chunk_codes.data() + b / chunk * chunk_wire).ok(),
+                 "unexpected poisoned groups");
+    });
+    time_pass("decode+finish/16g", 24 + tail_code_per_value, "update3", [&] {
+      for_tiles(n, chunk, [&](size_t b, size_t m) {
+        ECHO_CHECK(echo::comm::dequantize(chunk_codes.data() + b / chunk * chunk_wire, m, tail_spec, t.data()).ok(),
+                   "unexpected poisoned groups");
+        site.finish(xs.data(), b, m, t.data());
+      });
+    });
+    const auto ceiling_of = [&](const std::string& name) {
+      for (const PassRow& p : passes)
+        if (name == p.name) return p.s.median;
+      return 0.0;
+    };
+    std::printf("compensator passes, tile %zu values (in cache), x/m1/m2 %zu MiB each; GB/s = bytes through memory\n", tile,
+                mib);
+    std::printf("%-18s %8s %24s %10s %8s %10s\n", "pass", "B/value", "GB/s moved", "ns/value", "ceiling", "of_ceiling");
+    nlohmann::json pass_rows = nlohmann::json::array();
+    for (const PassRow& p : passes) {
+      const double ceil = p.ceiling[0] ? ceiling_of(p.ceiling) : p.s.median;
+      std::printf("%-18s %8.2f %8.2f [%5.2f, %5.2f] %10.3f %8s %10.2f\n", p.name, p.bytes_per_value, p.s.median, p.s.min,
+                  p.s.max, p.bytes_per_value / p.s.median, p.ceiling[0] ? p.ceiling : "-", p.s.median / ceil);
+      pass_rows.push_back({{"pass", p.name},
+                           {"bytes_per_value", p.bytes_per_value},
+                           {"gbps", {{"median", p.s.median}, {"min", p.s.min}, {"max", p.s.max}}},
+                           {"ns_per_value", p.bytes_per_value / p.s.median},
+                           {"ceiling", p.ceiling},
+                           {"of_ceiling", p.s.median / ceil}});
+    }
+
     if (!opt.json.empty()) {
       std::ofstream f(opt.json);
       ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
       const nlohmann::json ceilings{{"read_gbps", {{"median", read.median}, {"min", read.min}, {"max", read.max}}},
                                     {"update_gbps", {{"median", update.median}, {"min", update.min}, {"max", update.max}}},
                                     {"copy_gbps", {{"median", copy.median}, {"min", copy.min}, {"max", copy.max}}}};
-      f << nlohmann::json{{"machine", echo::bench::to_json(machine)}, {"memory_ceilings", ceilings}, {"results", rows}}.dump(2)
+      f << nlohmann::json{{"machine", echo::bench::to_json(machine)},
+                          {"memory_ceilings", ceilings},
+                          {"results", rows},
+                          {"compensator_tile_elems", tile},
+                          {"compensator_passes", pass_rows}}
+                  .dump(2)
         << "\n";
     }
     return 0;

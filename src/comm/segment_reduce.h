@@ -17,15 +17,24 @@
 namespace echo::comm {
 
 // Where a rank's time in the engine went since the last reset (echo_bench prints the split).
-// The MPI engine counts its two collectives as copy (they include the waiting); the shm engine
-// tells its flag polling (wait) apart from its copies into peers.
+// The shm engine tells its flag polling (wait) apart from its copies into peers. The MPI engine
+// counts its two collectives as copy, the waiting for late peers inside them included: it cannot
+// tell the two apart without adding a synchronization the engine does not have (a barrier before
+// each collective would time a different engine, at P ranks on fewer cores a scheduler slice per
+// barrier, and the ranks still leave a barrier at different times). So the like-for-like figure
+// across transports is exchange() = copy + wait: the time between the codec passes spent moving
+// bytes or waiting for peers. (On shm the push encodes straight into the owner's slot and the
+// tail decodes straight from the gather slot, so those stores and loads count as codec time
+// there, as the pipeline fuses them.)
 struct EngineTimes {
   double encode_s = 0;  // quantizing the pushed segments and the owner's sum
   double reduce_s = 0;  // the owner's own values plus the decoded copies, in fp32
-  double copy_s = 0;    // moving bytes to peers
+  double copy_s = 0;    // moving bytes to peers (mpi: the two collectives, waiting included)
   double decode_s = 0;  // decoding the gathered sums into x
-  double wait_s = 0;    // waiting for peers
+  double wait_s = 0;    // waiting for peers (shm; 0 over mpi, where copy holds it)
   int calls = 0;
+
+  double exchange_s() const { return copy_s + wait_s; }
 };
 
 // What an Echo site does to each value around the exchange (docs/design.md §8, fused

@@ -62,7 +62,8 @@ refused "echo_bench unknown transport" "--transport: tcp not in {mpi,shm}" "${be
 runs "echo_bench shm" "$work/shm.jsonl" "${mpirun[@]}" -np 2 "$build/echo_bench" --sizes 64K --iters 2 --warmup 1 \
   --transport shm --json "$work/shm.jsonl"
 if grep -q '"transport":"shm"' "$work/shm.jsonl" && grep -q '"ranks_identical":true' "$work/shm.jsonl" &&
-   grep -q '"split_us_per_call":{"copy"' "$work/shm.jsonl" && grep -q '"fraction_of_copy"' "$work/shm.jsonl"; then
+   grep -q '"split_us_per_call":{"copy"' "$work/shm.jsonl" && grep -q '"exchange":' "$work/shm.jsonl" &&
+   grep -q '"fraction_of_copy"' "$work/shm.jsonl"; then
   ok "echo_bench shm JSON"
 else
   bad "echo_bench shm JSON lacks the transport, identity, split or copy ceiling" "$(cat "$work/shm.jsonl")"
