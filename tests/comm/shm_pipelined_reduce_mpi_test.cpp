@@ -2,7 +2,9 @@
 // check against hand-computed sums: every codec, P = 2, 3, 4, lengths from 1 to many rounds,
 // and bit-for-bit equal outputs. Then the faults: a rank that never arrives and a rank that
 // calls with another length are errors naming the peer, not hangs or wrong sums; and a stress
-// of thousands of back-to-back calls of changing shapes and codecs.
+// of thousands of back-to-back calls of changing shapes and codecs. With threads > 1, lanes 1..
+// run on the engine's parked workers (LanePool): thousands of calls on 2 and 3 threads equal one
+// thread bit for bit, and an error in a worker lane reaches the caller without a hang.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "../support/mpi_util.h"
 #include "../support/test_data.h"
@@ -36,6 +39,13 @@ P2pGeometry small_geometry() {
   P2pGeometry g;
   g.tiles = 2;
   g.slot_bytes = 1024;
+  return g;
+}
+
+// Four tiles a round, so that up to four threads each have slots.
+P2pGeometry four_tile_geometry() {
+  P2pGeometry g = small_geometry();
+  g.tiles = 4;
   return g;
 }
 
@@ -245,6 +255,105 @@ void expect_error_with(F body, std::vector<std::string> pieces) {
   }
 }
 
+// x' = x / 2 on load, x <- sum - x on finish: element by element, so any split of the tiles
+// among threads gives the same bits.
+class HalveHooks : public TileHooks {
+ public:
+  void load(const float* x, size_t begin, size_t n, float* out) const override {
+    for (size_t i = 0; i < n; ++i) out[i] = 0.5f * x[begin + i];
+  }
+  void finish(float* x, size_t begin, size_t n, const float* y) override {
+    for (size_t i = 0; i < n; ++i) x[begin + i] = y[i] - x[begin + i];
+  }
+};
+
+// HalveHooks whose load fails on every thread but the one that made it: only worker lanes fail.
+class FailingOnWorkers : public HalveHooks {
+ public:
+  void load(const float* x, size_t begin, size_t n, float* out) const override {
+    ECHO_CHECK(std::this_thread::get_id() == caller_, "tile hook failed on a worker thread at element {}", begin);
+    HalveHooks::load(x, begin, n, out);
+  }
+
+ private:
+  std::thread::id caller_ = std::this_thread::get_id();
+};
+
+TEST(ShmPipelinedReduce, ThousandsOfCallsOnTheWorkerPoolEqualOneThreadBitForBit) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    const auto codecs = every_codec();
+    for (int threads : {2, 3}) {
+      // Both engines share the group's workspace; every rank makes the same calls in turn.
+      auto one = make_shm(group, four_tile_geometry(), 30, 1);
+      auto pooled = make_shm(group, four_tile_geometry(), 30, threads);
+      ASSERT_NE(one, nullptr);
+      ASSERT_NE(pooled, nullptr);
+      std::mt19937 shapes(777 + threads);  // the same sequence on every rank
+      const auto start = std::chrono::steady_clock::now();
+      for (int call = 0; call < 2000; ++call) {
+        const size_t n = 1 + shapes() % 6000;
+        const auto& c = codecs[shapes() % codecs.size()];
+        const bool fused = shapes() % 4 == 0;
+        const std::vector<float> x = random_normal(n, 1000 * threads + call, group.rank(), 0.1f, 1.0f + group.rank());
+        std::vector<float> a = x, b = x;
+        const Site site{call % 5, Direction::forward};
+        size_t bad_one, bad_pooled;
+        if (fused) {
+          HalveHooks h1, h2;
+          bad_one = one->run_fused(a, *c.codec, site, h1);
+          bad_pooled = pooled->run_fused(b, *c.codec, site, h2);
+        } else {
+          bad_one = one->run(a, *c.codec, site);
+          bad_pooled = pooled->run(b, *c.codec, site);
+        }
+        const std::string what = "threads=" + std::to_string(threads) + " call " + std::to_string(call) +
+                                 " n=" + std::to_string(n) + " codec=" + c.name + (fused ? " fused" : "");
+        ASSERT_EQ(bad_one, bad_pooled) << what;
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << what << ": 1 thread and the pool differ";
+        ASSERT_NE(std::memcmp(b.data(), x.data(), n * sizeof(float)), 0) << what << ": the sum must change x";
+        if (call % 100 == 0 && !fused) {  // fused: x <- sum - x differs per rank
+          EXPECT_TRUE(identical_on_all_ranks(b, group)) << what;
+        }
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, 240.0) << "threads=" << threads << ": 2 x 2000 calls of <= 6000 values, even oversubscribed";
+      if (group.rank() == 0)
+        std::printf("[ info ] threads=%d: 2 x 2000 calls in %.2f s (1 thread and the pool, alternating)\n", threads,
+                    seconds);
+    }
+  });
+}
+
+TEST(ShmPipelinedReduce, AnErrorInEveryRanksWorkerLanesReachesTheCallerAndTheNextCallIsExact) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    for (int threads : {2, 3}) {
+      auto one = make_shm(group, four_tile_geometry(), 30, 1);
+      auto pooled = make_shm(group, four_tile_geometry(), 30, threads);
+      ASSERT_NE(pooled, nullptr);
+      Bf16Codec bf16;
+      // Every rank's workers fail on their first tile, before they publish a flag; lane 0 needs
+      // only the peers' lanes 0, so it finishes, and no rank waits for a flag that never comes.
+      std::vector<float> x = random_normal(20000, 3, group.rank());
+      FailingOnWorkers failing;
+      const auto start = std::chrono::steady_clock::now();
+      expect_error_with([&] { pooled->run_fused(x, bf16, {2, Direction::forward}, failing); },
+                        {"tile hook failed on a worker thread"});
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, 10.0) << "no lane waited for the peer timeout (30 s)";
+      // The pool runs the next calls as before, bit for bit.
+      for (int call = 0; call < 20; ++call) {
+        const std::vector<float> y = random_normal(3000 + 997 * call, 50 + call, group.rank());
+        std::vector<float> a = y, b = y;
+        HalveHooks h1, h2;
+        one->run_fused(a, bf16, {1, Direction::backward}, h1);
+        pooled->run_fused(b, bf16, {1, Direction::backward}, h2);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << "threads=" << threads << " call " << call << " after the error";
+      }
+    }
+  });
+}
+
 TEST(ShmPipelinedReduce, ARankThatNeverArrivesIsATimeoutNamingItNotAHang) {
   on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
     auto shm = make_shm(group, small_geometry(), 1.0);
@@ -260,6 +369,48 @@ TEST(ShmPipelinedReduce, ARankThatNeverArrivesIsATimeoutNamingItNotAHang) {
       EXPECT_LT(waited, 30.0);
     }
     group.barrier();  // the absent rank waits here until the others gave up
+  });
+}
+
+// One rank's worker lanes fail; on the other ranks only the worker lanes, which wait for that
+// rank's slots 1.., time out, while lane 0 finishes. Then the same with a rank that never calls,
+// where every lane times out. Either way the caller gets the timeout naming the site, and the
+// engine (its pool) is destroyed at once.
+TEST(ShmPipelinedReduce, ATimeoutInAWorkerLaneReachesTheCallerNamingTheSiteAndTheEngineGoes) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    const int faulty = group.size() - 1;
+    const std::string faulty_rank = "rank " + std::to_string(faulty);
+    Bf16Codec bf16;
+    for (int threads : {2, 3})
+      for (bool never_calls : {false, true}) {
+        // Held here, so that destroying the engine below is the pool alone: freeing the workspace
+        // is collective, and would wait for the ranks still waiting for the timeout.
+        auto ws = ShmWorkspace::for_group(group, four_tile_geometry());
+        auto shm = make_shm(group, four_tile_geometry(), 1.0, threads);
+        ASSERT_NE(shm, nullptr);
+        std::vector<float> x = random_normal(20000, 4, group.rank());
+        const std::string what = "threads=" + std::to_string(threads) + (never_calls ? " absent rank" : " failing lanes");
+        if (group.rank() == faulty) {
+          if (!never_calls) {
+            FailingOnWorkers failing;
+            expect_error_with([&] { shm->run_fused(x, bf16, {5, Direction::backward}, failing); },
+                              {"tile hook failed on a worker thread"});
+          }
+        } else {
+          const auto start = std::chrono::steady_clock::now();
+          HalveHooks hooks;
+          expect_error_with([&] { shm->run_fused(x, bf16, {5, Direction::backward}, hooks); },
+                            {"backward site 5", "timed out", faulty_rank, "push"});
+          const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          EXPECT_LT(waited, 30.0) << what;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        shm.reset();  // stops and joins the workers
+        const double destroyed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_LT(destroyed, 1.0) << what << ": destroying the engine took " << destroyed << " s";
+        group.barrier();  // the faulty rank waits here until the others gave up
+        ws.reset();
+      }
   });
 }
 

@@ -2,8 +2,6 @@
 #include "comm/p2p/shm_pipelined_reduce.h"
 
 #include <cstring>
-#include <exception>
-#include <thread>
 
 #include "core/error.h"
 #include "core/hd.h"
@@ -11,17 +9,25 @@
 
 namespace echo::comm::p2p {
 
+namespace {
+// Checked before the pool starts any thread for them.
+int checked_threads(int threads, const P2pGeometry& g) {
+  ECHO_CHECK(threads >= 1 && threads <= g.tiles, "shm all-reduce threads = {} must lie in [1, {}] (the tiles of a round)",
+             threads, g.tiles);
+  return threads;
+}
+}  // namespace
+
 ShmPipelinedReduce::ShmPipelinedReduce(const dist::Communicator& comm, std::shared_ptr<ShmWorkspace> workspace,
                                        double peer_timeout_s, int threads)
     : comm_(comm),
       ws_(std::move(workspace)),
       peer_timeout_s_(peer_timeout_s),
       schedules_(ws_->geometry()),
-      fallback_(comm) {
+      fallback_(comm),
+      pool_(checked_threads(threads, ws_->geometry())) {
   ECHO_CHECK(ws_->geometry().ranks == comm.size(), "shm workspace made for {} ranks used by a group of {}",
              ws_->geometry().ranks, comm.size());
-  ECHO_CHECK(threads >= 1 && threads <= ws_->geometry().tiles,
-             "shm all-reduce threads = {} must lie in [1, {}] (the tiles of a round)", threads, ws_->geometry().tiles);
   lanes_.resize(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) lanes_[static_cast<size_t>(i)].index = i;
 }
@@ -87,23 +93,17 @@ size_t ShmPipelinedReduce::run_pipeline(std::span<float> x, const SegmentCodec& 
     return bad;
   }
 
-  // Lanes 1.. on threads of their own, lane 0 here; the first error is rethrown after all joined.
+  // Lane i on the pool's lane i (0: this thread). The pool returns, or rethrows the error of the
+  // lowest lane that threw, only once every lane has finished the call: nothing still uses `call`
+  // when we leave, and the lanes' times are complete to add either way.
   std::vector<size_t> bad(lanes_.size(), 0);
-  std::vector<std::exception_ptr> errors(lanes_.size());
-  auto work = [&](size_t i) {
-    try {
-      bad[i] = run_lane(call, lanes_[i]);
-    } catch (...) {
-      errors[i] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < lanes_.size(); ++i) threads.emplace_back(work, i);
-  work(0);
-  for (auto& t : threads) t.join();
+  try {
+    pool_.run([&](int i) { bad[static_cast<size_t>(i)] = run_lane(call, lanes_[static_cast<size_t>(i)]); });
+  } catch (...) {
+    add_lane_times();
+    throw;
+  }
   add_lane_times();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
   size_t total = 0;
   for (size_t b : bad) total += b;
   return total;

@@ -13,7 +13,8 @@
 // Ranks run ahead of one another: a rank reduces tile 0 while a slower peer still pushes tile 5.
 // With `threads` > 1 a rank splits the tile slots among its threads (slot t to thread t mod
 // threads); each runs every stage and round for its slots on its own, as every flag and slot
-// belongs to one (slot, peer) pair, so the threads never wait for one another.
+// belongs to one (slot, peer) pair, so the threads never wait for one another. Threads 1.. are
+// a LanePool's workers, started with the object and parked between calls; thread 0 is the caller.
 // Element for element this is TwoPhaseReduce's arithmetic in its order, so both give the same
 // bits. A round reuses the slots of the previous one only after this rank's tail has seen every
 // owner's gather, which each owner publishes after it has read its recv slots.
@@ -27,6 +28,7 @@
 #include "comm/p2p/shm_workspace.h"
 #include "comm/segment_reduce.h"
 #include "comm/two_phase_reduce.h"
+#include "core/lane_pool.h"
 
 namespace echo::comm::p2p {
 
@@ -77,6 +79,7 @@ class ShmPipelinedReduce final : public SegmentReduce {
   ScheduleCache schedules_;
   TwoPhaseReduce fallback_;  // for a codec whose one group does not fit a slot
   std::vector<Lane> lanes_;  // one per thread; lane 0 runs on the caller's
+  LanePool pool_;            // runs lanes_[i] on its lane i; declared last, so destroyed (joined) first
 };
 
 }  // namespace echo::comm::p2p
