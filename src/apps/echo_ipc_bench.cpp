@@ -7,6 +7,9 @@
 // tensor of the given size in place; the time is the slowest rank's, median of --iters after
 // --warmup, with the input restored before each call (not timed).
 //   mpirun -np 4 echo_ipc_bench --sizes 64M..1G --iters 80 --warmup 30 --json ipc.jsonl
+// --slot-kib 128,2048 repeats the cuda_ipc rows for each workspace slot size (the first is
+// also the 16-bit pipeline's): with ~10·P kernel launches per tile (docs/design.md §7,
+// "Launches"), the `tiles` column against the time says whether launches or bytes decide.
 // `wrong` counts the elements where a quantized row's output differs from the two-collective
 // output of the same input (the gpu tests tie both to the CPU reference bit for bit); the
 // 16-bit row counts elements differing from rank 0's, the cuda_ipc 16-bit row those differing from
@@ -28,7 +31,9 @@
 #include "apps/bench/timing.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
+#include "comm/echo/quantize.h"
 #include "comm/p2p/cuda_ipc_all_reduce.h"
+#include "comm/p2p/pipeline_schedule.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -46,6 +51,8 @@ struct Options {
   int warmup = 30;
   int group_size = 128;
   double peer_timeout_s = 60;
+  std::vector<int> slot_kib{128};  // cuda_ipc workspace slot sizes, one set of cuda_ipc rows each
+  int tiles = 16;                  // tiles per segment and round
   std::string json;
 };
 
@@ -55,23 +62,53 @@ struct RowSpec {
   comm::TransportKind transport = comm::TransportKind::mpi;
   bool compensate = false;
   bool fuse = false;
+  int slot_kib = 0;  // cuda_ipc rows: the workspace slot size
 };
 
-std::vector<RowSpec> rows() {
-  return {{"16-bit", 0, comm::TransportKind::mpi, false},
-          {"cuda_ipc 16-bit", 0, comm::TransportKind::cuda_ipc, false},
-          {"two-collective 8-bit", 8, comm::TransportKind::mpi, false},
-          {"two-collective 4-bit", 4, comm::TransportKind::mpi, false},
-          {"cuda_ipc 8-bit", 8, comm::TransportKind::cuda_ipc, false},
-          {"cuda_ipc 4-bit", 4, comm::TransportKind::cuda_ipc, false},
-          {"cuda_ipc 4-bit + compensator", 4, comm::TransportKind::cuda_ipc, true, false},
-          {"cuda_ipc 4-bit + fused compensator", 4, comm::TransportKind::cuda_ipc, true, true}};
+// Table 2's rows; the cuda_ipc ones once per slot size (named with it when there are several).
+std::vector<RowSpec> rows(const Options& o) {
+  std::vector<RowSpec> out{{"16-bit", 0, comm::TransportKind::mpi},
+                           {"two-collective 8-bit", 8, comm::TransportKind::mpi},
+                           {"two-collective 4-bit", 4, comm::TransportKind::mpi}};
+  for (size_t i = 0; i < o.slot_kib.size(); ++i) {
+    const int kib = o.slot_kib[i];
+    const std::string tag = o.slot_kib.size() > 1 ? fmt::format(" [{}K slots]", kib) : "";
+    if (i == 0) out.push_back({"cuda_ipc 16-bit" + tag, 0, comm::TransportKind::cuda_ipc, false, false, kib});
+    out.push_back({"cuda_ipc 8-bit" + tag, 8, comm::TransportKind::cuda_ipc, false, false, kib});
+    out.push_back({"cuda_ipc 4-bit" + tag, 4, comm::TransportKind::cuda_ipc, false, false, kib});
+    out.push_back({"cuda_ipc 4-bit + compensator" + tag, 4, comm::TransportKind::cuda_ipc, true, false, kib});
+    out.push_back({"cuda_ipc 4-bit + fused compensator" + tag, 4, comm::TransportKind::cuda_ipc, true, true, kib});
+  }
+  return out;
+}
+
+comm::p2p::P2pGeometry geometry_of(const RowSpec& r, const Options& o, int ranks) {
+  comm::p2p::P2pGeometry g;
+  g.ranks = ranks;
+  g.tiles = o.tiles;
+  g.slot_bytes = static_cast<size_t>(r.slot_kib) << 10;
+  return g;
+}
+
+// Tiles one call of n values moves over every segment (each rank pushes, reduces or decodes each
+// once): 0 for the rows off the pipeline.
+size_t tiles_per_call(const RowSpec& r, const Options& o, int ranks, size_t n) {
+  if (r.transport != comm::TransportKind::cuda_ipc) return 0;
+  const QuantSpec spec{QuantPolicy::asym_zero_aware, r.bits, o.group_size};
+  const size_t group = r.bits == 0 ? 32 : static_cast<size_t>(o.group_size);  // Bf16Codec's granularity
+  const size_t group_bytes = r.bits == 0 ? 2 * group : comm::wire_bytes(group, spec);
+  const comm::p2p::PipelineSchedule s = comm::p2p::make_pipeline_schedule(n, geometry_of(r, o, ranks), group,
+                                                                          group_bytes);
+  size_t tiles = 0;
+  for (const comm::Segment& seg : s.segments) tiles += (seg.size + s.tile_elems - 1) / s.tile_elems;
+  return tiles;
 }
 
 std::unique_ptr<comm::AllReduce> make_row(const RowSpec& r, const Options& o, const dist::Communicator& c) {
   comm::TransportOptions t;
   t.kind = r.transport;
   t.peer_timeout_s = o.peer_timeout_s;
+  if (r.transport == comm::TransportKind::cuda_ipc) t.geometry = geometry_of(r, o, c.size());
   if (r.bits == 0 && r.transport == comm::TransportKind::cuda_ipc) {  // built directly: distinct GPUs would get NCCL
     std::string why;
     auto ws = comm::p2p::CudaIpcWorkspace::for_group(c, t.geometry, &why);
@@ -130,6 +167,10 @@ int bench_main(int argc, char** argv) {
   app.add_option("--group-size", o.group_size, "values per quantization group")->capture_default_str();
   app.add_option("--peer-timeout", o.peer_timeout_s, "cuda_ipc: seconds a wait for a peer may last")
       ->capture_default_str();
+  app.add_option("--slot-kib", o.slot_kib, "cuda_ipc workspace slot sizes in KiB, one set of cuda_ipc rows each")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--tiles", o.tiles, "cuda_ipc tiles per segment and round")->capture_default_str();
   app.add_option("--json", o.json, "write one JSON record per size and row to this file (rank 0)");
   try {
     app.parse(argc, argv);
@@ -137,6 +178,12 @@ int bench_main(int argc, char** argv) {
     return app.exit(e);
   }
   ECHO_INPUT_CHECK(o.iters >= 1 && o.warmup >= 0, "--iters must be >= 1 and --warmup >= 0");
+  ECHO_INPUT_CHECK(!o.slot_kib.empty(), "--slot-kib needs at least one size");
+  for (int kib : o.slot_kib)
+    ECHO_INPUT_CHECK(kib >= 1 && kib <= 65536, "--slot-kib {} is outside [1, 65536]", kib);
+  ECHO_INPUT_CHECK(o.tiles >= 1 && o.tiles <= 64, "--tiles {} is outside [1, 64]", o.tiles);
+  ECHO_INPUT_CHECK(o.group_size >= 1 && o.group_size <= 4096 && (o.group_size & (o.group_size - 1)) == 0,
+                   "--group-size {} must be a power of two in [1, 4096]", o.group_size);
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
   const int devices = cuda_device_count();
   ECHO_INPUT_CHECK(devices > 0, "echo_ipc_bench needs a usable CUDA device (none found, or no driver)");
@@ -147,10 +194,11 @@ int bench_main(int argc, char** argv) {
   if (me == 0) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("# echo_ipc_bench: %d ranks, %d GPU(s) visible (%s); median of %d after %d warm-ups, in place\n", P,
-                devices, prop.name, o.iters, o.warmup);
-    std::printf("%8s  %-30s %12s %10s %10s %8s %10s\n", "size", "row", "median(us)", "algbw", "ceiling", "frac",
-                "wrong");
+    std::printf("# echo_ipc_bench: %d ranks, %d GPU(s) visible (%s); median of %d after %d warm-ups, in place; "
+                "cuda_ipc: %d tiles a round\n",
+                P, devices, prop.name, o.iters, o.warmup, o.tiles);
+    std::printf("%8s  %-48s %12s %10s %10s %8s %7s %10s\n", "size", "row", "median(us)", "algbw", "ceiling", "frac",
+                "tiles", "wrong");
   }
   for (size_t bytes : parse_sizes(o.sizes)) {
     const size_t n = bytes / 2;
@@ -165,7 +213,7 @@ int bench_main(int argc, char** argv) {
     };
     std::vector<uint16_t> two_collective[9];  // by bits: the reference of the cuda_ipc rows
     std::vector<uint16_t> unfused;            // the reference of the fused row
-    for (const RowSpec& r : rows()) {
+    for (const RowSpec& r : rows(o)) {
       auto impl = make_row(r, o, world);
       const comm::Site site{0, comm::Direction::forward};
       const LatencyStats s = time_collective(
@@ -216,15 +264,17 @@ int bench_main(int argc, char** argv) {
       unsigned long long mine = wrong, total = 0;
       MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.get());
       const double algbw = static_cast<double>(bytes) / (s.median_us * 1e3);
+      const size_t tiles = tiles_per_call(r, o, P, n);
       if (me == 0) {
-        std::printf("%8s  %-30s %12.1f %10.1f %10.1f %8.3f %10llu\n", format_size(bytes).c_str(), r.name.c_str(),
-                    s.median_us, algbw, ceiling, algbw / ceiling, total);
+        std::printf("%8s  %-48s %12.1f %10.1f %10.1f %8.3f %7zu %10llu\n", format_size(bytes).c_str(),
+                    r.name.c_str(), s.median_us, algbw, ceiling, algbw / ceiling, tiles, total);
         std::fflush(stdout);
         if (json.is_open())
           json << nlohmann::json{{"size", bytes},         {"row", r.name},          {"ranks", P},
                                  {"median_us", s.median_us}, {"p10_us", s.p10_us},   {"p90_us", s.p90_us},
                                  {"algbw_gbps", algbw},   {"copy_ceiling_gbps", ceiling}, {"wrong", total},
-                                 {"iters", o.iters},      {"warmup", o.warmup}}
+                                 {"iters", o.iters},      {"warmup", o.warmup},
+                                 {"slot_kib", r.slot_kib}, {"tiles_per_round", o.tiles}, {"tiles_per_call", tiles}}
                       .dump()
                << "\n";
       }

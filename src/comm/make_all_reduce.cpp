@@ -43,6 +43,8 @@ TransportOptions transport_options_from(const config::CommConfig& cfg) {
   }
   t.peer_timeout_s = cfg.peer_timeout_s;
   t.threads = cfg.shm_threads;
+  t.geometry.tiles = cfg.p2p_tiles;
+  t.geometry.slot_bytes = static_cast<size_t>(cfg.p2p_slot_kib) << 10;
   return t;
 }
 

@@ -84,4 +84,13 @@ runs "echo_model_bench machine" "$work/model.json" "${model[@]}" --batch 1 --seq
 runs "echo_s3r_bench machine" "$work/s3r.json" "$build/echo_s3r_bench" --shapes 16x32 --tokens 16 --seq 8 --reps 1 \
   --warmup 0 --modes fp32 --json "$work/s3r.json"
 
+# CUDA builds: echo_ipc_bench refuses bad arguments before it looks for a device.
+if [[ -x "$build/echo_ipc_bench" ]]; then
+  ipc=("${np1[@]}" "$build/echo_ipc_bench")
+  refused "echo_ipc_bench slot 0" "--slot-kib 0 is outside [1, 65536]" "${ipc[@]}" --slot-kib 128,0
+  refused "echo_ipc_bench tiles 99" "--tiles 99 is outside [1, 64]" "${ipc[@]}" --tiles 99
+  refused "echo_ipc_bench group 96" "--group-size 96 must be a power of two in [1, 4096]" "${ipc[@]}" --group-size 96
+  refused "echo_ipc_bench iters 0" "--iters must be >= 1" "${ipc[@]}" --iters 0
+fi
+
 echo "$passed passed, $failed failed"

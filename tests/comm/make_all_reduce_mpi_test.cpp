@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstring>
+#include <vector>
+
+#include "../support/test_data.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
@@ -85,6 +89,28 @@ TEST(MakeAllReduce, CudaIpcServesHostTensorsLikeAuto) {
   cfg.transport = config::Transport::cuda_ipc;
   EXPECT_EQ(transport_options_from(cfg).kind, TransportKind::cuda_ipc);
   EXPECT_EQ(describe(*make_all_reduce(cfg, config::Device::cpu, tp, 2)), "echo over shm");
+}
+
+// comm.p2p_tiles and comm.p2p_slot_kib set the pipeline's workspace geometry; a small one (many
+// rounds of 4 KiB slots) gives the MPI engine's bits.
+TEST(MakeAllReduce, PipelineGeometryComesFromTheConfig) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  config::CommConfig cfg;
+  cfg.p2p_tiles = 3;
+  cfg.p2p_slot_kib = 4;
+  const TransportOptions t = transport_options_from(cfg);
+  EXPECT_EQ(t.geometry.tiles, 3);
+  EXPECT_EQ(t.geometry.slot_bytes, size_t{4096});
+  cfg.transport = config::Transport::shm;
+  auto shm = make_all_reduce(cfg, config::Device::cpu, tp, 2);
+  cfg.transport = config::Transport::mpi;
+  auto mpi = make_all_reduce(cfg, config::Device::cpu, tp, 2);
+  const size_t n = 50'001;  // 4 KiB slots hold 7680 4-bit values: several rounds of 3 tiles
+  std::vector<float> a = echo::testing::random_normal(n, 5, static_cast<uint64_t>(tp.rank()), 0.0f, 1.0f), b = a;
+  shm->all_reduce(std::span<float>(a), {0, Direction::forward});
+  mpi->all_reduce(std::span<float>(b), {0, Direction::forward});
+  EXPECT_EQ(describe(*shm), "echo over shm");
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
 }
 
 TEST(MakeAllReduce, UnavailableAllReducesAreRefusedWithAReason) {

@@ -171,6 +171,8 @@ TEST(ConfigKeys, KeepEveryNameOfTheContract) {
                           "comm.transport",
                           "comm.peer_timeout_s",
                           "comm.shm_threads",
+                          "comm.p2p_tiles",
+                          "comm.p2p_slot_kib",
                           "comm.bits",
                           "comm.group_size",
                           "comm.quantizer",
@@ -401,7 +403,7 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
 TEST_F(ConfigFile, UnknownKeyNamesFileLineKeyAndKnownKeys) {
   const std::string error = load_error({"run:", "  seed: 1", "comm:", "  bits: 4", "  bitz: 8"});
   EXPECT_THAT(error, StartsWith(at(5) + "unknown key 'comm.bitz'"));
-  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, shm_threads, bits, group_size,"));
+  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, shm_threads, p2p_tiles, p2p_slot_kib, bits, group_size,"));
   EXPECT_THAT(
       load_error({"comm:", "  compensator: {eta: 0.5, etta: 0.4}"}),
       StartsWith(at(2) + "unknown key 'comm.compensator.etta' (known keys in 'comm.compensator': enabled, eta"));
@@ -650,7 +652,23 @@ TEST_F(ConfigFile, ShmTransportAndItsPeerTimeout) {
   EXPECT_EQ(c.comm.transport, Transport::shm);
   EXPECT_DOUBLE_EQ(c.comm.peer_timeout_s, 2.5);
   EXPECT_THAT(load_error({"comm:", "  peer_timeout_s: 0"}), StartsWith(at(2) + "'comm.peer_timeout_s' = 0"));
-  EXPECT_THAT(load_error({"comm:", "  shm_threads: 17"}), StartsWith(at(2) + "'comm.shm_threads' = 17"));
+  EXPECT_THAT(load_error({"comm:", "  shm_threads: 65"}), StartsWith(at(2) + "'comm.shm_threads' = 65"));
+}
+
+TEST_F(ConfigFile, PipelineGeometryKeysReachTheTransportAndAreChecked) {
+  const Config c = load_config(write("p2p.yaml", {"comm: {p2p_tiles: 4, p2p_slot_kib: 2048, shm_threads: 3}"}));
+  EXPECT_EQ(c.comm.p2p_tiles, 4);
+  EXPECT_EQ(c.comm.p2p_slot_kib, 2048);
+  EXPECT_THAT(load_error({"comm:", "  p2p_tiles: 0"}), StartsWith(at(2) + "'comm.p2p_tiles' = 0"));
+  EXPECT_THAT(load_error({"comm:", "  p2p_tiles: 65"}), StartsWith(at(2) + "'comm.p2p_tiles' = 65"));
+  EXPECT_THAT(load_error({"comm:", "  p2p_slot_kib: 0"}), StartsWith(at(2) + "'comm.p2p_slot_kib' = 0"));
+  EXPECT_THAT(load_error({"comm:", "  p2p_slot_kib: 65537"}), StartsWith(at(2) + "'comm.p2p_slot_kib' = 65537"));
+  // Cross-key: threads beyond the tiles of a round; a workspace beyond 4 GiB per rank.
+  EXPECT_THAT(load_error({"comm:", "  p2p_tiles: 2", "  shm_threads: 3"}),
+              HasSubstr("'comm.shm_threads' = 3 exceeds 'comm.p2p_tiles' = 2"));
+  EXPECT_THAT(load_error({"parallel: {tp: 8}", "comm:", "  p2p_tiles: 64", "  p2p_slot_kib: 8192"}),
+              HasSubstr("workspace would take 8.6 GB per rank (2 x 'comm.p2p_tiles' = 64 x 'parallel.tp' = 8 x "
+                        "'comm.p2p_slot_kib' = 8192 KiB)"));
 }
 
 TEST_F(ConfigFile, MinLrMustNotExceedLr) {

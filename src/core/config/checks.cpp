@@ -150,6 +150,24 @@ void check_memory(const Config& c, const Origins& o) {
                   human_bytes(activation_bytes)));
 }
 
+// The pipelined transports' workspace: the threads split a round's tiles, and every rank holds
+// 2 x tiles x tp slots (docs/design.md §7).
+void check_p2p(const Config& c, const Origins& o) {
+  const CommConfig& m = c.comm;
+  if (m.shm_threads > m.p2p_tiles)
+    fail_at(o.where_any({"comm.shm_threads", "comm.p2p_tiles"}, "comm"),
+            fmt::format("'comm.shm_threads' = {} exceeds 'comm.p2p_tiles' = {}: each thread serves its own tile "
+                        "slots of a round",
+                        m.shm_threads, m.p2p_tiles));
+  constexpr double kLimitBytes = 4.0 * 1024 * 1024 * 1024;
+  const double bytes = 2.0 * m.p2p_tiles * c.parallel.tp * m.p2p_slot_kib * 1024.0;
+  if (c.parallel.tp > 1 && bytes > kLimitBytes)
+    fail_at(o.where_any({"comm.p2p_tiles", "comm.p2p_slot_kib", "parallel.tp"}, "comm"),
+            fmt::format("the pipelined transport's workspace would take {} per rank (2 x 'comm.p2p_tiles' = {} x "
+                        "'parallel.tp' = {} x 'comm.p2p_slot_kib' = {} KiB), more than the 4 GiB echo allows",
+                        human_bytes(bytes), m.p2p_tiles, c.parallel.tp, m.p2p_slot_kib));
+}
+
 void check_optim(const Config& c, const Origins& o) {
   if (c.optim.min_lr > c.optim.lr)
     fail_at(o.where_any({"optim.min_lr", "optim.lr"}, "optim"),
@@ -171,6 +189,7 @@ void check_config(const Config& config, const Origins& origins, int world_size) 
   check_optim(config, origins);
   check_linear(config, origins);
   check_memory(config, origins);
+  check_p2p(config, origins);
 }
 
 }  // namespace echo::config

@@ -160,6 +160,8 @@ struct CommConfig {
   Transport transport = Transport::automatic;
   double peer_timeout_s = 300;  // shm: a wait for a peer longer than this is an error naming the peer
   int shm_threads = 1;          // shm: threads per rank in the pipeline
+  int p2p_tiles = 16;           // shm, cuda_ipc: tiles per segment in one round of the pipeline
+  int p2p_slot_kib = 128;       // shm, cuda_ipc: KiB of one encoded tile's workspace slot
   int bits = 4;
   int group_size = 128;
   QuantPolicy quantizer = QuantPolicy::asym_zero_aware;

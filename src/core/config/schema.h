@@ -110,7 +110,14 @@ void visit(CommConfig& c, V& v) {
   v.field("shm_threads", c.shm_threads,
           "shm: threads per rank in the pipeline, each serving its own tile slots (more than one pays only when "
           "cores outnumber ranks)",
-          between(1, 16, "a round has 16 tiles per segment"));
+          between(1, 64, "'comm.p2p_tiles' is at most 64 and the threads split a round's tiles"));
+  v.field("p2p_tiles", c.p2p_tiles,
+          "shm, cuda_ipc: tiles per segment in one round of the pipeline; a workspace holds 2 x p2p_tiles x tp slots",
+          between(1, 64, "more tiles in flight than this only grow the workspace"));
+  v.field("p2p_slot_kib", c.p2p_slot_kib,
+          "shm, cuda_ipc: KiB of one encoded tile's slot (a tile is as many whole groups as fit; a codec group "
+          "larger than a slot goes over mpi)",
+          between(1, 65536, "a slot of more than 64 MiB would make a workspace of gigabytes"));
   v.field("bits", c.bits, "4 | 8: bits per code", one_of({4, 8}));
   v.field("group_size", c.group_size, "values per quantization group, a power of two", power_of_two(2, 1 << 20));
   v.field("quantizer", c.quantizer, "symmetric | asym_naive | asym_zero_aware");
