@@ -1,7 +1,8 @@
 // echo_ipc_bench: the rows of the Echo paper's Table 2 on CUDA device tensors (GitHub issue 11):
 // the 16-bit all-reduce (NCCL between distinct GPUs, else host-staged over MPI, and over the
-// cuda_ipc pipeline with bf16 on the wire), the two-collective quantized all-reduce (host-staged
-// over MPI), the pipelined cuda_ipc transport, and cuda_ipc with the compensator around it (unfused) and inside
+// cuda_ipc pipeline with bf16 on the wire), the two-collective quantized all-reduce
+// (comm.allreduce: two_collective: NCCL between distinct GPUs, else host-staged over MPI), the
+// pipelined cuda_ipc transport, and cuda_ipc with the compensator around it (unfused) and inside
 // its tiles (fused), at 4 and 8 bits, in one run,
 // beside this GPU's device-to-device copy ceiling. Like nccl-tests: every rank reduces a bf16
 // tensor of the given size in place; the time is the slowest rank's, median of --iters after
@@ -109,6 +110,10 @@ std::unique_ptr<comm::AllReduce> make_row(const RowSpec& r, const Options& o, co
   t.kind = r.transport;
   t.peer_timeout_s = o.peer_timeout_s;
   if (r.transport == comm::TransportKind::cuda_ipc) t.geometry = geometry_of(r, o, c.size());
+  if (r.bits != 0 && r.transport == comm::TransportKind::mpi) {  // as comm.allreduce: two_collective
+    t.kind = comm::TransportKind::automatic;
+    t.pipelined = false;
+  }
   if (r.bits == 0 && r.transport == comm::TransportKind::cuda_ipc) {  // built directly: distinct GPUs would get NCCL
     std::string why;
     auto ws = comm::p2p::CudaIpcWorkspace::for_group(c, t.geometry, &why);

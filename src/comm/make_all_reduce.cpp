@@ -43,6 +43,7 @@ TransportOptions transport_options_from(const config::CommConfig& cfg) {
   }
   t.peer_timeout_s = cfg.peer_timeout_s;
   t.threads = cfg.shm_threads;
+  t.pipelined = cfg.allreduce != config::AllReduceKind::two_collective;
   t.geometry.tiles = cfg.p2p_tiles;
   t.geometry.slot_bytes = static_cast<size_t>(cfg.p2p_slot_kib) << 10;
   return t;
@@ -84,18 +85,16 @@ std::unique_ptr<AllReduce> make_all_reduce(const config::CommConfig& cfg, config
     case config::AllReduceKind::exact_fp32:
       return make_exact_all_reduce(tp, ExactPrecision::fp32, device, transport);
     case config::AllReduceKind::echo:
+    case config::AllReduceKind::two_collective:  // Echo's arithmetic; transport.pipelined = false
       return std::make_unique<EchoAllReduce>(tp, echo_options_from(cfg, num_layers));
-    case config::AllReduceKind::two_collective:
-      ECHO_FAIL(
-          "'comm.allreduce' = two_collective is the unpipelined baseline of the cuda_ipc transport, which this "
-          "version does not have; over MPI, echo already runs as two separate collectives (use allreduce: echo with "
-          "compensator.enabled: false for the uncompensated ZeRO++-style baseline)");
   }
   ECHO_FAIL("unhandled comm.allreduce value");
 }
 
 std::unique_ptr<AllReduce> make_edge_all_reduce(const config::CommConfig& cfg, const dist::Communicator& tp) {
-  if (cfg.embedding_exact || cfg.allreduce != config::AllReduceKind::echo) return nullptr;
+  if (cfg.embedding_exact ||
+      (cfg.allreduce != config::AllReduceKind::echo && cfg.allreduce != config::AllReduceKind::two_collective))
+    return nullptr;
   EchoOptions o = echo_options_from(cfg, 0);
   o.early_site_8bit = false;
   o.compensate = false;

@@ -13,7 +13,8 @@ size_t SegmentReduce::run_fused(std::span<float>, const SegmentCodec&, Site site
 }
 
 std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& group, const TransportOptions& options) {
-  if (options.kind == TransportKind::mpi || group.size() == 1) return std::make_unique<TwoPhaseReduce>(group);
+  if (options.kind == TransportKind::mpi || !options.pipelined || group.size() == 1)
+    return std::make_unique<TwoPhaseReduce>(group);
   std::string why;
   auto ws = p2p::ShmWorkspace::for_group(group, options.geometry, &why);
   if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);

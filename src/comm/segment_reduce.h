@@ -82,6 +82,10 @@ struct TransportOptions {
   double peer_timeout_s = 300;  // shm, cuda_ipc: how long a wait for a peer lasts before it is an error
   p2p::P2pGeometry geometry;    // shm, cuda_ipc: tiles per round and slot size (ranks is the group's)
   int threads = 1;              // shm: threads per rank, each serving every threads-th tile slot
+  // false: the two-collective engines only, whatever the kind (comm.allreduce: two_collective, the
+  // unpipelined baseline): TwoPhaseReduce over MPI on the host; on the device NCCL between
+  // distinct GPUs unless the kind is mpi, else host-staged MPI; never shm or cuda_ipc.
+  bool pipelined = true;
 };
 
 // The engine for `group`. shm (and automatic) need every rank of the group on one node; where that

@@ -113,15 +113,30 @@ TEST(MakeAllReduce, PipelineGeometryComesFromTheConfig) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
 }
 
-TEST(MakeAllReduce, UnavailableAllReducesAreRefusedWithAReason) {
+// two_collective is Echo's arithmetic over the two-collective engine whatever the transport
+// allows: the same bits as echo over the pipelined shm transport, and the same edge sites.
+TEST(MakeAllReduce, TwoCollectiveIsEchoOverTheUnpipelinedEngine) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   config::CommConfig cfg;
   cfg.allreduce = config::AllReduceKind::two_collective;
-  try {
-    make_all_reduce(cfg, config::Device::cpu, tp, 2);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'comm.allreduce' = two_collective"), std::string::npos) << e.what();
+  EXPECT_FALSE(transport_options_from(cfg).pipelined);
+  auto baseline = make_all_reduce(cfg, config::Device::cpu, tp, 2);
+  EXPECT_EQ(describe(*baseline), "echo over mpi");
+  cfg.embedding_exact = false;  // the edge sites quantized as under echo, over the same engine
+  const auto edge = make_edge_all_reduce(cfg, tp);
+  ASSERT_NE(edge, nullptr);
+  EXPECT_EQ(describe(*edge), "echo over mpi");
+  cfg.allreduce = config::AllReduceKind::echo;
+  EXPECT_TRUE(transport_options_from(cfg).pipelined);
+  auto echo = make_all_reduce(cfg, config::Device::cpu, tp, 2);
+  EXPECT_EQ(describe(*echo), "echo over shm");
+  const size_t n = 20'011;
+  for (int site = 0; site < 3; ++site) {
+    std::vector<float> a = echo::testing::random_normal(n, 11 + site, static_cast<uint64_t>(tp.rank()), 0.0f, 1.0f);
+    std::vector<float> b = a;
+    baseline->all_reduce(std::span<float>(a), {site, Direction::backward});
+    echo->all_reduce(std::span<float>(b), {site, Direction::backward});
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << "site " << site;
   }
 }
 

@@ -310,7 +310,7 @@ const std::initializer_list<std::string_view> kFullFile = {
     "parallel: {tp: 2}",
     "comm:",
     "  allreduce: two_collective",
-    "  transport: cuda_ipc",
+    "  transport: mpi",
     "  bits: 8",
     "  group_size: 64",
     "  quantizer: symmetric",
@@ -357,7 +357,7 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
   EXPECT_FALSE(c.model.scale_output_init);
   EXPECT_EQ(c.parallel.tp, 2);
   EXPECT_EQ(c.comm.allreduce, AllReduceKind::two_collective);
-  EXPECT_EQ(c.comm.transport, Transport::cuda_ipc);
+  EXPECT_EQ(c.comm.transport, Transport::mpi);
   EXPECT_EQ(c.comm.bits, 8);
   EXPECT_EQ(c.comm.group_size, 64);
   EXPECT_EQ(c.comm.quantizer, QuantPolicy::symmetric);
@@ -653,6 +653,15 @@ TEST_F(ConfigFile, ShmTransportAndItsPeerTimeout) {
   EXPECT_DOUBLE_EQ(c.comm.peer_timeout_s, 2.5);
   EXPECT_THAT(load_error({"comm:", "  peer_timeout_s: 0"}), StartsWith(at(2) + "'comm.peer_timeout_s' = 0"));
   EXPECT_THAT(load_error({"comm:", "  shm_threads: 65"}), StartsWith(at(2) + "'comm.shm_threads' = 65"));
+}
+
+TEST_F(ConfigFile, TwoCollectiveTakesOnlyTheUnpipelinedTransports) {
+  for (const char* t : {"auto", "mpi"})
+    EXPECT_NO_THROW(load_config(write("tc.yaml", {"comm:", "  allreduce: two_collective", std::string("  transport: ") + t})));
+  EXPECT_THAT(load_error({"comm:", "  allreduce: two_collective", "  transport: shm"}),
+              HasSubstr("'comm.allreduce' = two_collective is the unpipelined baseline"));
+  EXPECT_THAT(load_error({"run: {device: cuda}", "comm:", "  allreduce: two_collective", "  transport: cuda_ipc"}),
+              HasSubstr("it cannot take 'comm.transport' = cuda_ipc, use auto or mpi"));
 }
 
 TEST_F(ConfigFile, PipelineGeometryKeysReachTheTransportAndAreChecked) {

@@ -329,7 +329,7 @@ void CudaDeviceEcho::all_reduce(Tensor& x, Site site, const DeviceEchoCall& call
 p2p::CudaIpcReduce* CudaDeviceEcho::ipc() {
   if (!ipc_tried_) {  // the first call, on every rank at once: for_group is collective
     ipc_tried_ = true;
-    if (transport_.kind == TransportKind::cuda_ipc && comm_.size() > 1) {
+    if (transport_.kind == TransportKind::cuda_ipc && transport_.pipelined && comm_.size() > 1) {
       std::string why;
       auto ws = p2p::CudaIpcWorkspace::for_group(comm_, transport_.geometry, &why);
       if (ws)

@@ -90,6 +90,13 @@ void check_batch(const Config& c, const Origins& o, int world_size) {
 }
 
 void check_backend(const Config& c, const Origins& o) {
+  if (c.comm.allreduce == AllReduceKind::two_collective &&
+      (c.comm.transport == Transport::shm || c.comm.transport == Transport::cuda_ipc))
+    fail_at(o.where_any({"comm.allreduce", "comm.transport"}, "comm"),
+            fmt::format("'comm.allreduce' = two_collective is the unpipelined baseline (an all-to-all and an "
+                        "all-gather: MPI, or NCCL between distinct GPUs); it cannot take 'comm.transport' = {}, "
+                        "use auto or mpi",
+                        to_string(c.comm.transport)));
   if (c.comm.transport == Transport::cuda_ipc && c.run.device != Device::cuda)
     fail_at(o.where_any({"comm.transport", "run.device"}, "comm"),
             fmt::format("'comm.transport' = cuda_ipc needs 'run.device' = cuda, got 'run.device' = {}",

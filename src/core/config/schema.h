@@ -102,7 +102,8 @@ void visit(CompensatorConfig& c, V& v) {
 template <class V>
 void visit(CommConfig& c, V& v) {
   v.field("allreduce", c.allreduce,
-          "exact (16-bit bf16 wire, fp32 sum) | exact_fp32 | echo (quantized, Echo) | two_collective");
+          "exact (16-bit bf16 wire, fp32 sum) | exact_fp32 | echo (quantized, Echo) | two_collective (echo's "
+          "arithmetic over two collectives, unpipelined: the baseline)");
   v.field("transport", c.transport,
           "mpi | shm | cuda_ipc | auto: how the all-reduce bytes travel (auto: shm when the TP group is on one node)");
   v.field("peer_timeout_s", c.peer_timeout_s, "seconds a shm wait for a peer lasts before it is an error naming the peer",
