@@ -53,6 +53,8 @@ struct Options {
   std::string direction = "forward";
   std::string transport = "mpi";
   int threads = 1;
+  int tiles = 16;      // shm: tiles per segment and round (comm.p2p_tiles)
+  int slot_kib = 128;  // shm: KiB of a tile's slot (comm.p2p_slot_kib)
   int iters = 20;
   int warmup = 5;
   std::string json;
@@ -70,6 +72,8 @@ comm::TransportOptions transport_of(const Options& o) {
   comm::TransportOptions t;
   t.kind = o.transport == "shm" ? comm::TransportKind::shm : comm::TransportKind::mpi;
   t.threads = o.threads;
+  t.geometry.tiles = o.tiles;
+  t.geometry.slot_bytes = static_cast<size_t>(o.slot_kib) << 10;
   return t;
 }
 
@@ -173,6 +177,8 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
           {"mpi_allreduce_fp32_median_us", r.mpi.median_us},
           {"transport", o.transport},
           {"threads", o.threads},
+          {"tiles", o.tiles},
+          {"slot_kib", o.slot_kib},
           {"copy_median_us", r.copy.median_us},
           {"fraction_of_copy", r.copy.median_us / r.impl.median_us},
           {"split_us_per_call", split_json(r.split)},
@@ -186,9 +192,9 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
 void print_header(const Options& o, int P, const MachineInfo& machine) {
   std::printf("%s", machine_header(machine).c_str());
   std::printf(
-      "# echo_bench: impl=%s transport=%s threads=%d bits=%d group_size=%d quantizer=%s compensate=%d direction=%s P=%d iters=%d "
-      "warmup=%d\n",
-      o.impl.c_str(), o.transport.c_str(), o.threads, o.bits, o.group_size, o.quantizer.c_str(), o.compensate,
+      "# echo_bench: impl=%s transport=%s threads=%d tiles=%d slot_kib=%d bits=%d group_size=%d quantizer=%s compensate=%d "
+      "direction=%s P=%d iters=%d warmup=%d\n",
+      o.impl.c_str(), o.transport.c_str(), o.threads, o.tiles, o.slot_kib, o.bits, o.group_size, o.quantizer.c_str(), o.compensate,
       o.direction.c_str(), P, o.iters, o.warmup);
   std::printf("# size = bytes of the 16-bit message; times are the slowest rank's; busbw = algbw * 2(P-1)/P\n");
   std::printf("# exact16 = our 16-bit all-reduce over the same transport, mpi32 = MPI_Allreduce on fp32, both timed in this run\n");
@@ -247,7 +253,11 @@ int bench_main(int argc, char** argv) {
   app.add_option("--transport", o.transport, "mpi | shm: how the bytes travel (shm: the pipelined shared-memory protocol)")
       ->check(CLI::IsMember({"mpi", "shm"}))
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "shm: threads per rank (1 to 16)")->capture_default_str();
+  app.add_option("--threads", o.threads, "shm: threads per rank (1 to --tiles)")->capture_default_str();
+  app.add_option("--tiles", o.tiles, "shm: tiles per segment and round, as comm.p2p_tiles (1 to 64)")
+      ->capture_default_str();
+  app.add_option("--slot-kib", o.slot_kib, "shm: KiB of a tile's slot, as comm.p2p_slot_kib (1 to 65536)")
+      ->capture_default_str();
   app.add_option("--direction", o.direction, "forward | backward (backward adds the 2^e rescale)")
       ->check(CLI::IsMember({"forward", "backward"}))
       ->capture_default_str();
@@ -264,7 +274,10 @@ int bench_main(int argc, char** argv) {
   }
   ECHO_INPUT_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size", o.iters);
   ECHO_INPUT_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
-  ECHO_INPUT_CHECK(o.threads >= 1 && o.threads <= 16, "--threads must lie in [1, 16] (got {})", o.threads);
+  ECHO_INPUT_CHECK(o.tiles >= 1 && o.tiles <= 64, "--tiles must lie in [1, 64] (got {})", o.tiles);
+  ECHO_INPUT_CHECK(o.slot_kib >= 1 && o.slot_kib <= 65536, "--slot-kib must lie in [1, 65536] (got {})", o.slot_kib);
+  ECHO_INPUT_CHECK(o.threads >= 1 && o.threads <= o.tiles, "--threads must lie in [1, --tiles = {}] (got {})", o.tiles,
+                   o.threads);
   ECHO_INPUT_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
 
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);

@@ -50,6 +50,9 @@ refused "echo_bench size above the limit" "size '2G' exceeds echo_bench's larges
 refused "echo_bench negative size" "size '-4K' must be positive" "${bench[@]}" --sizes -4K
 refused "echo_bench iters 0" "--iters must be at least 1 (got 0)" "${bench[@]}" --sizes 1K --iters 0
 refused "echo_bench negative warmup" "--warmup must be 0 or more (got -1)" "${bench[@]}" --sizes 1K --warmup -1
+refused "echo_bench tiles 0" "--tiles must lie in [1, 64] (got 0)" "${bench[@]}" --sizes 1K --tiles 0
+refused "echo_bench slot 0" "--slot-kib must lie in [1, 65536] (got 0)" "${bench[@]}" --sizes 1K --slot-kib 0
+refused "echo_bench threads above tiles" "--threads must lie in [1, --tiles = 2] (got 3)" "${bench[@]}" --sizes 1K --tiles 2 --threads 3
 refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1
 # 1G needs ~26 GiB per rank: refused before allocating wherever less than that is available.
 avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
