@@ -8,6 +8,11 @@
 // tensor of the given size in place; the time is the slowest rank's, median of --iters after
 // --warmup, with the input restored before each call (not timed).
 //   mpirun -np 4 echo_ipc_bench --sizes 64M..1G --iters 80 --warmup 30 --json ipc.jsonl
+// --out-of-place times every row a second time out of place, as nccl-tests does: the input stays
+// in its own buffer and the call writes the sum into another. echo's AllReduce is in place, so
+// that is one device-to-device copy of the input into the output buffer, timed, then the call
+// (what a framework does with an in-place collective); `wrong` there counts the elements that
+// differ from the same row's in-place output.
 // --slot-kib 128,2048 repeats the cuda_ipc rows for each workspace slot size (the first is
 // also the 16-bit pipeline's): with ~10·P kernel launches per tile (docs/design.md §7,
 // "Launches"), the `tiles` column against the time says whether launches or bytes decide.
@@ -54,6 +59,7 @@ struct Options {
   double peer_timeout_s = 60;
   std::vector<int> slot_kib{128};  // cuda_ipc workspace slot sizes, one set of cuda_ipc rows each
   int tiles = 16;                  // tiles per segment and round
+  bool out_of_place = false;       // also time every row out of place
   std::string json;
 };
 
@@ -176,6 +182,7 @@ int bench_main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--tiles", o.tiles, "cuda_ipc tiles per segment and round")->capture_default_str();
+  app.add_flag("--out-of-place", o.out_of_place, "also time every row out of place (input kept, sum in another buffer)");
   app.add_option("--json", o.json, "write one JSON record per size and row to this file (rank 0)");
   try {
     app.parse(argc, argv);
@@ -199,11 +206,12 @@ int bench_main(int argc, char** argv) {
   if (me == 0) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("# echo_ipc_bench: %d ranks, %d GPU(s) visible (%s); median of %d after %d warm-ups, in place; "
+    std::printf("# echo_ipc_bench: %d ranks, %d GPU(s) visible (%s); median of %d after %d warm-ups, %s; "
                 "cuda_ipc: %d tiles a round\n",
-                P, devices, prop.name, o.iters, o.warmup, o.tiles);
-    std::printf("%8s  %-48s %12s %10s %10s %8s %7s %10s\n", "size", "row", "median(us)", "algbw", "ceiling", "frac",
-                "tiles", "wrong");
+                P, devices, prop.name, o.iters, o.warmup, o.out_of_place ? "in place and out of place" : "in place",
+                o.tiles);
+    std::printf("%8s  %-48s %5s %12s %10s %10s %8s %7s %10s\n", "size", "row", "place", "median(us)", "algbw",
+                "ceiling", "frac", "tiles", "wrong");
   }
   for (size_t bytes : parse_sizes(o.sizes)) {
     const size_t n = bytes / 2;
@@ -266,23 +274,46 @@ int bench_main(int argc, char** argv) {
       } else {
         wrong = differing(out, unfused);
       }
-      unsigned long long mine = wrong, total = 0;
-      MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.get());
-      const double algbw = static_cast<double>(bytes) / (s.median_us * 1e3);
       const size_t tiles = tiles_per_call(r, o, P, n);
-      if (me == 0) {
-        std::printf("%8s  %-48s %12.1f %10.1f %10.1f %8.3f %7zu %10llu\n", format_size(bytes).c_str(),
-                    r.name.c_str(), s.median_us, algbw, ceiling, algbw / ceiling, tiles, total);
+      auto report = [&](const char* place, const LatencyStats& stats, size_t wrong_here) {
+        unsigned long long mine = wrong_here, total = 0;
+        MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.get());
+        const double algbw = static_cast<double>(bytes) / (stats.median_us * 1e3);
+        if (me != 0) return;
+        std::printf("%8s  %-48s %5s %12.1f %10.1f %10.1f %8.3f %7zu %10llu\n", format_size(bytes).c_str(),
+                    r.name.c_str(), place, stats.median_us, algbw, ceiling, algbw / ceiling, tiles, total);
         std::fflush(stdout);
         if (json.is_open())
           json << nlohmann::json{{"size", bytes},         {"row", r.name},          {"ranks", P},
-                                 {"median_us", s.median_us}, {"p10_us", s.p10_us},   {"p90_us", s.p90_us},
-                                 {"algbw_gbps", algbw},   {"copy_ceiling_gbps", ceiling}, {"wrong", total},
+                                 {"place", place},        {"median_us", stats.median_us},
+                                 {"p10_us", stats.p10_us}, {"p90_us", stats.p90_us}, {"algbw_gbps", algbw},
+                                 {"copy_ceiling_gbps", ceiling}, {"wrong", total},
                                  {"iters", o.iters},      {"warmup", o.warmup},
                                  {"slot_kib", r.slot_kib}, {"tiles_per_round", o.tiles}, {"tiles_per_call", tiles}}
                       .dump()
                << "\n";
-      }
+      };
+      report("in", s, wrong);
+      if (!o.out_of_place) continue;
+
+      // Out of place: pristine is the send buffer (never written), x the receive buffer.
+      auto copy_in = [&] {
+        CUDA_CHECK(cudaMemcpyAsync(x.raw(), pristine.raw(), n * 2, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+      };
+      const LatencyStats s_oop = time_collective(
+          world.get(), o.warmup, o.iters, [] { CUDA_CHECK(cudaDeviceSynchronize()); }, [&] {
+            impl->begin_pass(comm::Direction::forward);
+            copy_in();
+            impl->all_reduce(x, site);
+            CUDA_CHECK(cudaDeviceSynchronize());
+          });
+      impl->begin_pass(comm::Direction::forward);
+      copy_in();
+      impl->all_reduce(x, site);
+      copy_in();
+      impl->all_reduce(x, site);
+      impl->raise_deferred_faults();
+      report("out", s_oop, differing(to_host_bits(x), out));
     }
   }
   return 0;
