@@ -196,6 +196,14 @@ int bench_main(int argc, char** argv) {
   ECHO_INPUT_CHECK(o.tiles >= 1 && o.tiles <= 64, "--tiles {} is outside [1, 64]", o.tiles);
   ECHO_INPUT_CHECK(o.group_size >= 1 && o.group_size <= 4096 && (o.group_size & (o.group_size - 1)) == 0,
                    "--group-size {} must be a power of two in [1, 4096]", o.group_size);
+  // A row whose codec group does not fit a slot would quietly run the two-collective path.
+  const size_t widest_group = comm::wire_bytes(static_cast<size_t>(o.group_size),
+                                               QuantSpec{QuantPolicy::asym_zero_aware, 8, o.group_size});
+  for (int kib : o.slot_kib)
+    ECHO_INPUT_CHECK(widest_group <= (static_cast<size_t>(kib) << 10),
+                     "--slot-kib {} holds no 8-bit group of --group-size {} ({} bytes encoded): the cuda_ipc rows "
+                     "would not be pipelined",
+                     kib, o.group_size, widest_group);
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
   const int devices = cuda_device_count();
   ECHO_INPUT_CHECK(devices > 0, "echo_ipc_bench needs a usable CUDA device (none found, or no driver)");

@@ -59,7 +59,7 @@ std::unique_ptr<AllReduce> make_exact_all_reduce(const dist::Communicator& group
 #ifdef ECHO_CUDA
     // The 16-bit baseline over the pipelined device transport where it was asked for: it needs no
     // distinct GPUs (for_group is collective; every rank gets here together).
-    if (precision == ExactPrecision::bf16 && transport.kind == TransportKind::cuda_ipc) {
+    if (precision == ExactPrecision::bf16 && transport.kind == TransportKind::cuda_ipc && transport.pipelined) {
       std::string why;
       if (auto ws = p2p::CudaIpcWorkspace::for_group(group, transport.geometry, &why))
         return std::make_unique<p2p::CudaIpcBf16AllReduce>(group, std::move(ws), transport);

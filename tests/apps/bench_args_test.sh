@@ -93,6 +93,8 @@ if [[ -x "$build/echo_ipc_bench" ]]; then
   refused "echo_ipc_bench slot 0" "--slot-kib 0 is outside [1, 65536]" "${ipc[@]}" --slot-kib 128,0
   refused "echo_ipc_bench tiles 99" "--tiles 99 is outside [1, 64]" "${ipc[@]}" --tiles 99
   refused "echo_ipc_bench group 96" "--group-size 96 must be a power of two in [1, 4096]" "${ipc[@]}" --group-size 96
+  refused "echo_ipc_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
+    "${ipc[@]}" --slot-kib 1 --group-size 4096
   refused "echo_ipc_bench iters 0" "--iters must be >= 1" "${ipc[@]}" --iters 0
 fi
 

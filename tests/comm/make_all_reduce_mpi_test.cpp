@@ -121,11 +121,11 @@ TEST(MakeAllReduce, TwoCollectiveIsEchoOverTheUnpipelinedEngine) {
   cfg.allreduce = config::AllReduceKind::two_collective;
   EXPECT_FALSE(transport_options_from(cfg).pipelined);
   auto baseline = make_all_reduce(cfg, config::Device::cpu, tp, 2);
-  EXPECT_EQ(describe(*baseline), "echo over mpi");
+  EXPECT_EQ(describe(*baseline), "two_collective over mpi");
   cfg.embedding_exact = false;  // the edge sites quantized as under echo, over the same engine
   const auto edge = make_edge_all_reduce(cfg, tp);
   ASSERT_NE(edge, nullptr);
-  EXPECT_EQ(describe(*edge), "echo over mpi");
+  EXPECT_EQ(describe(*edge), "two_collective over mpi");
   cfg.allreduce = config::AllReduceKind::echo;
   EXPECT_TRUE(transport_options_from(cfg).pipelined);
   auto echo = make_all_reduce(cfg, config::Device::cpu, tp, 2);

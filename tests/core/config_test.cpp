@@ -676,8 +676,11 @@ TEST_F(ConfigFile, PipelineGeometryKeysReachTheTransportAndAreChecked) {
   EXPECT_THAT(load_error({"comm:", "  p2p_tiles: 2", "  shm_threads: 3"}),
               HasSubstr("'comm.shm_threads' = 3 exceeds 'comm.p2p_tiles' = 2"));
   EXPECT_THAT(load_error({"parallel: {tp: 8}", "comm:", "  p2p_tiles: 64", "  p2p_slot_kib: 8192"}),
-              HasSubstr("workspace would take 8.6 GB per rank (2 x 'comm.p2p_tiles' = 64 x 'parallel.tp' = 8 x "
+              HasSubstr("workspace would take 8.0 GiB per rank (2 x 'comm.p2p_tiles' = 64 x 'parallel.tp' = 8 x "
                         "'comm.p2p_slot_kib' = 8192 KiB)"));
+  // No workspace under transport mpi or the unpipelined baseline: nothing to refuse.
+  EXPECT_NO_THROW(load_config(
+      write("mpi.yaml", {"parallel: {tp: 8}", "comm: {transport: mpi, p2p_tiles: 64, p2p_slot_kib: 8192}"})));
 }
 
 TEST_F(ConfigFile, MinLrMustNotExceedLr) {

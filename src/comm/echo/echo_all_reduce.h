@@ -50,7 +50,8 @@ class EchoAllReduce final : public AllReduce {
   void begin_pass(Direction direction) override;
   void all_reduce(Tensor& x, Site site) override;
   void all_reduce(std::span<float> x, Site site) override;
-  std::string name() const override { return "echo"; }
+  // two_collective: Echo's arithmetic over the unpipelined engine only (comm.allreduce).
+  std::string name() const override { return options_.transport.pipelined ? "echo" : "two_collective"; }
   size_t wire_bytes_per_rank(size_t n, Site site) const override;
   SegmentReduce* engine() const override { return engine_.get(); }
   void raise_deferred_faults() override {

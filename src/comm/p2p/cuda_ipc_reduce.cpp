@@ -100,7 +100,7 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, S
              to_string(site));
   const size_t group = codec.group();
   const PipelineSchedule& s = schedules_.get(n, group, codec.bytes(group));
-  if (hooks != nullptr) reserve_tiles(s.tile_elems);  // before the counters move: it may throw
+  if (hooks != nullptr) reserve_tiles(s.largest_tile);  // before the counters move: it may throw
   RegionTable& t = ws_->table();
   header_ = {t.next_call(), n, codec.bytes(n)};
   const uint64_t max_seq = group_max_bits != nullptr ? t.next_max() : 0;

@@ -22,7 +22,10 @@ PipelineSchedule make_pipeline_schedule(size_t n, const P2pGeometry& geometry, s
   s.tile_elems = group_elems * (geometry.slot_bytes / group_bytes);
   s.tiles_per_round = geometry.tiles;
   size_t max_tiles = 0;
-  for (const Segment& seg : s.segments) max_tiles = std::max(max_tiles, (seg.size + s.tile_elems - 1) / s.tile_elems);
+  for (const Segment& seg : s.segments) {
+    max_tiles = std::max(max_tiles, (seg.size + s.tile_elems - 1) / s.tile_elems);
+    s.largest_tile = std::max(s.largest_tile, std::min(s.tile_elems, seg.size));
+  }
   s.rounds = static_cast<int>((max_tiles + geometry.tiles - 1) / geometry.tiles);
   return s;
 }

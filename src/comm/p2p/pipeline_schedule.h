@@ -24,6 +24,9 @@ struct Tile {
 struct PipelineSchedule {
   std::vector<Segment> segments;  // segment j is owned by rank j
   size_t tile_elems = 0;          // elements per tile (whole groups), the last tile of a segment shorter
+  // The longest tile this call has: min(tile_elems, the largest segment). What a tile buffer
+  // needs; with a large comm.p2p_slot_kib tile_elems alone can exceed the call many times over.
+  size_t largest_tile = 0;
   int rounds = 0;                 // 0 when n == 0
   int tiles_per_round = 0;
 

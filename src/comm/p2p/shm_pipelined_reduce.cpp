@@ -121,8 +121,9 @@ void ShmPipelinedReduce::add_lane_times() {
 }
 
 size_t ShmPipelinedReduce::run_lane(const Call& call, Lane& lane) {
-  if (lane.sum.size() < call.schedule.tile_elems) lane.sum.resize(call.schedule.tile_elems);
-  if (call.hooks && lane.staged.size() < call.schedule.tile_elems) lane.staged.resize(call.schedule.tile_elems);
+  const size_t tile = call.schedule.largest_tile;
+  if (lane.sum.size() < tile) lane.sum.resize(tile);
+  if (call.hooks && lane.staged.size() < tile) lane.staged.resize(tile);
   lane.times = {};
   size_t bad = 0;
   for (int r = 0; r < call.schedule.rounds; ++r) bad += run_round(call, r, lane);
