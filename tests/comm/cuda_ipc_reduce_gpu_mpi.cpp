@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -130,6 +131,24 @@ TEST(CudaIpcReduce, CallsOfChangingShapesStayInStep) {
   });
 }
 
+// Runs `call` on rank 0 of a pair whose rank 1 stays away: it must fail with the timeout naming
+// `stage`, rank 1 and `site`, within one timeout (not one per tile).
+void expect_one_timeout(const std::function<void()>& call, const std::string& stage, const std::string& site) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    call();
+    ADD_FAILURE() << "expected a timeout";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("timed out"), std::string::npos) << what;
+    EXPECT_NE(what.find(stage), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
+    EXPECT_NE(what.find(site), std::string::npos) << what;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20.0) << "one timeout, not one per tile";
+}
+
 // Only rank 0 calls: it must get the timeout error naming the push stage, within the timeout and
 // not hang; the others stay out of it. The workspace of its own geometry is then dropped.
 TEST(CudaIpcReduce, ARankThatNeverArrivesIsATimeoutNamingIt) {
@@ -139,19 +158,8 @@ TEST(CudaIpcReduce, ARankThatNeverArrivesIsATimeoutNamingIt) {
     ASSERT_NE(ipc, nullptr);
     if (group.rank() == 0) {
       Tensor t = Tensor::from_vector(random_normal(5000, 1, 0, 0.1f, 1.0f), {5000}).to(Device::cuda);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        ipc->run(t.data<float>(), 5000, QuantSpec{}, {7, Direction::backward});
-        ADD_FAILURE() << "expected a timeout";
-      } catch (const Error& e) {
-        const std::string what = e.what();
-        EXPECT_NE(what.find("timed out"), std::string::npos) << what;
-        EXPECT_NE(what.find("push stage"), std::string::npos) << what;
-        EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
-        EXPECT_NE(what.find("backward site 7"), std::string::npos) << what;
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_LT(seconds, 20.0) << "one timeout, not one per tile";
+      expect_one_timeout([&] { ipc->run(t.data<float>(), 5000, QuantSpec{}, {7, Direction::backward}); },
+                         "push stage", "backward site 7");
       // The group is out of step now: later calls refuse to run.
       EXPECT_THROW(ipc->run(t.data<float>(), 5000, QuantSpec{}, {8, Direction::backward}), Error);
     }
@@ -244,19 +252,8 @@ TEST(CudaIpcReduce, ARankThatNeverSendsItsMaxIsATimeoutNamingIt) {
       Tensor bits = Tensor::from_vector(std::vector<float>{1.0f, 0.0f}, {2}).to(Device::cuda);
       uint32_t* max_bits = reinterpret_cast<uint32_t*>(bits.data<float>());
       PassThroughHooks hooks(in.data<float>(), out.data<float>(), max_bits, max_bits + 1);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        ipc->run_fused(n, QuantSpec{}, {5, Direction::backward}, hooks, max_bits);
-        ADD_FAILURE() << "expected a timeout";
-      } catch (const Error& e) {
-        const std::string what = e.what();
-        EXPECT_NE(what.find("timed out"), std::string::npos) << what;
-        EXPECT_NE(what.find("rescale max stage waiting"), std::string::npos) << what;
-        EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
-        EXPECT_NE(what.find("backward site 5"), std::string::npos) << what;
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_LT(seconds, 20.0) << "one timeout, not one per tile";
+      expect_one_timeout([&] { ipc->run_fused(n, QuantSpec{}, {5, Direction::backward}, hooks, max_bits); },
+                         "rescale max stage waiting", "backward site 5");
       // After a fault the max is 0, so the site would not note a non-finite max no one raises.
       const Tensor after = bits.to(Device::cpu);
       uint32_t reduced = 1;
