@@ -21,6 +21,7 @@
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
 #include "comm/echo/echo_all_reduce.h"
+#include "comm/echo/quantize.h"
 #include "comm/exact_all_reduce.h"
 #include "core/config/config.h"
 #include "core/error.h"
@@ -189,8 +190,10 @@ nlohmann::json to_json(const Options& o, int P, const Row& r) {
           {"warmup", o.warmup}};
 }
 
-void print_header(const Options& o, int P, const MachineInfo& machine) {
+void print_header(const Options& o, int P, const MachineInfo& machine, const std::string& engine) {
   std::printf("%s", machine_header(machine).c_str());
+  // What serves the calls: --transport shm falls back to mpi where shm cannot run (the log says why).
+  std::printf("# engine: %s\n", engine.c_str());
   std::printf(
       "# echo_bench: impl=%s transport=%s threads=%d tiles=%d slot_kib=%d bits=%d group_size=%d quantizer=%s compensate=%d "
       "direction=%s P=%d iters=%d warmup=%d\n",
@@ -286,6 +289,15 @@ int bench_main(int argc, char** argv) {
   const MachineInfo machine = describe_machine();
   check_memory(sizes, world);
   auto impl = make_impl(o, world);
+  if (o.impl == "echo" && o.transport == "shm") {
+    // A group larger than a slot would send every call over mpi while the header says shm.
+    const size_t group_bytes = comm::wire_bytes(static_cast<size_t>(o.group_size),
+                                                {config::parse<QuantPolicy>(o.quantizer), o.bits, o.group_size});
+    ECHO_INPUT_CHECK(group_bytes <= (static_cast<size_t>(o.slot_kib) << 10),
+                     "--slot-kib {} holds no {}-bit group of --group-size {} ({} bytes encoded): every call would "
+                     "go over mpi; raise --slot-kib",
+                     o.slot_kib, o.bits, o.group_size, group_bytes);
+  }
   comm::ExactAllReduce exact16(world, comm::ExactPrecision::bf16, transport_of(o)),
       exact32(world, comm::ExactPrecision::fp32);
   std::ofstream json;
@@ -293,7 +305,8 @@ int bench_main(int argc, char** argv) {
     json.open(o.json);
     ECHO_INPUT_CHECK(json.good(), "cannot write --json file '{}'", o.json);
   }
-  if (world.rank() == 0) print_header(o, world.size(), machine);
+  const std::string engine = comm::describe(*impl);
+  if (world.rank() == 0) print_header(o, world.size(), machine, engine);
   for (size_t bytes : sizes) {
     const Row row = measure(o, world, *impl, exact16, exact32, bytes);
     if (world.rank() != 0) continue;
@@ -301,6 +314,7 @@ int bench_main(int argc, char** argv) {
     if (json.is_open()) {
       nlohmann::json record = to_json(o, world.size(), row);
       record["machine"] = to_json(machine);
+      record["engine"] = engine;
       json << record.dump() << '\n';
     }
   }

@@ -53,6 +53,8 @@ refused "echo_bench negative warmup" "--warmup must be 0 or more (got -1)" "${be
 refused "echo_bench tiles 0" "--tiles must lie in [1, 64] (got 0)" "${bench[@]}" --sizes 1K --tiles 0
 refused "echo_bench slot 0" "--slot-kib must lie in [1, 65536] (got 0)" "${bench[@]}" --sizes 1K --slot-kib 0
 refused "echo_bench threads above tiles" "--threads must lie in [1, --tiles = 2] (got 3)" "${bench[@]}" --sizes 1K --tiles 2 --threads 3
+refused "echo_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
+  "${bench[@]}" --sizes 1K --transport shm --bits 8 --group-size 4096 --slot-kib 1
 refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1
 # 1G needs ~26 GiB per rank: refused before allocating wherever less than that is available.
 avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
@@ -64,7 +66,8 @@ refused "echo_bench unknown transport" "--transport: tcp not in {mpi,shm}" "${be
 # Over shm with 2 ranks: every rank's output identical, the time split in the JSON.
 runs "echo_bench shm" "$work/shm.jsonl" "${mpirun[@]}" -np 2 "$build/echo_bench" --sizes 64K --iters 2 --warmup 1 \
   --transport shm --json "$work/shm.jsonl"
-if grep -q '"transport":"shm"' "$work/shm.jsonl" && grep -q '"ranks_identical":true' "$work/shm.jsonl" &&
+if grep -q '"transport":"shm"' "$work/shm.jsonl" && grep -q '"engine":"echo over shm"' "$work/shm.jsonl" &&
+   grep -q '"ranks_identical":true' "$work/shm.jsonl" &&
    grep -q '"split_us_per_call":{"copy"' "$work/shm.jsonl" && grep -q '"exchange":' "$work/shm.jsonl" &&
    grep -q '"fraction_of_copy"' "$work/shm.jsonl"; then
   ok "echo_bench shm JSON"
