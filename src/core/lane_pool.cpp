@@ -11,19 +11,15 @@ LanePool::LanePool(int lanes) : lanes_(lanes), errors_(static_cast<size_t>(lanes
   try {
     for (int lane = 1; lane < lanes; ++lane) workers_.emplace_back([this, lane] { work(lane); });
   } catch (...) {
-    // A thread that could not start: no destructor will run, so stop the ones that did.
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    start_.notify_all();
-    for (auto& w : workers_) w.join();
+    stop_workers();  // a thread that could not start: no destructor will run, so stop the ones that did
     throw;
   }
 }
 
-LanePool::~LanePool() {
-  // run() never returns (nor throws) while a call is in flight, so every worker is parked here.
+// run() never returns (nor throws) while a call is in flight, so every worker is parked here.
+LanePool::~LanePool() { stop_workers(); }
+
+void LanePool::stop_workers() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;

@@ -38,6 +38,7 @@ class LanePool {
   using Invoke = void (*)(void* task, int lane);
   void run_erased(Invoke invoke, void* task);
   void work(int lane);
+  void stop_workers();  // wakes the parked workers with stop_ and joins them
 
   const int lanes_;
   std::mutex mutex_;
