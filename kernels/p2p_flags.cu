@@ -81,6 +81,25 @@ __device__ bool same_call_differs(const uint64_t* header, const P2pCallHeader& m
   return s1 != 0 && s1 == s2 && s1 == mine.seq && (n != mine.n || wire != mine.wire);
 }
 
+// The checks a wait makes every 64 polls besides its own: the peer's header shows this call with
+// another length or codec (mismatch), the wait has passed its timeout, or another wait of the call
+// has already failed. True when the wait must end (its fault recorded, or another's).
+__device__ bool wait_must_end(const uint64_t* peer_header, const P2pCallHeader& mine, int stage, int peer, int tile,
+                              uint64_t observed, uint64_t expected, uint64_t start, uint64_t timeout_ns,
+                              P2pFaultRecord* record) {
+  uint64_t n = 0, wire = 0;
+  if (peer_header != nullptr && same_call_differs(peer_header, mine, n, wire)) {
+    record_fault(record, kP2pMismatch, stage, peer, tile, n, wire, 0);
+    return true;
+  }
+  const uint64_t waited = now_ns() - start;
+  if (timeout_ns != 0 && waited > timeout_ns) {
+    record_fault(record, kP2pTimeout, stage, peer, tile, observed, expected, waited);
+    return true;
+  }
+  return *static_cast<volatile uint32_t*>(&record->fault) != kP2pNoFault;
+}
+
 __global__ void wait_kernel(P2pFlagList flags, uint64_t expected, P2pCallHeader mine, int stage, int tile,
                             uint64_t timeout_ns, P2pFaultRecord* record) {
   const int i = static_cast<int>(threadIdx.x);
@@ -99,15 +118,9 @@ __global__ void wait_kernel(P2pFlagList flags, uint64_t expected, P2pCallHeader 
       return;
     }
     if (v > expected) return record_fault(record, kP2pOutOfStep, stage, flags.peer[i], tile, v, expected, 0);
-    if (polls % 64 == 63) {
-      uint64_t n = 0, wire = 0;
-      if (flags.peer_header[i] != nullptr && same_call_differs(flags.peer_header[i], mine, n, wire))
-        return record_fault(record, kP2pMismatch, stage, flags.peer[i], tile, n, wire, 0);
-      const uint64_t waited = now_ns() - start;
-      if (timeout_ns != 0 && waited > timeout_ns)
-        return record_fault(record, kP2pTimeout, stage, flags.peer[i], tile, v, expected, waited);
-      if (*fault != kP2pNoFault) return;  // another flag of this call failed
-    }
+    if (polls % 64 == 63 &&
+        wait_must_end(flags.peer_header[i], mine, stage, flags.peer[i], tile, v, expected, start, timeout_ns, record))
+      return;
     __nanosleep(200);
   }
 }
@@ -143,24 +156,15 @@ __global__ void group_max_kernel(uint64_t* my_header, P2pFlagList peers, P2pCall
         break;
       }
       if (polls % 64 == 63) {
-        // As wait_kernel: a peer in this call with another length or codec, or already in a later
-        // call, fails at once instead of after the timeout; so does another peer's fault.
-        uint64_t n = 0, wire = 0;
-        if (same_call_differs(theirs, mine, n, wire)) {
-          record_fault(record, kP2pMismatch, kP2pStageGroupMax, peers.peer[i], 0, n, wire, 0);
-          break;
-        }
+        // Besides wait_kernel's checks: a peer already in a later call fails at once (it never
+        // sends this max), instead of after the timeout.
         const uint64_t their_call = load_acquire(&theirs[kHeaderSeq]);
         if (their_call > mine.seq) {
           record_fault(record, kP2pOutOfStep, kP2pStageGroupMax, peers.peer[i], 0, their_call, mine.seq, 0);
           break;
         }
-        const uint64_t waited = now_ns() - start;
-        if (timeout_ns != 0 && waited > timeout_ns) {
-          record_fault(record, kP2pTimeout, kP2pStageGroupMax, peers.peer[i], 0, v, max_seq, waited);
+        if (wait_must_end(theirs, mine, kP2pStageGroupMax, peers.peer[i], 0, v, max_seq, start, timeout_ns, record))
           break;
-        }
-        if (*static_cast<volatile uint32_t*>(&record->fault) != kP2pNoFault) break;
       }
       __nanosleep(200);
     }
