@@ -98,17 +98,13 @@ comm::p2p::P2pGeometry geometry_of(const RowSpec& r, const Options& o, int ranks
 }
 
 // Tiles one call of n values moves over every segment (each rank pushes, reduces or decodes each
-// once): 0 for the rows off the pipeline.
+// once): 0 for the rows off the pipeline. The wire's shape is the host codec's, as the transport's.
 size_t tiles_per_call(const RowSpec& r, const Options& o, int ranks, size_t n) {
   if (r.transport != comm::TransportKind::cuda_ipc) return 0;
-  const QuantSpec spec{QuantPolicy::asym_zero_aware, r.bits, o.group_size};
-  const size_t group = r.bits == 0 ? 32 : static_cast<size_t>(o.group_size);  // Bf16Codec's granularity
-  const size_t group_bytes = r.bits == 0 ? 2 * group : comm::wire_bytes(group, spec);
-  const comm::p2p::PipelineSchedule s = comm::p2p::make_pipeline_schedule(n, geometry_of(r, o, ranks), group,
-                                                                          group_bytes);
-  size_t tiles = 0;
-  for (const comm::Segment& seg : s.segments) tiles += (seg.size + s.tile_elems - 1) / s.tile_elems;
-  return tiles;
+  const comm::p2p::P2pGeometry g = geometry_of(r, o, ranks);
+  if (r.bits == 0) return comm::p2p::make_pipeline_schedule(n, g, comm::Bf16Codec()).tile_count();
+  const comm::QuantCodec codec({QuantPolicy::asym_zero_aware, r.bits, o.group_size});
+  return comm::p2p::make_pipeline_schedule(n, g, codec).tile_count();
 }
 
 std::unique_ptr<comm::AllReduce> make_row(const RowSpec& r, const Options& o, const dist::Communicator& c) {

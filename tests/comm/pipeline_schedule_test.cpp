@@ -27,7 +27,7 @@ TEST(PipelineSchedule, TilesCoverEverySegmentOnceInWholeGroups) {
                                     << group << "/" << group_bytes << "B n " << n);
     const PipelineSchedule s = make_pipeline_schedule(n, g, group, group_bytes);
     ASSERT_EQ(s.tile_elems, group * (g.slot_bytes / group_bytes));
-    size_t longest_segment = 0, longest_tile = 0;
+    size_t longest_segment = 0, longest_tile = 0, tiles = 0;
     int rounds_needed = 0;
     for (int owner = 0; owner < g.ranks; ++owner) {
       const Segment seg = s.segments[static_cast<size_t>(owner)];
@@ -46,13 +46,34 @@ TEST(PipelineSchedule, TilesCoverEverySegmentOnceInWholeGroups) {
           }
           longest_tile = std::max(longest_tile, t.size);
           next += t.size;
+          ++tiles;
         }
       ASSERT_EQ(next, seg.begin + seg.size) << "owner " << owner << ": the rounds miss part of the segment";
     }
     EXPECT_EQ(s.rounds, rounds_needed);
     EXPECT_EQ(s.largest_tile, longest_tile);
     EXPECT_EQ(s.largest_tile, std::min(s.tile_elems, longest_segment));
+    EXPECT_EQ(s.tile_count(), tiles);
   }
+}
+
+// The codec overloads take the group and its wire bytes from the codec: 4-bit codes of 128 values
+// are 64 bytes plus a 4-byte fp16 scale and zero point, bf16 groups are 32 values of 2 bytes.
+TEST(PipelineSchedule, ACodecGivesItsGroupAndWireBytes) {
+  P2pGeometry g;
+  g.ranks = 3;
+  g.tiles = 2;
+  g.slot_bytes = 1000;
+  const QuantCodec quant({QuantPolicy::asym_zero_aware, 4, 128});
+  const PipelineSchedule q = make_pipeline_schedule(100'000, g, quant);
+  EXPECT_EQ(q.tile_elems, 128u * (1000 / 68));  // 14 groups a slot
+  const PipelineSchedule b = make_pipeline_schedule(100'000, g, Bf16Codec());
+  EXPECT_EQ(b.tile_elems, 32u * (1000 / 64));  // 15 groups a slot
+  // 100,000 values over 3 ranks in whole groups of 128: 33,408 + 33,408 + 33,184 values.
+  EXPECT_EQ(q.tile_count(), 19u + 19u + 19u);  // 1792 values a tile
+  g.slot_bytes = 67;
+  EXPECT_FALSE(group_fits_slot(g, quant));
+  EXPECT_TRUE(group_fits_slot(g, Bf16Codec()));  // 64 bytes
 }
 
 TEST(PipelineSchedule, ALargeSlotDoesNotInflateTheTileBuffer) {

@@ -42,19 +42,20 @@ CudaIpcReduce::~CudaIpcReduce() {
 }
 
 bool CudaIpcReduce::pipelines(size_t n, const QuantSpec& spec) const {
-  const CallCodec codec{spec, false};
-  return group_fits_slot(ws_->geometry(), codec.bytes(codec.group())) && n > 0 && comm_.size() > 1;
+  return group_fits_slot(ws_->geometry(), QuantCodec(spec)) && n > 0 && comm_.size() > 1;
 }
 
 bool CudaIpcReduce::pipelines_bf16(size_t n) const {
-  const CallCodec codec{{}, true};
-  return group_fits_slot(ws_->geometry(), codec.bytes(codec.group())) && n > 0 && comm_.size() > 1;
+  return group_fits_slot(ws_->geometry(), Bf16Codec()) && n > 0 && comm_.size() > 1;
 }
 
-// 32 bf16 values per group, as Bf16Codec's granularity: the segments fall where the host's do.
-size_t CudaIpcReduce::CallCodec::group() const { return bf16 ? 32 : static_cast<size_t>(spec.group_size); }
+// The shape of the wire is the host codec's (one definition): the segments and tiles fall where
+// the host engine's do, and the slots hold the same bytes.
+size_t CudaIpcReduce::CallCodec::group() const {
+  return bf16 ? Bf16Codec().granularity() : QuantCodec(spec).granularity();
+}
 
-size_t CudaIpcReduce::CallCodec::bytes(size_t n) const { return bf16 ? 2 * n : wire_bytes(n, spec); }
+size_t CudaIpcReduce::CallCodec::bytes(size_t n) const { return bf16 ? Bf16Codec().bytes(n) : QuantCodec(spec).bytes(n); }
 
 void CudaIpcReduce::encode(const CallCodec& codec, const float* x, size_t n, uint8_t* out, cudaStream_t stream) {
   if (codec.bf16)

@@ -30,6 +30,20 @@ PipelineSchedule make_pipeline_schedule(size_t n, const P2pGeometry& geometry, s
   return s;
 }
 
+PipelineSchedule make_pipeline_schedule(size_t n, const P2pGeometry& geometry, const SegmentCodec& codec) {
+  return make_pipeline_schedule(n, geometry, codec.granularity(), codec.bytes(codec.granularity()));
+}
+
+bool group_fits_slot(const P2pGeometry& geometry, const SegmentCodec& codec) {
+  return group_fits_slot(geometry, codec.bytes(codec.granularity()));
+}
+
+size_t PipelineSchedule::tile_count() const {
+  size_t count = 0;
+  for (const Segment& seg : segments) count += (seg.size + tile_elems - 1) / tile_elems;
+  return count;
+}
+
 Tile PipelineSchedule::tile(int owner, int round, int slot) const {
   const Segment& seg = segments[static_cast<size_t>(owner)];
   const size_t first = (static_cast<size_t>(round) * tiles_per_round + slot) * tile_elems;

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/codec.h"
 #include "comm/p2p/p2p_geometry.h"
 #include "comm/segments.h"
 
@@ -32,6 +33,9 @@ struct PipelineSchedule {
 
   // Tile `slot` of segment `owner` in round `round`.
   Tile tile(int owner, int round, int slot) const;
+  // Tiles of the whole call, over every segment (what the stages launch per tile; benchmarks
+  // report it beside the times).
+  size_t tile_count() const;
 };
 
 // `group_elems` is the codec's granularity and `group_bytes` the encoded size of one whole group.
@@ -39,6 +43,9 @@ struct PipelineSchedule {
 PipelineSchedule make_pipeline_schedule(size_t n, const P2pGeometry& geometry, size_t group_elems,
                                         size_t group_bytes);
 bool group_fits_slot(const P2pGeometry& geometry, size_t group_bytes);
+// The same for a codec: its granularity is the group, and the group's wire bytes decide the fit.
+PipelineSchedule make_pipeline_schedule(size_t n, const P2pGeometry& geometry, const SegmentCodec& codec);
+bool group_fits_slot(const P2pGeometry& geometry, const SegmentCodec& codec);
 
 // The schedules of the last calls, keyed by what determines them: the codec (its group's
 // elements and bytes, which encode dtype, bits, policy and group size) and the tensor length
@@ -47,6 +54,9 @@ class ScheduleCache {
  public:
   explicit ScheduleCache(const P2pGeometry& geometry) : geometry_(geometry) {}
   const PipelineSchedule& get(size_t n, size_t group_elems, size_t group_bytes);
+  const PipelineSchedule& get(size_t n, const SegmentCodec& codec) {
+    return get(n, codec.granularity(), codec.bytes(codec.granularity()));
+  }
   size_t size() const { return cache_.size(); }
 
  private:

@@ -35,7 +35,7 @@ ShmPipelinedReduce::ShmPipelinedReduce(const dist::Communicator& comm, std::shar
 bool ShmPipelinedReduce::pipelines(std::span<const float> x, const SegmentCodec& codec) const {
   // A codec group too large for a slot goes over MPI (same bits); so does a call with nothing to
   // move, which needs no flags.
-  return group_fits_slot(ws_->geometry(), codec.bytes(codec.granularity())) && !x.empty() && comm_.size() > 1;
+  return group_fits_slot(ws_->geometry(), codec) && !x.empty() && comm_.size() > 1;
 }
 
 size_t ShmPipelinedReduce::run(std::span<float> x, const SegmentCodec& codec, Site site) {
@@ -76,7 +76,7 @@ float ShmPipelinedReduce::group_max(float local, Site site) {
 }
 
 size_t ShmPipelinedReduce::run_pipeline(std::span<float> x, const SegmentCodec& codec, Site site, TileHooks* hooks) {
-  const PipelineSchedule& s = schedules_.get(x.size(), codec.granularity(), codec.bytes(codec.granularity()));
+  const PipelineSchedule& s = schedules_.get(x.size(), codec);
   const std::string site_name = to_string(site);
   const Call call{x,
                   codec,
