@@ -178,7 +178,8 @@ void visit(TrainConfig& c, V& v) {
           at_least(1));
   v.field("checkpoint_interval", c.checkpoint_interval, "steps between checkpoints; 0 = never", at_least(0));
   v.field("keep_checkpoints", c.keep_checkpoints, "most recent checkpoints kept on disk", at_least(1));
-  v.field("log_interval", c.log_interval, "steps between metrics lines", at_least(1));
+  v.field("log_interval", c.log_interval, "steps between progress lines in the log (metrics.jsonl has every step)",
+          at_least(1));
 }
 
 template <class V>
