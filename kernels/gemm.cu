@@ -27,8 +27,8 @@
 
 namespace echo::cuda {
 
-static_assert(kInt8ChunkK % 4 == 0 && kInt8ChunkK <= quant::kInt8GemmMaxK,
-              "an int8 k chunk must be a multiple of 4 that cannot overflow int32");
+static_assert(kInt8ChunkK % 16 == 0 && kInt8ChunkK <= quant::kInt8GemmMaxK,
+              "an int8 k chunk must be a multiple of 16 (the padded k's granularity) that cannot overflow int32");
 
 namespace gemm_internal {
 
@@ -440,8 +440,9 @@ Dims product_dims(const char* op, bool trans_a, bool trans_b, const View2D& a, c
 
 bool aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
-// Row-major C (m, n) = A (m, k) · B (n, k)^T in int8 -> int32, cuBLASLt's TN layout. Needs n, k,
-// lda, ldb, ldc multiples of 4 and 4-byte aligned pointers. k runs in chunks of kInt8ChunkK: the
+// Row-major C (m, n) = A (m, k) · B (n, k)^T in int8 -> int32, cuBLASLt's TN layout. Needs the
+// shape of s8_padded (m, n, k multiples of 16, m >= 32), lda, ldb, ldc multiples of 4 and 4-byte
+// aligned pointers. k runs in chunks of kInt8ChunkK: the
 // first writes C, each later one writes `partial` ((m, n) packed, beta = 0) and a kernel adds it
 // into C, so the int32 results need no beta = 1 from the IMMA epilogue. partial may be null when
 // k <= kInt8ChunkK.
@@ -531,26 +532,41 @@ void gemm_batched(GemmContext& ctx, bool trans_a, bool trans_b, int64_t batch, d
 }
 
 namespace {
-// gemm_s8s32's scratch: packed op(A) (m, k4) and op(B)^T (n4, k4) unless it runs direct, C's
-// (m, n4) buffer unless C takes the result in place, and the later k chunks' partial product.
+// The int8 product's shape as cuBLASLt gets it. The documented IMMA rules ask only for multiples
+// of 4, but cuBLASLt has refused (CUBLAS_STATUS_NOT_SUPPORTED) odd and small shapes the rules
+// allow: PyTorch's _int_mm (cuBLASLt int8 underneath) demands more than 16 rows and multiples of
+// 8, and pads small row counts to 32 (pytorch/pytorch#106840). So every dimension goes to a
+// multiple of 16 and the rows to at least 32; zero rows and columns add nothing, so C's (m, n)
+// corner is exact. Shapes that already are so (training's: tokens x hidden) run on the caller's
+// memory.
+struct S8Shape {
+  int64_t m, n, k;
+};
+
+S8Shape s8_padded(int64_t m, int64_t n, int64_t k) {
+  return {round_up(std::max<int64_t>(m, 32), 16), round_up(n, 16), round_up(k, 16)};
+}
+
+// gemm_s8s32's scratch: packed op(A) (mp, kp) and op(B)^T (np, kp) and C's (mp, np) buffer
+// unless it runs direct, and the later k chunks' partial product.
 struct S8Scratch {
   size_t a = 0, b = 0, c = 0, partial = 0;
   size_t total() const { return a + b + c + partial; }
 };
 
-S8Scratch s8s32_scratch(int64_t m, int64_t n, int64_t k, bool direct, bool c_direct) {
-  const int64_t k4 = round_up(k, 4), n4 = round_up(n, 4);
+S8Scratch s8s32_scratch(int64_t m, int64_t n, int64_t k, bool direct) {
+  const S8Shape p = direct ? S8Shape{m, n, k} : s8_padded(m, n, k);
   S8Scratch s;
-  s.a = direct ? 0 : static_cast<size_t>(round_up(m * k4, 256));
-  s.b = direct ? 0 : static_cast<size_t>(round_up(n4 * k4, 256));
-  s.c = c_direct ? 0 : static_cast<size_t>(round_up(m * n4 * 4, 256));
-  s.partial = k4 > kInt8ChunkK ? static_cast<size_t>(round_up(m * n4 * 4, 256)) : 0;
+  s.a = direct ? 0 : static_cast<size_t>(round_up(p.m * p.k, 256));
+  s.b = direct ? 0 : static_cast<size_t>(round_up(p.n * p.k, 256));
+  s.c = direct ? 0 : static_cast<size_t>(round_up(p.m * p.n * 4, 256));
+  s.partial = p.k > kInt8ChunkK ? static_cast<size_t>(round_up(p.m * p.n * 4, 256)) : 0;
   return s;
 }
 }  // namespace
 
 size_t gemm_s8s32_scratch_bytes(int64_t m, int64_t n, int64_t k) {
-  return m > 0 && n > 0 && k > 0 ? s8s32_scratch(m, n, k, false, false).total() : 0;
+  return m > 0 && n > 0 && k > 0 ? s8s32_scratch(m, n, k, false).total() : 0;
 }
 
 size_t gemm_scratch_held_bytes(size_t largest_request) { return largest_request + largest_request / 2; }
@@ -571,36 +587,31 @@ void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, c
     CUDA_CHECK(cudaGetLastError());
     return;
   }
-  const bool c_direct = n % 4 == 0 && vc.ld % 4 == 0 && aligned4(vc.data);
-  const bool ab_direct =
-      !trans_a && trans_b && k % 4 == 0 && va.ld % 4 == 0 && vb.ld % 4 == 0 && aligned4(va.data) && aligned4(vb.data);
-  const bool direct = ab_direct && c_direct;
-  // Otherwise pack op(A) as (m, k4) and op(B)^T as (n4, k4), k-contiguous and zero padded, and
-  // route C through an (m, n4) buffer unless it can take n4 == n columns in place. Every scratch
-  // buffer is taken in one request: growing the scratch would free the earlier ones.
-  const int64_t k4 = round_up(k, 4), n4 = round_up(n, 4);
-  const S8Scratch bytes = s8s32_scratch(m, n, k, direct, c_direct);
-  const size_t a_bytes = bytes.a, b_bytes = bytes.b, c_bytes = bytes.c;
+  const S8Shape p = s8_padded(m, n, k);
+  const bool direct = !trans_a && trans_b && p.m == m && p.n == n && p.k == k && va.ld % 4 == 0 && vb.ld % 4 == 0 &&
+                      vc.ld % 4 == 0 && aligned4(va.data) && aligned4(vb.data) && aligned4(vc.data);
+  // Otherwise pack op(A) as (mp, kp) and op(B)^T as (np, kp), k-contiguous and zero padded, and
+  // take C's corner out of an (mp, np) buffer. Every scratch buffer is taken in one request:
+  // growing the scratch would free the earlier ones.
+  const S8Scratch bytes = s8s32_scratch(m, n, k, direct);
   const size_t total = bytes.total();
   char* scratch = total > 0 ? static_cast<char*>(impl.get_scratch(total, stream)) : nullptr;
-  int32_t* partial = bytes.partial > 0 ? reinterpret_cast<int32_t*>(scratch + a_bytes + b_bytes + c_bytes) : nullptr;
+  int32_t* partial = bytes.partial > 0 ? reinterpret_cast<int32_t*>(scratch + bytes.a + bytes.b + bytes.c) : nullptr;
   if (direct) {
     run_s8_tn(impl, m, n, k, static_cast<const int8_t*>(va.data), va.ld, static_cast<const int8_t*>(vb.data), vb.ld,
               c_ptr, vc.ld, partial, stream);
     return;
   }
   int8_t* a_packed = reinterpret_cast<int8_t*>(scratch);
-  int8_t* b_packed = reinterpret_cast<int8_t*>(scratch + a_bytes);
-  int32_t* c_out = c_direct ? c_ptr : reinterpret_cast<int32_t*>(scratch + a_bytes + b_bytes);
+  int8_t* b_packed = reinterpret_cast<int8_t*>(scratch + bytes.a);
+  int32_t* c_out = reinterpret_cast<int32_t*>(scratch + bytes.a + bytes.b);
   // op(A)(r, c) is A[c * lda + r] when trans_a; op(B)^T(j, kk) = op(B)(kk, j) is B[kk * ldb + j]
   // unless trans_b.
-  launch_pack_s8(va.data, va.ld, trans_a, m, k, a_packed, m, k4, stream);
-  launch_pack_s8(vb.data, vb.ld, !trans_b, n, k, b_packed, n4, k4, stream);
-  run_s8_tn(impl, m, n4, k4, a_packed, k4, b_packed, k4, c_out, c_direct ? vc.ld : n4, partial, stream);
-  if (!c_direct) {
-    copy_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(c_out, n4, c_ptr, vc.ld, m, n);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  launch_pack_s8(va.data, va.ld, trans_a, m, k, a_packed, p.m, p.k, stream);
+  launch_pack_s8(vb.data, vb.ld, !trans_b, n, k, b_packed, p.n, p.k, stream);
+  run_s8_tn(impl, p.m, p.n, p.k, a_packed, p.k, b_packed, p.k, c_out, p.n, partial, stream);
+  copy_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(c_out, p.n, c_ptr, vc.ld, m, n);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace echo::cuda

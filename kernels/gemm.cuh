@@ -86,22 +86,24 @@ void gemm_batched(GemmContext& ctx, bool trans_a, bool trans_b, int64_t batch, d
 
 // Exact C (m, n) = op(A) · op(B): a, b i8, c i32 (2-D cuda views, column stride 1), C
 // overwritten; the semantics of quant::gemm_s8s32, but any k: k is split into chunks of
-// kInt8ChunkK (a multiple of 4 <= quant::kInt8GemmMaxK, so no chunk's int32 accumulation can
+// kInt8ChunkK (a multiple of 16 <= quant::kInt8GemmMaxK, so no chunk's int32 accumulation can
 // overflow); each later chunk's product goes to an int32 scratch and a kernel adds it into C with
 // two's-complement wrap-around, so C is exact whenever the true result fits in int32 (always for
 // k <= kInt8GemmMaxK).
 //
 // Layout contract. cuBLASLt's int8 (IMMA) kernels take only the column-major "TN" layout with m,
-// k and every leading dimension a multiple of 4 and 4-byte aligned pointers. In row-major terms TN
-// is trans_a == false, trans_b == true: C = A · B^T with A (m, k) and B (n, k) both k-contiguous
-// (the forward X̂ · Ŵ^T). That call with n, k, lda, ldb, ldc multiples of 4 and 4-byte aligned
-// data runs straight on the caller's memory. Every other call is served too, by packing: op(A)
-// into an (m, k4) and op(B)^T into an (n4, k4) k-contiguous int8 copy (k4, n4 rounded up to 4,
-// zero padded: zeros add nothing) in the context's scratch, and C through an (m, n4) int32
-// scratch when n, ldc or c's alignment is not a multiple of 4. The scratch grows to the largest
-// call (m*k4 + n4*k4 + 4*m*n4 bytes, plus 4*m*n4 when k > kInt8ChunkK); callers that want no
-// copies write transposed int8 copies in the TN layout.
-constexpr int64_t kInt8ChunkK = 131068;
+// k and every leading dimension a multiple of 4 and 4-byte aligned pointers, and in practice have
+// refused odd and small shapes those rules allow (PyTorch's _int_mm asks for more than 16 rows and
+// multiples of 8). In row-major terms TN is trans_a == false, trans_b == true: C = A · B^T with
+// A (m, k) and B (n, k) both k-contiguous (the forward X̂ · Ŵ^T). That call with m, n, k multiples
+// of 16, m >= 32, lda, ldb, ldc multiples of 4 and 4-byte aligned data runs straight on the
+// caller's memory. Every other call is served too, by packing: op(A) into an (mp, kp) and op(B)^T
+// into an (np, kp) k-contiguous int8 copy (mp, np, kp rounded up to 16, mp at least 32; zero
+// padded: zeros add nothing) in the context's scratch, and C's (m, n) corner copied out of an
+// (mp, np) int32 scratch. The scratch grows to the largest call (mp*kp + np*kp + 4*mp*np bytes,
+// plus 4*mp*np when kp > kInt8ChunkK); callers that want no copies write transposed int8 copies in
+// the TN layout with such shapes.
+constexpr int64_t kInt8ChunkK = 131056;
 void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c,
                 cudaStream_t stream);
 // The most scratch gemm_s8s32 asks of the context for an (m, n, k) product (every copy made), and

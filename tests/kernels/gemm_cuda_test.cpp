@@ -387,9 +387,10 @@ void check_s8(cuda::GemmContext& ctx, bool ta, bool tb, int64_t m, int64_t n, in
 TEST(GemmS8Cuda, ExactInEveryLayout) {
   ECHO_REQUIRE_DEVICE();
   cuda::GemmContext ctx;
-  // Multiples of 4 (the TN layout runs in place), odd sizes (packed and padded), and one-wide ones.
-  const GemmShape shapes[] = {{64, 32, 128}, {8, 4, 4},    {67, 45, 301}, {1, 1, 1},
-                              {5, 3, 7},     {3, 130, 64}, {96, 7, 2},    {128, 64, 1000}};
+  // Multiples of 16 from 32 rows (the TN layout runs in place), multiples of 4 and odd sizes
+  // (packed and padded to 16), and one-wide ones.
+  const GemmShape shapes[] = {{64, 32, 128}, {8, 4, 4},  {67, 45, 301}, {1, 1, 1},     {5, 3, 7},
+                              {3, 130, 64},  {96, 7, 2}, {128, 64, 1000}, {16, 16, 16}, {48, 20, 36}};
   uint32_t seed = 100;
   for (const GemmShape& s : shapes) {
     for (int t = 0; t < 4; ++t) {
@@ -427,8 +428,8 @@ TEST(GemmS8Cuda, LongKIsSplitIntoExactChunks) {
       check_s8(ctx, ta, tb, m, n, k, false, 0, &ao, &bo);
     }
   }
-  // The TN layout with k a multiple of 4 runs in place, also in chunks.
-  check_s8(ctx, false, true, 8, 12, 2 * cuda::kInt8ChunkK + 8, false, 77);
+  // The TN layout with m, n, k multiples of 16 (m >= 32) runs in place, also in chunks.
+  check_s8(ctx, false, true, 32, 16, 2 * cuda::kInt8ChunkK + 16, false, 77);
 }
 
 TEST(GemmS8Cuda, EmptyAndZeroK) {
