@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
+#include <thread>
 
+#include "core/lane_pool.h"
 #include "core/philox.h"
 
 namespace echo::model {
@@ -42,13 +45,26 @@ ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, ba
   }
 }
 
+namespace {
+int init_threads(int64_t elements) {
+  // One thread per 4 M values up to the cores (16 at most): a 0.6B model's 600 M draws take ~45 s
+  // on one core. Small models, and so every CPU test and the quickstart, stay on the caller's.
+  constexpr int64_t kValuesPerThread = int64_t{4} << 20;
+  const int64_t cores = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
+  return static_cast<int>(std::clamp<int64_t>(elements / kValuesPerThread, 1, cores));
+}
+}  // namespace
+
 template <class T>
-void ParameterSet<T>::init(uint64_t seed) {
+void ParameterSet<T>::init(uint64_t seed, int threads) {
   const double output_std = shape_->scale_output_init
                                 ? shape_->init_std / std::sqrt(2.0 * static_cast<double>(shape_->layers))
                                 : shape_->init_std;
   Tensor host = values_.is_cpu() ? values_ : Tensor::empty(values_.shape(), values_.dtype());
   T* out = host.template data<T>();
+  const int lanes = threads > 0 ? threads : init_threads(values_.numel());
+  std::optional<LanePool> pool;
+  if (lanes > 1) pool.emplace(lanes);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     T* v = out + (p.value.storage_offset() - values_.storage_offset());
@@ -58,10 +74,17 @@ void ParameterSet<T>::init(uint64_t seed) {
       continue;
     }
     const double std = p.spec->init == InitKind::normal_output ? output_std : shape_->init_std;
-    for (int64_t e = 0; e < n; ++e) {
-      const int64_t g = p.spec->global_index(e, shape_->tp, shape_->tp_rank);
-      v[e] = static_cast<T>(std * init_normal(seed, i, static_cast<uint64_t>(g)));
-    }
+    // Each value depends only on (seed, i, its global index), so any split gives the same bits.
+    const auto draw = [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        const int64_t g = p.spec->global_index(e, shape_->tp, shape_->tp_rank);
+        v[e] = static_cast<T>(std * init_normal(seed, i, static_cast<uint64_t>(g)));
+      }
+    };
+    if (pool)
+      pool->run([&](int lane) { draw(n * lane / lanes, n * (lane + 1) / lanes); });
+    else
+      draw(0, n);
   }
   if (!values_.is_cpu()) backend_->copy_from(values_, host);
   refresh_compute_weights();

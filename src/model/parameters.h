@@ -44,8 +44,9 @@ class ParameterSet {
 
   // Weights from the seed as if the full tensor were drawn and then sharded: element e of a
   // parameter is a function of (seed, parameter index, global index of e) only, so tp = 1,
-  // 2 and 4 start from identical weights. Drawn on the host, then copied to the device.
-  void init(uint64_t seed);
+  // 2 and 4 start from identical weights. Drawn on the host, then copied to the device; on
+  // `threads` threads (0: one per 4 M values, up to the cores and 16), the same bits on any count.
+  void init(uint64_t seed, int threads = 0);
   void zero_grads();
   // Recomputes the compute copies from the master weights (after an update or a load); a no-op
   // when they alias.
