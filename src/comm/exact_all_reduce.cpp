@@ -2,6 +2,7 @@
 #include "comm/exact_all_reduce.h"
 
 #include <cmath>
+#include <utility>
 
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
@@ -22,7 +23,11 @@ void check_rescale_max(float group_max, Site site) {
 
 ExactAllReduce::ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision,
                                const TransportOptions& transport)
-    : engine_(make_segment_reduce(comm, transport)), precision_(precision) {
+    : ExactAllReduce(std::shared_ptr<SegmentReduce>(make_segment_reduce(comm, transport)), precision) {}
+
+ExactAllReduce::ExactAllReduce(std::shared_ptr<SegmentReduce> engine, ExactPrecision precision)
+    : engine_(std::move(engine)), precision_(precision) {
+  ECHO_CHECK(engine_ != nullptr, "the exact all-reduce needs an engine");
   if (precision_ == ExactPrecision::bf16)
     codec_ = std::make_unique<Bf16Codec>();
   else

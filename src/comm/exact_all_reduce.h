@@ -16,6 +16,10 @@ enum class ExactPrecision { bf16, fp32 };
 class ExactAllReduce final : public AllReduce {
  public:
   ExactAllReduce(const dist::Communicator& comm, ExactPrecision precision, const TransportOptions& transport = {});
+  // On an engine another all-reduce of the group also runs (Echo's unquantized directions use
+  // Echo's: one shm workspace and one set of lane threads per group, not two). The engine takes
+  // one call at a time, so the two must not call it concurrently; a trainer's sites are serial.
+  ExactAllReduce(std::shared_ptr<SegmentReduce> engine, ExactPrecision precision);
 
   using AllReduce::all_reduce;
   void all_reduce(std::span<float> x, Site site) override;
@@ -24,7 +28,7 @@ class ExactAllReduce final : public AllReduce {
   SegmentReduce* engine() const override { return engine_.get(); }
 
  private:
-  std::unique_ptr<SegmentReduce> engine_;
+  std::shared_ptr<SegmentReduce> engine_;
   ExactPrecision precision_;
   std::unique_ptr<SegmentCodec> codec_;
 };

@@ -163,6 +163,44 @@ TEST(ShmPipelinedReduce, EchoPassesAreIdenticalOverBothTransports) {
   });
 }
 
+// Echo's unquantized direction (here the forward) runs the exact bf16 all-reduce on Echo's own
+// engine, not a second one with its own lane threads: every call of the site, of either
+// direction, counts on engine(); and the interleaved exact and quantized calls on the shared
+// engine, on 2 threads, equal separate MPI engines bit for bit.
+TEST(ShmPipelinedReduce, EchosUnquantizedDirectionSharesItsEngineAndStaysExact) {
+  on_group(echo::testing::world_size(), [&](const dist::Communicator& group) {
+    EchoOptions o;
+    o.quant.bits = 4;
+    o.forward = false;
+    o.backward = true;
+    EchoOptions shm_o = o;
+    shm_o.transport.kind = TransportKind::shm;
+    shm_o.transport.geometry = four_tile_geometry();
+    shm_o.transport.threads = 2;
+    EchoAllReduce via_mpi(group, o), via_shm(group, shm_o);
+    ASSERT_STREQ(via_shm.engine()->transport(), "shm");
+    via_shm.engine()->reset_times();
+    int calls = 0;
+    for (int step = 0; step < 3; ++step)
+      for (Direction d : {Direction::forward, Direction::backward}) {
+        via_mpi.begin_pass(d);
+        via_shm.begin_pass(d);
+        for (int site = 0; site < 4; ++site) {
+          // One size a pass (the compensator's), one to several rounds of tiles across the steps.
+          const size_t n = 700 + 1500 * static_cast<size_t>(step);
+          std::vector<float> x = random_normal(n, 70 + step, 10 * site + group.rank(), 0.1f, 1.0f);
+          std::vector<float> y = x;
+          via_mpi.all_reduce(std::span<float>(x), {site, d});
+          via_shm.all_reduce(std::span<float>(y), {site, d});
+          ++calls;
+          ASSERT_EQ(std::memcmp(x.data(), y.data(), n * sizeof(float)), 0)
+              << "step " << step << " " << to_string(Site{site, d});
+        }
+      }
+    EXPECT_EQ(via_shm.engine()->times().calls, calls) << "the exact direction ran on another engine";
+  });
+}
+
 // The fused compensator and rescale (FusedEchoSite inside the shm pipeline) against the unfused
 // reference on the same transport and over MPI: bit for bit through passes of both directions,
 // with gradients small enough that the rescale exponent matters, over several rounds of tiles.

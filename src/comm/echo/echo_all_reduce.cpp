@@ -21,7 +21,7 @@ EchoAllReduce::EchoAllReduce(const dist::Communicator& comm, const EchoOptions& 
     : options_(options),
       policy_{options.quant.bits, options.early_site_8bit, options.num_layers},
       engine_(make_segment_reduce(comm, options.transport)),
-      exact_(comm, ExactPrecision::bf16, options.transport),
+      exact_(engine_, ExactPrecision::bf16),
       forward_{Compensator(options.coeffs), {}},
       backward_{Compensator(options.coeffs), {}} {
   validate(options_.quant);  // bits and group size, up front

@@ -88,8 +88,8 @@ class EchoAllReduce final : public AllReduce {
 
   EchoOptions options_;
   BitPolicy policy_;
-  std::unique_ptr<SegmentReduce> engine_;
-  ExactAllReduce exact_;
+  std::shared_ptr<SegmentReduce> engine_;
+  ExactAllReduce exact_;  // the unquantized directions, on engine_ (one workspace per group)
   PassState forward_, backward_;
   std::unique_ptr<DeviceEcho> device_;  // made at the first device tensor
 
