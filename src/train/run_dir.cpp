@@ -34,11 +34,8 @@ std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) 
         "'run.out_dir' = {} already holds a run (metrics.jsonl or checkpoints/); pass --resume to "
         "continue it or --overwrite to replace it",
         out_dir);
-  if (has_run && mode == RunDirMode::overwrite) {
-    for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) fs::remove_all(dir / name, ec);
-    if (ec) return fmt::format("cannot clear {}: {}", out_dir, ec.message());
-    has_run = false;
-  }
+  // --overwrite clears the old run only once start-up has succeeded (clear_run_dir), so a start
+  // that fails (a typo in data.train, a bad checkpoint to init from) keeps it.
   fs::create_directories(dir, ec);
   if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   return {};
@@ -58,6 +55,15 @@ bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Co
   if (len > 0) MPI_CHECK(MPI_Bcast(error.data(), len, MPI_CHAR, 0, world.get()));
   ECHO_INPUT_CHECK(error.empty(), "{}", error);
   return flag != 0;
+}
+
+void clear_run_dir(const std::string& out_dir) {
+  const fs::path dir(out_dir);
+  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) {
+    std::error_code ec;
+    fs::remove_all(dir / name, ec);
+    ECHO_INPUT_CHECK(!ec, "--overwrite: cannot clear {}: {}", (dir / name).string(), ec.message());
+  }
 }
 
 }  // namespace echo::train

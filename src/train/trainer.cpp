@@ -157,6 +157,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     }
   }
   if (L.rank == 0) {
+    // --overwrite: the old run goes only now that start-up has succeeded.
+    if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
     const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
     // A resume continues the history from its checkpoint: lines logged after it (by the run that
     // died) would be repeated.

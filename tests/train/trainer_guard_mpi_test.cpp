@@ -148,6 +148,28 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   EXPECT_NE(read_file(config_path).find("seed: 8"), std::string::npos);
 }
 
+// --overwrite replaces the old run only once start-up has succeeded: a start that fails (here a
+// typo in data.train) keeps the old run's checkpoints and metrics.
+TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {
+  const std::string dir = scratch_dir("overwrite");
+  const auto first = make_config(dir);
+  train(first, RunDirMode::fresh);
+  sync();
+  const std::string metrics = first.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  ASSERT_FALSE(before.empty());
+  expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/data/typo"}), RunDirMode::overwrite); },
+               "/data/typo.idx does not exist");
+  sync();
+  EXPECT_EQ(read_file(metrics), before) << "a failed --overwrite must keep the old metrics";
+  EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 4))
+      << "a failed --overwrite must keep the old checkpoints";
+  sync();
+  // A good --overwrite replaces it: none of the old checkpoints (step 4) survives a 2-step run.
+  EXPECT_EQ(train(make_config(dir, {"train.steps=2"}), RunDirMode::overwrite).steps_done, 2);
+  sync();
+  EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 2));
+}
+
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume
 // logs 4 and 5 again, so the old lines go.
 TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {
