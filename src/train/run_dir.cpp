@@ -36,6 +36,11 @@ std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) 
         out_dir);
   // --overwrite clears the old run only once start-up has succeeded (clear_run_dir), so a start
   // that fails (a typo in data.train, a bad checkpoint to init from) keeps it.
+  if (mode == RunDirMode::resume) {
+    const fs::path root = dir / "checkpoints";
+    if (fs::exists(root, ec) && !fs::is_directory(root, ec))
+      return fmt::format("cannot resume the run in {}: {} is not a directory", out_dir, root.string());
+  }
   fs::create_directories(dir, ec);
   if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   return {};

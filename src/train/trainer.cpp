@@ -1,6 +1,7 @@
 // Trainer: setup (run dir, model, data, resume) and the step loop.
 #include "train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <chrono>
@@ -153,6 +154,13 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       last_saved_step_ = meta.step;
       logger->info("resumed from {} at step {}", *ckpt, start_step_);
     } else {
+      // Starting over would drop the run's metrics and, at the first save, delete these.
+      const auto unfinished = unfinished_checkpoints(cfg.run.out_dir);
+      ECHO_INPUT_CHECK(unfinished.empty(),
+                       "cannot resume the run in {}: it has no complete checkpoint, only {} without a {} marker "
+                       "(not fully written, or damaged); move it away to start over from step 0 with --resume, "
+                       "or pass --overwrite to replace the run",
+                       cfg.run.out_dir, fmt::join(unfinished, ", "), "COMPLETE");
       logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
     }
   }

@@ -170,6 +170,38 @@ TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {
   EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 2));
 }
 
+// --resume in a run whose checkpoints are all incomplete (a lost COMPLETE marker) or whose
+// checkpoints/ is not a directory is refused: starting from step 0 would drop every metrics line
+// and, at the first save, delete the checkpoint.
+TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
+  const std::string dir = scratch_dir("unfinished");
+  const auto cfg = make_config(dir, {"train.steps=2"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2);
+  if (world_rank() == 0) fs::remove(ckpt + "/COMPLETE");
+  sync();
+  const std::string msg = echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::resume); });
+  EXPECT_EQ(msg, "input: cannot resume the run in " + cfg.run.out_dir + ": it has no complete checkpoint, only " +
+                     ckpt +
+                     " without a COMPLETE marker (not fully written, or damaged); move it away to start over from "
+                     "step 0 with --resume, or pass --overwrite to replace the run");
+  sync();
+  EXPECT_EQ(read_file(metrics), before) << "the refused --resume must keep the metrics";
+  EXPECT_TRUE(fs::exists(ckpt + "/model.safetensors"));
+  if (world_rank() == 0) {
+    fs::remove_all(cfg.run.out_dir + "/checkpoints");
+    std::ofstream(cfg.run.out_dir + "/checkpoints") << "not a directory\n";
+  }
+  sync();
+  expect_error([&] { train(cfg, RunDirMode::resume); },
+               "cannot resume the run in " + cfg.run.out_dir + ": " + cfg.run.out_dir +
+                   "/checkpoints is not a directory");
+  sync();
+  EXPECT_EQ(read_file(metrics), before);
+}
+
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume
 // logs 4 and 5 again, so the old lines go.
 TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {

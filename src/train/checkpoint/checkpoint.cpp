@@ -494,6 +494,22 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return best->second.string();
 }
 
+std::vector<std::string> unfinished_checkpoints(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return found;
+  fs::directory_iterator it(root, ec);
+  ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
+    if (parse_step_dir(it->path().filename().string()) && !is_complete(it->path())) found.push_back(it->path().string());
+  }
+  ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   const fs::path dir(ckpt_dir);
   ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
