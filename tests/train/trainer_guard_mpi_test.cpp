@@ -202,6 +202,36 @@ TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
   EXPECT_EQ(read_file(metrics), before);
 }
 
+// A trainer state whose numbers cannot be right (a negative step or optimizer step, a step that is
+// not the directory's) is refused before any tensor is read, instead of resuming at step -5 or
+// diverging on the bias correction of a negative AdamW step.
+TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
+  const std::string dir = scratch_dir("broken");
+  const auto cfg = make_config(dir, {"train.steps=2", "train.keep_checkpoints=1"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2), state_path = ckpt + "/trainer/trainer_state.json";
+  const std::string good_state = read_file(state_path);
+  const auto resume = [&] {
+    return echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
+  };
+  const auto resume_with = [&](const std::string& key, const nlohmann::json& value) {
+    sync();
+    if (world_rank() == 0) {
+      auto state = nlohmann::json::parse(good_state);
+      state[key] = value;
+      std::ofstream(state_path) << state.dump(2);
+    }
+    sync();
+    return resume();
+  };
+  const std::string malformed = "input: trainer state '" + state_path + "' is malformed: ";
+  EXPECT_EQ(resume_with("step", -5), malformed + "'step' = -5 is negative");
+  EXPECT_EQ(resume_with("optimizer_step", -7), malformed + "'optimizer_step' = -7 is negative");
+  EXPECT_EQ(resume_with("step", 7), malformed + "'step' = 7 but the checkpoint directory is step_00000002");
+  EXPECT_EQ(resume_with("dp", 0), malformed + "'tp' = " + std::to_string(tp()) + " and 'dp' = 0 must be >= 1");
+}
+
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume
 // logs 4 and 5 again, so the old lines go.
 TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {

@@ -309,6 +309,15 @@ CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
     meta.dp = j.at("dp").get<int>();
     meta.config_yaml = j.at("config_yaml").get<std::string>();
     optimizer_step = j.at("optimizer_step").get<int64_t>();
+    ECHO_INPUT_CHECK(meta.step >= 0, "'step' = {} is negative", meta.step);
+    ECHO_INPUT_CHECK(optimizer_step >= 0, "'optimizer_step' = {} is negative", optimizer_step);
+    ECHO_INPUT_CHECK(meta.tp >= 1 && meta.dp >= 1, "'tp' = {} and 'dp' = {} must be >= 1", meta.tp, meta.dp);
+    // The directory's name and the state inside it must agree on the step (a copied or edited folder).
+    const std::string dir_name = path.parent_path().filename() == kTrainerDir
+                                     ? path.parent_path().parent_path().filename().string()
+                                     : path.parent_path().filename().string();
+    if (const auto named = parse_step_dir(dir_name))
+      ECHO_INPUT_CHECK(*named == meta.step, "'step' = {} but the checkpoint directory is {}", meta.step, dir_name);
     return meta;
   } catch (const nlohmann::json::exception& e) {
     ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), e.what());
