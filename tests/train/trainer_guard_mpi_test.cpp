@@ -202,9 +202,9 @@ TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
   EXPECT_EQ(read_file(metrics), before);
 }
 
-// A trainer state whose numbers cannot be right (a negative step or optimizer step, a step that is
-// not the directory's) is refused before any tensor is read, instead of resuming at step -5 or
-// diverging on the bias correction of a negative AdamW step.
+// Checkpoint faults are the user's input: plain messages, no "[at file:line]", and a trainer state
+// whose numbers cannot be right (a negative step or optimizer step, a step that is not the
+// directory's) is refused before any tensor is read instead of resuming at step -5 or diverging.
 TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
   const std::string dir = scratch_dir("broken");
   const auto cfg = make_config(dir, {"train.steps=2", "train.keep_checkpoints=1"});
@@ -230,6 +230,17 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
   EXPECT_EQ(resume_with("optimizer_step", -7), malformed + "'optimizer_step' = -7 is negative");
   EXPECT_EQ(resume_with("step", 7), malformed + "'step' = 7 but the checkpoint directory is step_00000002");
   EXPECT_EQ(resume_with("dp", 0), malformed + "'tp' = " + std::to_string(tp()) + " and 'dp' = 0 must be >= 1");
+  sync();
+  if (world_rank() == 0) {
+    std::ofstream(state_path) << good_state;
+    fs::resize_file(ckpt + "/model.safetensors", 5000);
+  }
+  sync();
+  const std::string got = resume();
+  EXPECT_EQ(got.rfind("input: cannot load checkpoint: safetensors file '" + ckpt + "/model.safetensors': ", 0), 0u)
+      << got;
+  EXPECT_NE(got.find("(truncated file?)"), std::string::npos) << got;
+  EXPECT_EQ(got.find("[at "), std::string::npos) << got;
 }
 
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume

@@ -68,8 +68,12 @@ std::string agree(const dist::Communicator& comm, const std::string& local_error
   return msg;
 }
 
-void throw_if(const std::string& error) {
-  if (!error.empty()) ECHO_FAIL("{}", error);
+// input: the error is about what the user gave (a checkpoint to load), so it reads as a plain
+// message (an echo::InputError) rather than an internal one with a source location.
+void throw_if(const std::string& error, bool input = false) {
+  if (error.empty()) return;
+  if (input) ECHO_INPUT_FAIL("{}", error);
+  ECHO_FAIL("{}", error);
 }
 
 // ---- files ----------------------------------------------------------------------------------------
@@ -561,7 +565,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   } catch (const std::exception& e) {
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
   }
-  throw_if(agree(world.world, error));
+  throw_if(agree(world.world, error), /*input=*/true);
 
   read_targets(model_index, model_targets, tp, tp_rank);
   params.refresh_compute_weights();
@@ -646,7 +650,7 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
   } catch (const std::exception& e) {
     error = fmt::format("cannot load Hugging Face weights: {}", error_text(e));
   }
-  throw_if(comm ? agree(*comm, error) : error);
+  throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
   read_targets(ck.tensors, targets, tp, tp_rank);
   params.refresh_compute_weights();
   ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
