@@ -198,6 +198,16 @@ TEST_F(EchoPrep, ThreadCountIsChecked) {
   EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --threads 2"), 0) << err_;
 }
 
+// An output file that cannot be written is the user's path problem: a plain message naming it,
+// not an internal error with a source location.
+TEST_F(EchoPrep, OutputPathErrorsArePlainMessages) {
+  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
+  fs::create_directories(path("d.bin"));  // the .bin's name is taken by a directory
+  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("d")), 1);
+  EXPECT_THAT(err_, HasSubstr("cannot rename " + path("d.bin.tmp") + " to " + path("d.bin") + ": Is a directory"));
+  EXPECT_THAT(err_, Not(HasSubstr("[check ")));
+}
+
 TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
   // Latin-1 text: "café" with é = E9, and a stray continuation byte; the second file is clean.
   const std::string latin1 = write("latin1.txt", "caf\xe9 and \x80!");
