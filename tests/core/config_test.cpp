@@ -439,6 +439,13 @@ TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
               StartsWith(at(2) + "'run.seed' must be a non-negative integer, got '-1'"));
   EXPECT_THAT(load_error({"comm:", "  bits:"}),
               StartsWith(at(2) + "'comm.bits' must be an integer, got an empty value"));
+  // An integer too large for its field is out of range, not "not an integer".
+  EXPECT_THAT(load_error({"model:", "  vocab_size: 99999999999"}),
+              StartsWith(at(2) + "'model.vocab_size' = 99999999999 is out of range: it must lie in [-2147483648, "
+                                 "2147483647]"));
+  EXPECT_THAT(load_error({"run:", "  seed: 99999999999999999999"}),
+              StartsWith(at(2) + "'run.seed' = 99999999999999999999 is out of range: it must lie in [0, "
+                                 "18446744073709551615]"));
 }
 
 TEST_F(ConfigFile, UnknownEnumValueListsAllowedOnes) {
