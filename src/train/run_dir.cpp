@@ -1,11 +1,18 @@
 // Run directory checks.
 #include "train/run_dir.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/mpi_check.h"
 
 namespace echo::train {
@@ -24,10 +31,14 @@ bool holds_run(const fs::path& dir) {
   return metrics || checkpoints;
 }
 
-std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) {
+std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, RunDirLock& lock) {
   const fs::path dir(out_dir);
   std::error_code ec;
   if (fs::exists(dir) && !fs::is_directory(dir)) return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
+  // Before anything is looked at: another echo_train may be writing this run right now.
+  fs::create_directories(dir, ec);
+  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
+  if (std::string error = lock.acquire(out_dir); !error.empty()) return error;
   has_run = fs::exists(dir) && holds_run(dir);
   if (has_run && mode == RunDirMode::fresh)
     return fmt::format(
@@ -41,17 +52,51 @@ std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) 
     if (fs::exists(root, ec) && !fs::is_directory(root, ec))
       return fmt::format("cannot resume the run in {}: {} is not a directory", out_dir, root.string());
   }
-  fs::create_directories(dir, ec);
-  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   return {};
 }
 
 }  // namespace
 
-bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world) {
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+std::string RunDirLock::acquire(const std::string& out_dir) {
+  const std::string path = (fs::path(out_dir) / ".echo_train.lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return fmt::format("cannot open the run directory's lock file {}: {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      // A file system without locks (some network mounts) must not stop every run: go on unguarded.
+      ECHO_WARN("train", "cannot lock {} ({}): another echo_train on this run directory would not be noticed",
+                path, std::strerror(err));
+      return {};
+    }
+    std::ifstream in(path);
+    std::string holder;
+    std::getline(in, holder);
+    return fmt::format(
+        "'run.out_dir' = {} is in use by another echo_train{} (it holds the lock on {}); wait for it to end, stop "
+        "it, or use another run.out_dir",
+        out_dir, holder.empty() ? "" : " (" + holder + ")", path);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string holder = fmt::format("pid {} on {}\n", ::getpid(), host);
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(), 0) < 0) {
+    // Only informative; the lock itself is held.
+  }
+  fd_ = fd;
+  return {};
+}
+
+bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world,
+                     RunDirLock& lock) {
   std::string error;
   bool has_run = false;
-  if (world.rank() == 0) error = inspect(out_dir, mode, has_run);
+  if (world.rank() == 0) error = inspect(out_dir, mode, has_run, lock);
   // Every rank learns the verdict, so all fail together instead of some waiting forever.
   int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world.get()));

@@ -83,7 +83,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
-  const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
+  const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world, run_lock_);
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,

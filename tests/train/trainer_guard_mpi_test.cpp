@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
@@ -241,6 +242,41 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
       << got;
   EXPECT_NE(got.find("(truncated file?)"), std::string::npos) << got;
   EXPECT_EQ(got.find("[at "), std::string::npos) << got;
+}
+
+// Two echo_train on one run directory (a requeued job while the first still runs): the second is
+// refused before it reads or truncates anything. It used to resume, truncate metrics.jsonl under
+// the first (whose later lines went to the replaced file) and prune its checkpoints.
+TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
+  const std::string dir = scratch_dir("locked");
+  const auto cfg = make_config(dir);
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  {
+    RunDirLock other;  // what a running echo_train holds (rank 0 of it)
+    int rank0_pid = ::getpid();
+    MPI_Bcast(&rank0_pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (world_rank() == 0) EXPECT_EQ(other.acquire(cfg.run.out_dir), "");
+    sync();
+    for (const RunDirMode mode : {RunDirMode::resume, RunDirMode::overwrite, RunDirMode::fresh}) {
+      const std::string msg = echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=6"}), mode); });
+      // The holder is rank 0 of this test (the message reaches every rank as rank 0 wrote it).
+      EXPECT_EQ(msg.rfind("input: 'run.out_dir' = " + cfg.run.out_dir + " is in use by another echo_train (pid " +
+                              std::to_string(rank0_pid),
+                          0),
+                0u)
+          << msg;
+      EXPECT_NE(msg.find("(it holds the lock on " + cfg.run.out_dir +
+                         "/.echo_train.lock); wait for it to end, stop it, or use another run.out_dir"),
+                std::string::npos)
+          << msg;
+    }
+    sync();
+    EXPECT_EQ(read_file(metrics), before) << "the refused runs must not touch the run";
+  }
+  sync();  // the other run ended: its lock is gone
+  EXPECT_EQ(train(make_config(dir, {"train.steps=6"}), RunDirMode::resume).steps_done, 6);
 }
 
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume
