@@ -34,12 +34,16 @@ bool holds_run(const fs::path& dir) {
 std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, RunDirLock& lock) {
   const fs::path dir(out_dir);
   std::error_code ec;
-  if (fs::exists(dir) && !fs::is_directory(dir)) return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
+  const fs::file_status status = fs::status(dir, ec);  // never throws: a bad name is a message
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return fmt::format("cannot use 'run.out_dir' = {}: {}", out_dir, ec.message());
+  if (fs::exists(status) && !fs::is_directory(status))
+    return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
   // Before anything is looked at: another echo_train may be writing this run right now.
   fs::create_directories(dir, ec);
   if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   if (std::string error = lock.acquire(out_dir); !error.empty()) return error;
-  has_run = fs::exists(dir) && holds_run(dir);
+  has_run = holds_run(dir);
   if (has_run && mode == RunDirMode::fresh)
     return fmt::format(
         "'run.out_dir' = {} already holds a run (metrics.jsonl or checkpoints/); pass --resume to "

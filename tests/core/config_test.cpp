@@ -474,6 +474,9 @@ TEST_F(ConfigFile, MissingFileNamesThePath) {
   EXPECT_THAT(error_of([&] { load_config(path); }), StartsWith(path + ": cannot open config file"));
   EXPECT_THAT(error_of([&] { load_config(dir_.string()); }),
               StartsWith(dir_.string() + ": cannot open config file: it is a directory"));
+  // A name longer than the file system allows: our message, not a std::filesystem_error's.
+  const std::string too_long = (dir_ / std::string(5000, 'a')).string() + ".yaml";
+  EXPECT_EQ(error_of([&] { load_config(too_long); }), too_long + ": cannot open config file: File name too long");
 }
 
 // ---- ranges ---------------------------------------------------------------------------------

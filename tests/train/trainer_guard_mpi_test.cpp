@@ -149,6 +149,22 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   EXPECT_NE(read_file(config_path).find("seed: 8"), std::string::npos);
 }
 
+// Paths longer than the file system allows (ENAMETOOLONG) are named in our words, as input errors;
+// run.out_dir and run.init_from used to end in "filesystem error: status: File name too long [...]".
+TEST(TrainerGuard, OverlongPathsAreInputErrors) {
+  const std::string dir = scratch_dir("overlong");
+  const std::string too_long = dir + "/" + std::string(5000, 'a');
+  EXPECT_EQ(echo::testing::kind_and_what_of(
+                [&] { train(make_config(dir, {"run.out_dir=" + too_long}), RunDirMode::fresh); }),
+            "input: cannot use 'run.out_dir' = " + too_long + ": File name too long");
+  const std::string init = echo::testing::kind_and_what_of(
+      [&] { train(make_config(dir, {"run.init_from=" + too_long}), RunDirMode::fresh); });
+  EXPECT_EQ(init.rfind("input: cannot load Hugging Face weights: cannot open safetensors file '" + too_long + "': ", 0),
+            0u)
+      << init;
+  EXPECT_EQ(init.find("filesystem error"), std::string::npos) << init;
+}
+
 // --overwrite replaces the old run only once start-up has succeeded: a start that fails (here a
 // typo in data.train) keeps the old run's checkpoints and metrics.
 TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {

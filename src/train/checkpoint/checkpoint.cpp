@@ -592,10 +592,11 @@ struct HfCheckpoint {
 HfCheckpoint open_hf(const std::string& path) {
   HfCheckpoint ck;
   fs::path p(path);
-  if (fs::is_directory(p)) {
-    if (fs::exists(p / "model.safetensors.index.json"))
+  std::error_code ec;  // the non-throwing forms: a bad name ends in the file's own "cannot open" message
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "model.safetensors.index.json", ec))
       p /= "model.safetensors.index.json";
-    else if (fs::exists(p / "model.safetensors"))
+    else if (fs::exists(p / "model.safetensors", ec))
       p /= "model.safetensors";
     else
       ECHO_FAIL("'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
