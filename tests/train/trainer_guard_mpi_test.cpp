@@ -295,6 +295,56 @@ TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
   EXPECT_EQ(train(make_config(dir, {"train.steps=6"}), RunDirMode::resume).steps_done, 6);
 }
 
+// Overwrites the first value of tensor `name` in a safetensors file (rank 0 only).
+void poison_first_value(const std::string& file, const std::string& name, float value) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), sizeof header_len);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  const auto offset = nlohmann::json::parse(header)[name]["data_offsets"][0].get<uint64_t>();
+  f.seekp(static_cast<std::streamoff>(8 + header_len + offset));
+  f.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// A checkpoint whose values cannot have been saved by the trainer (a NaN weight, a negative second
+// moment) is refused when it is read, naming the file and tensor. It used to load: echo_eval
+// printed "loss nan", and a resume failed at its first step blaming that step and calling the
+// corrupt checkpoint "the last good checkpoint".
+TEST(TrainerGuard, ACheckpointHoldingImpossibleValuesIsRefused) {
+  const std::string dir = scratch_dir("poisoned");
+  const auto cfg = make_config(dir, {"train.steps=2"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2);
+  const std::string model = ckpt + "/model.safetensors", opt = ckpt + "/trainer/optimizer.safetensors";
+  const std::string shard = " (element 0 of the shard of tp rank 0 of " + std::to_string(tp()) + "): the file is corrupt";
+  const auto resume = [&] {
+    return echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
+  };
+  const std::string model_bytes = read_file(model);
+  if (world_rank() == 0) poison_first_value(model, "model.embed_tokens.weight", NAN);
+  sync();
+  std::string got = resume();
+  EXPECT_EQ(got.rfind("input: cannot load checkpoint: '" + model + "': tensor 'model.embed_tokens.weight' holds a NaN" +
+                          shard,
+                      0),
+            0u)
+      << got;
+  sync();
+  if (world_rank() == 0) {
+    std::ofstream(model, std::ios::binary) << model_bytes;
+    poison_first_value(opt, "model.embed_tokens.weight.exp_avg_sq", -1.0f);
+  }
+  sync();
+  got = resume();
+  EXPECT_EQ(got.rfind("input: cannot load checkpoint: '" + opt +
+                          "': tensor 'model.embed_tokens.weight.exp_avg_sq' holds -1, a negative second moment" + shard,
+                      0),
+            0u)
+      << got;
+}
+
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume
 // logs 4 and 5 again, so the old lines go.
 TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "dist/mpi_check.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
+#include "train/divergence.h"
 
 namespace echo::train {
 namespace {
@@ -280,11 +282,46 @@ void check_targets(const TensorFiles& files, const std::vector<Target>& targets,
   ECHO_FAIL("{}", msg);
 }
 
-void read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
+// What a loaded tensor may hold. Weights: finite and within kMaxSaneWeight, what the trainer
+// checks before every save (a checkpoint beyond it is corrupt, and resuming from it would blame
+// the first step). Moments: finite, and the second one non-negative (AdamW takes its root).
+enum class Values { weights, first_moment, second_moment };
+
+Values values_of(const std::string& name) {
+  if (name.ends_with(kMomentSuffix[1])) return Values::second_moment;
+  if (name.ends_with(kMomentSuffix[0])) return Values::first_moment;
+  return Values::weights;
+}
+
+// Reads every target's shard of this rank; returns "" or the first problem (a read error, or a
+// value the tensor cannot hold), so the caller can agree on it across ranks before any throws.
+std::string read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
   for (const auto& t : targets) {
-    read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+    const std::string& path = files.at(t.name)->path();
+    try {
+      read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+    } catch (const std::exception& e) {
+      return error_text(e);
+    }
+    const Values kind = values_of(t.name);
+    for (size_t i = 0; i < t.out.size(); ++i) {
+      const float v = t.out[i];
+      std::string what;
+      if (std::isnan(v))
+        what = "a NaN";
+      else if (std::isinf(v))
+        what = "an infinity";
+      else if (kind == Values::weights && std::fabs(v) > kMaxSaneWeight)
+        what = fmt::format("{:g}, beyond the {:g} in magnitude that trained weights stay within", v, kMaxSaneWeight);
+      else if (kind == Values::second_moment && v < 0.0f)
+        what = fmt::format("{:g}, a negative second moment", v);
+      if (!what.empty())
+        return fmt::format("'{}': tensor '{}' holds {} (element {} of the shard of tp rank {} of {}): the file is corrupt",
+                           path, t.name, what, i, tp_rank, tp);
+    }
     if (t.stage_to) t.stage_to->copy_from(t.staged);
   }
+  return {};
 }
 
 TensorFiles index_of(const SafetensorsFile& file) {
@@ -567,12 +604,11 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   }
   throw_if(agree(world.world, error), /*input=*/true);
 
-  read_targets(model_index, model_targets, tp, tp_rank);
+  std::string read_error = read_targets(model_index, model_targets, tp, tp_rank);
+  if (read_error.empty() && opt != nullptr) read_error = read_targets(opt_index, opt_targets, tp, tp_rank);
+  throw_if(agree(world.world, read_error.empty() ? "" : "cannot load checkpoint: " + read_error), /*input=*/true);
   params.refresh_compute_weights();
-  if (opt != nullptr) {
-    read_targets(opt_index, opt_targets, tp, tp_rank);
-    opt->set_step_count(optimizer_step);
-  }
+  if (opt != nullptr) opt->set_step_count(optimizer_step);
   ECHO_INFO("train", "loaded checkpoint of step {} (written at tp = {}, dp = {}) from {}", meta.step, meta.tp, meta.dp,
             ckpt_dir);
   return meta;
@@ -652,7 +688,9 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
     error = fmt::format("cannot load Hugging Face weights: {}", error_text(e));
   }
   throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
-  read_targets(ck.tensors, targets, tp, tp_rank);
+  error = read_targets(ck.tensors, targets, tp, tp_rank);
+  if (!error.empty()) error = "cannot load Hugging Face weights: " + error;
+  throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
   params.refresh_compute_weights();
   ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
 }
