@@ -30,13 +30,17 @@ int eval_main(int argc, char** argv) {
                  "YAML config to use instead of the checkpoint's recorded one (for a Hugging Face folder: instead "
                  "of its config.json)");
   app.add_option("--set", req.overrides, "override a config key: --set comm.bits=8 (repeatable)");
-  app.add_option("--tp", req.tp, "tensor-parallel size (default: the number of ranks; dp = ranks / tp)");
-  app.add_option("--batches", req.batches, "global batches to evaluate (default: train.eval_batches)");
-  app.add_option("--micro-batch", req.micro_batch,
-                 "sequences per forward (default: train.micro_batch; alone it also sets the global batch to micro "
-                 "x dp)");
-  app.add_option("--global-batch", req.global_batch, "sequences per global batch (default: train.global_batch)");
-  app.add_option("--seq-len", req.seq_len, "tokens per sequence (default: data.seq_len)");
+  const CLI::Option* tp_opt =
+      app.add_option("--tp", req.tp, "tensor-parallel size (default: the number of ranks; dp = ranks / tp)");
+  const CLI::Option* batches_opt =
+      app.add_option("--batches", req.batches, "global batches to evaluate (default: train.eval_batches)");
+  const CLI::Option* micro_opt =
+      app.add_option("--micro-batch", req.micro_batch,
+                     "sequences per forward (default: train.micro_batch; alone it also sets the global batch to "
+                     "micro x dp)");
+  const CLI::Option* global_opt =
+      app.add_option("--global-batch", req.global_batch, "sequences per global batch (default: train.global_batch)");
+  const CLI::Option* seq_opt = app.add_option("--seq-len", req.seq_len, "tokens per sequence (default: data.seq_len)");
   app.add_option("--json", json_path, "also write the result and its settings as one JSON object (rank 0)");
   app.add_option("--dump-batch", req.dump_batch,
                  "write the last evaluated micro-batch (tokens, targets) as an int32 .npy of shape (2, B, S) (rank 0)");
@@ -48,12 +52,13 @@ int eval_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
-  for (const auto& [flag, value] : {std::pair{"--tp", req.tp},
-                                    {"--batches", req.batches},
-                                    {"--micro-batch", req.micro_batch},
-                                    {"--global-batch", req.global_batch},
-                                    {"--seq-len", req.seq_len}})
-    ECHO_INPUT_CHECK(value >= 0, "{} {}: must be positive", flag, value);
+  // 0 in EvalRequest means "the default"; a value given on the command line must be a real one.
+  for (const auto& [opt, value] : {std::pair{tp_opt, req.tp},
+                                   {batches_opt, req.batches},
+                                   {micro_opt, req.micro_batch},
+                                   {global_opt, req.global_batch},
+                                   {seq_opt, req.seq_len}})
+    ECHO_INPUT_CHECK(opt->count() == 0 || value > 0, "{} {}: must be positive", opt->get_name(), value);
   log::init(rank, world_size);
   const train::EvalReport r = train::evaluate_checkpoint(req);
   if (rank != 0) return 0;

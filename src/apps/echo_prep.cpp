@@ -44,6 +44,10 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// --threads above this is refused: each thread is a real OS thread with its own stack and buffers,
+// and an absurd count (--threads 100000) exhausts the machine instead of failing cleanly.
+constexpr int kMaxThreads = 1024;
+
 struct Options {
   std::vector<std::string> inputs;
   std::string format = "jsonl";
@@ -329,7 +333,8 @@ void validate(Options& o) {
     ECHO_INPUT_CHECK(std::filesystem::is_regular_file(path, ec), "input '{}' does not exist or is not a regular file",
                      path);
   }
-  if (o.num_threads <= 0) o.num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.num_threads <= 0)
+    o.num_threads = std::min(kMaxThreads, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 int run(Options o) {
@@ -454,7 +459,8 @@ int main(int argc, char** argv) {
   app.add_option("--valid-fraction", o.valid_fraction, "expected share of documents in the validation set")
       ->capture_default_str()
       ->each([&](const std::string&) { o.valid_fraction_set = true; });
-  app.add_option("--threads", o.num_threads, "encoding threads (default: all cores)");
+  app.add_option("--threads", o.num_threads, "encoding threads (default: all cores)")
+      ->check(CLI::Range(1, echo::prep::kMaxThreads));
   app.add_option("--seed", o.seed, "seed of the train/valid split")->capture_default_str();
   app.add_flag("--append-eos", o.append_eos, "store EOS after each document (echo's loader adds it itself)");
   app.add_option("--chunk-mb", o.chunk_mb, "MB of text read and encoded per chunk")

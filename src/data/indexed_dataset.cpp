@@ -144,6 +144,12 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   ds.bin_ = map_input(prefix + ".bin");
   ECHO_INPUT_CHECK(ds.bin_.size() >= end_byte, "{}: truncated: {} says {} {} tokens ({} bytes), the file has {} bytes",
                    ds.bin_.path(), ip, num_tokens, token_dtype_name(code), end_byte, ds.bin_.size());
+  // Writers (echo_prep, Megatron-LM) store exactly the indexed tokens: bytes past them mean an index
+  // that does not describe this .bin (another run's pair, or a wrong dtype read as the wrong width).
+  ECHO_INPUT_CHECK(ds.bin_.size() == end_byte,
+                   "{}: {} bytes, but {} says {} {} tokens ({} bytes): the .bin and .idx do not belong together "
+                   "(mixed up files, or the index names the wrong dtype)",
+                   ds.bin_.path(), ds.bin_.size(), ip, num_tokens, token_dtype_name(code), end_byte);
   return ds;
 }
 

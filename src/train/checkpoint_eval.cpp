@@ -104,6 +104,9 @@ config::Config config_from_hf(const std::string& weights_path) {
     return static_cast<int>(v);
   };
   config::Config cfg;
+  // The layout is the command line's (--tp, the ranks), set after the overrides: the defaults' tp
+  // (4) must not refuse a model whose heads it does not divide before --tp is even looked at.
+  cfg.parallel.tp = 1;
   auto& m = cfg.model;
   // config.json's vocab_size is the embedding's row count, already padded (Qwen3: 151,936): no
   // further padding, or the model would expect rows the file does not have.

@@ -63,7 +63,7 @@ double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& p
 
 MetricsLog::MetricsLog(const std::string& path, bool append)
     : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
-  ECHO_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
+  ECHO_INPUT_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
 }
 
 void MetricsLog::step(const StepMetrics& m) {
@@ -86,8 +86,8 @@ void MetricsLog::raw(const std::string& json_line) {
   errno = 0;
   out_ << json_line << '\n';
   out_.flush();  // a crash must not lose the lines already reported
-  ECHO_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path_,
-             errno != 0 ? std::strerror(errno) : "write failed");
+  ECHO_INPUT_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path_,
+                   errno != 0 ? std::strerror(errno) : "write failed");
 }
 
 void truncate_metrics(const std::string& path, int64_t last_step) {
@@ -96,7 +96,7 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   // Only a regular file has lines to keep (a link to a device, e.g. /dev/full in a test, is left alone).
   if (!fs::is_regular_file(path, ec)) return;
   std::ifstream in(path);
-  ECHO_CHECK(in.good(), "cannot read the metrics file '{}': {}", path, std::strerror(errno));
+  ECHO_INPUT_CHECK(in.good(), "cannot read the metrics file '{}': {}", path, std::strerror(errno));
   std::string kept;
   int64_t dropped = 0;
   for (std::string line; std::getline(in, line);) {
@@ -115,10 +115,10 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
     std::ofstream out(tmp, std::ios::trunc);
     out << kept;
     out.flush();
-    ECHO_CHECK(out.good(), "cannot write '{}': {}", tmp, std::strerror(errno));
+    ECHO_INPUT_CHECK(out.good(), "cannot write '{}': {}", tmp, std::strerror(errno));
   }
   fs::rename(tmp, path, ec);
-  ECHO_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
+  ECHO_INPUT_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
   ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, dropped);
 }
 

@@ -1,11 +1,18 @@
 // Run directory checks.
 #include "train/run_dir.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/mpi_check.h"
 
 namespace echo::train {
@@ -24,32 +31,76 @@ bool holds_run(const fs::path& dir) {
   return metrics || checkpoints;
 }
 
-std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run) {
+std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, RunDirLock& lock) {
   const fs::path dir(out_dir);
   std::error_code ec;
-  if (fs::exists(dir) && !fs::is_directory(dir)) return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
-  has_run = fs::exists(dir) && holds_run(dir);
+  const fs::file_status status = fs::status(dir, ec);  // never throws: a bad name is a message
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return fmt::format("cannot use 'run.out_dir' = {}: {}", out_dir, ec.message());
+  if (fs::exists(status) && !fs::is_directory(status))
+    return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
+  // Before anything is looked at: another echo_train may be writing this run right now.
+  fs::create_directories(dir, ec);
+  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
+  if (std::string error = lock.acquire(out_dir); !error.empty()) return error;
+  has_run = holds_run(dir);
   if (has_run && mode == RunDirMode::fresh)
     return fmt::format(
         "'run.out_dir' = {} already holds a run (metrics.jsonl or checkpoints/); pass --resume to "
         "continue it or --overwrite to replace it",
         out_dir);
-  if (has_run && mode == RunDirMode::overwrite) {
-    for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) fs::remove_all(dir / name, ec);
-    if (ec) return fmt::format("cannot clear {}: {}", out_dir, ec.message());
-    has_run = false;
+  // --overwrite clears the old run only once start-up has succeeded (clear_run_dir), so a start
+  // that fails (a typo in data.train, a bad checkpoint to init from) keeps it.
+  if (mode == RunDirMode::resume) {
+    const fs::path root = dir / "checkpoints";
+    if (fs::exists(root, ec) && !fs::is_directory(root, ec))
+      return fmt::format("cannot resume the run in {}: {} is not a directory", out_dir, root.string());
   }
-  fs::create_directories(dir, ec);
-  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   return {};
 }
 
 }  // namespace
 
-bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world) {
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+std::string RunDirLock::acquire(const std::string& out_dir) {
+  const std::string path = (fs::path(out_dir) / ".echo_train.lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return fmt::format("cannot open the run directory's lock file {}: {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      // A file system without locks (some network mounts) must not stop every run: go on unguarded.
+      ECHO_WARN("train", "cannot lock {} ({}): another echo_train on this run directory would not be noticed",
+                path, std::strerror(err));
+      return {};
+    }
+    std::ifstream in(path);
+    std::string holder;
+    std::getline(in, holder);
+    return fmt::format(
+        "'run.out_dir' = {} is in use by another echo_train{} (it holds the lock on {}); wait for it to end, stop "
+        "it, or use another run.out_dir",
+        out_dir, holder.empty() ? "" : " (" + holder + ")", path);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string holder = fmt::format("pid {} on {}\n", ::getpid(), host);
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(), 0) < 0) {
+    // Only informative; the lock itself is held.
+  }
+  fd_ = fd;
+  return {};
+}
+
+bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world,
+                     RunDirLock& lock) {
   std::string error;
   bool has_run = false;
-  if (world.rank() == 0) error = inspect(out_dir, mode, has_run);
+  if (world.rank() == 0) error = inspect(out_dir, mode, has_run, lock);
   // Every rank learns the verdict, so all fail together instead of some waiting forever.
   int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world.get()));
@@ -58,6 +109,15 @@ bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Co
   if (len > 0) MPI_CHECK(MPI_Bcast(error.data(), len, MPI_CHAR, 0, world.get()));
   ECHO_INPUT_CHECK(error.empty(), "{}", error);
   return flag != 0;
+}
+
+void clear_run_dir(const std::string& out_dir) {
+  const fs::path dir(out_dir);
+  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) {
+    std::error_code ec;
+    fs::remove_all(dir / name, ec);
+    ECHO_INPUT_CHECK(!ec, "--overwrite: cannot clear {}: {}", (dir / name).string(), ec.message());
+  }
 }
 
 }  // namespace echo::train

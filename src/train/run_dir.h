@@ -10,9 +10,35 @@ namespace echo::train {
 
 enum class RunDirMode { fresh, resume, overwrite };
 
-// Collective: rank 0 inspects (and for overwrite clears) out_dir, creates it, and every rank
-// throws the same echo::Error when out_dir holds another run and mode is fresh. Returns true
-// when there is an earlier run to resume.
-bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world);
+// Collective: rank 0 inspects out_dir and creates it, and every rank throws the same echo::Error
+// when out_dir holds another run and mode is fresh (or, for resume, when its checkpoints/ is not
+// a directory). Returns true when out_dir holds an earlier run (to resume, or for overwrite to
+// clear with clear_run_dir once start-up has succeeded: a failed start keeps the old run).
+// An exclusive advisory lock (flock) on <out_dir>/.echo_train.lock, held by rank 0 for as long as
+// the run's Trainer lives, so that a second echo_train on the same run directory (a scheduler's
+// requeue while the first still runs, a --resume typed twice) is refused instead of truncating the
+// first one's metrics.jsonl and pruning its checkpoints. The file stays (it holds the pid and host
+// of the last holder); only the lock on it matters.
+class RunDirLock {
+ public:
+  RunDirLock() = default;
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+  // "" when the lock is now held, else why not (another process holds it, or the file cannot be
+  // opened).
+  std::string acquire(const std::string& out_dir);
+
+ private:
+  int fd_ = -1;
+};
+
+// `lock` is taken on rank 0 before out_dir is inspected (other ranks leave it alone).
+bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world,
+                     RunDirLock& lock);
+
+// Rank 0, for --overwrite, after start-up succeeded: removes the old run's config.yaml,
+// metrics.jsonl and checkpoints/.
+void clear_run_dir(const std::string& out_dir);
 
 }  // namespace echo::train

@@ -1,6 +1,7 @@
 // Trainer: setup (run dir, model, data, resume) and the step loop.
 #include "train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <chrono>
@@ -82,7 +83,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
-  const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world);
+  const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world, run_lock_);
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
@@ -153,10 +154,19 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       last_saved_step_ = meta.step;
       logger->info("resumed from {} at step {}", *ckpt, start_step_);
     } else {
+      // Starting over would drop the run's metrics and, at the first save, delete these.
+      const auto unfinished = unfinished_checkpoints(cfg.run.out_dir);
+      ECHO_INPUT_CHECK(unfinished.empty(),
+                       "cannot resume the run in {}: it has no complete checkpoint, only {} without a {} marker "
+                       "(not fully written, or damaged); move it away to start over from step 0 with --resume, "
+                       "or pass --overwrite to replace the run",
+                       cfg.run.out_dir, fmt::join(unfinished, ", "), "COMPLETE");
       logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
     }
   }
   if (L.rank == 0) {
+    // --overwrite: the old run goes only now that start-up has succeeded.
+    if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
     const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
     // A resume continues the history from its checkpoint: lines logged after it (by the run that
     // died) would be repeated.

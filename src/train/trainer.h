@@ -43,6 +43,7 @@ class Trainer {
 
   config::Config cfg_;
   const dist::World& world_;
+  RunDirLock run_lock_;  // rank 0: no other echo_train writes this run while this one lives
   model::ModelShape shape_;
   model::MemoryPlan memory_plan_;  // per rank, checked at start-up and logged against the peak
   std::unique_ptr<backend::Backend> backend_;  // of run.device; everything below computes on it

@@ -439,6 +439,13 @@ TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
               StartsWith(at(2) + "'run.seed' must be a non-negative integer, got '-1'"));
   EXPECT_THAT(load_error({"comm:", "  bits:"}),
               StartsWith(at(2) + "'comm.bits' must be an integer, got an empty value"));
+  // An integer too large for its field is out of range, not "not an integer".
+  EXPECT_THAT(load_error({"model:", "  vocab_size: 99999999999"}),
+              StartsWith(at(2) + "'model.vocab_size' = 99999999999 is out of range: it must lie in [-2147483648, "
+                                 "2147483647]"));
+  EXPECT_THAT(load_error({"run:", "  seed: 99999999999999999999"}),
+              StartsWith(at(2) + "'run.seed' = 99999999999999999999 is out of range: it must lie in [0, "
+                                 "18446744073709551615]"));
 }
 
 TEST_F(ConfigFile, UnknownEnumValueListsAllowedOnes) {
@@ -467,6 +474,9 @@ TEST_F(ConfigFile, MissingFileNamesThePath) {
   EXPECT_THAT(error_of([&] { load_config(path); }), StartsWith(path + ": cannot open config file"));
   EXPECT_THAT(error_of([&] { load_config(dir_.string()); }),
               StartsWith(dir_.string() + ": cannot open config file: it is a directory"));
+  // A name longer than the file system allows: our message, not a std::filesystem_error's.
+  const std::string too_long = (dir_ / std::string(5000, 'a')).string() + ".yaml";
+  EXPECT_EQ(error_of([&] { load_config(too_long); }), too_long + ": cannot open config file: File name too long");
 }
 
 // ---- ranges ---------------------------------------------------------------------------------

@@ -208,6 +208,27 @@ TEST_F(IndexedDatasetErrorTest, TruncatedBin) {
                                       ".idx says 4 int32 tokens (16 bytes), the file has 15 bytes"));
 }
 
+// A .bin longer than its index says (another run's .idx beside it, or an index that names uint16
+// for int32 tokens) used to be read silently: every token is then wrong.
+TEST_F(IndexedDatasetErrorTest, BinLongerThanTheIndexSays) {
+  auto bin = read_bytes(prefix_ + ".bin");
+  bin.insert(bin.end(), {0, 0, 0, 0});
+  write_bytes(prefix_ + ".bin", bin);
+  EXPECT_EQ(open_error(), prefix_ + ".bin: 20 bytes, but " + prefix_ +
+                              ".idx says 4 int32 tokens (16 bytes): the .bin and .idx do not belong together (mixed "
+                              "up files, or the index names the wrong dtype)");
+  // One document of int32 tokens whose index claims uint16 (with several, the pointers give it away).
+  const std::string one = dir_.prefix("one");
+  write_dataset(one, {{7, 8, 9, 10}});
+  auto bytes = read_bytes(one + ".idx");
+  bytes[17] = 8;  // dtype code: uint16, so the index covers only the first 8 bytes
+  write_bytes(one + ".idx", bytes);
+  EXPECT_EQ(error_of([&] { IndexedDataset::open(one); }),
+            one + ".bin: 16 bytes, but " + one +
+                ".idx says 4 uint16 tokens (8 bytes): the .bin and .idx do not belong together (mixed up files, or "
+                "the index names the wrong dtype)");
+}
+
 TEST_F(IndexedDatasetErrorTest, PointersOutOfOrder) {
   auto bytes = idx();
   bytes[34 + 8 + 8] = 8;  // second pointer 12 -> 8: overlaps the first sequence

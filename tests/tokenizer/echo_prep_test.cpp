@@ -186,6 +186,28 @@ TEST_F(EchoPrep, PrefixesMustEndInAFileName) {
   EXPECT_THAT(err_, HasSubstr("--valid-prefix '" + path("v") + "/..' has no file name"));
 }
 
+// --threads is a count of OS threads: 0, negative or absurd counts are refused by name (100000
+// used to start 100000 threads and exhaust the machine).
+TEST_F(EchoPrep, ThreadCountIsChecked) {
+  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
+  for (const std::string n : {"0", "-3", "100000"}) {
+    EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --threads " + n), 105) << n;
+    EXPECT_THAT(err_, HasSubstr("--threads: Value " + n + " not in range 1 to 1024")) << n;
+    EXPECT_FALSE(fs::exists(path("t.idx")));
+  }
+  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --threads 2"), 0) << err_;
+}
+
+// An output file that cannot be written is the user's path problem: a plain message naming it,
+// not an internal error with a source location.
+TEST_F(EchoPrep, OutputPathErrorsArePlainMessages) {
+  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
+  fs::create_directories(path("d.bin"));  // the .bin's name is taken by a directory
+  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("d")), 1);
+  EXPECT_THAT(err_, HasSubstr("cannot rename " + path("d.bin.tmp") + " to " + path("d.bin") + ": Is a directory"));
+  EXPECT_THAT(err_, Not(HasSubstr("[check ")));
+}
+
 TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
   // Latin-1 text: "café" with é = E9, and a stray continuation byte; the second file is clean.
   const std::string latin1 = write("latin1.txt", "caf\xe9 and \x80!");

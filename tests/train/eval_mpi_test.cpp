@@ -139,6 +139,38 @@ TEST(Eval, HuggingFaceFolderOfTheSameWeightsGivesTheSameLoss) {
   EXPECT_EQ(r.loss, eval(ckpt, run.tp).loss);
 }
 
+// A Hugging Face folder's config.json says nothing of the layout: a model whose heads the defaults'
+// parallel.tp (4) does not divide used to be refused ("'parallel.tp' = 4 does not divide
+// 'model.heads' = 2", pointing at a line of config.json) whatever --tp was.
+TEST(Eval, HuggingFaceFolderWithHeadsTheDefaultTpDoesNotDivide) {
+  const TrainedRun& run = trained_run();
+  const std::string dir = run.dir + "/two_heads";
+  const config::Config cfg = config::parse_config(
+      config_text(run.dir),
+      "eval_test.yaml",
+      {"parallel.tp=" + std::to_string(run.tp), "run.out_dir=" + dir, "model.heads=2", "model.kv_heads=2",
+       "model.head_dim=16", "train.steps=1", "train.eval_interval=0", "train.checkpoint_interval=1"},
+      world_size());
+  {
+    const dist::World world = dist::World::create(cfg.parallel.tp);
+    Trainer trainer(cfg, world, RunDirMode::overwrite);
+    trainer.run();
+  }
+  const std::string ckpt = checkpoint_dir(dir, 1), hf = run.dir + "/hf_two_heads";
+  if (world_rank() == 0) {
+    fs::create_directories(hf);
+    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<std::string> setting = {"data.eos_id=63", "data.seq_len=16", "train.micro_batch=2",
+                                            "train.global_batch=8", "train.eval_batches=1"};
+  const EvalReport r = eval(hf, run.tp, setting, run.dir + "/data/valid");
+  EXPECT_EQ(r.kind, "hf");
+  EXPECT_EQ(r.tp, run.tp);
+  EXPECT_TRUE(std::isfinite(r.loss));
+}
+
 void expect_input_error(const std::function<void()>& f, const std::string& needle) {
   try {
     f();

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
@@ -146,6 +147,202 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   EXPECT_EQ(train(make_config(dir, {"run.seed=8", "train.steps=6"}), RunDirMode::resume).steps_done, 6);
   sync();
   EXPECT_NE(read_file(config_path).find("seed: 8"), std::string::npos);
+}
+
+// Paths longer than the file system allows (ENAMETOOLONG) are named in our words, as input errors;
+// run.out_dir and run.init_from used to end in "filesystem error: status: File name too long [...]".
+TEST(TrainerGuard, OverlongPathsAreInputErrors) {
+  const std::string dir = scratch_dir("overlong");
+  const std::string too_long = dir + "/" + std::string(5000, 'a');
+  EXPECT_EQ(echo::testing::kind_and_what_of(
+                [&] { train(make_config(dir, {"run.out_dir=" + too_long}), RunDirMode::fresh); }),
+            "input: cannot use 'run.out_dir' = " + too_long + ": File name too long");
+  const std::string init = echo::testing::kind_and_what_of(
+      [&] { train(make_config(dir, {"run.init_from=" + too_long}), RunDirMode::fresh); });
+  EXPECT_EQ(init.rfind("input: cannot load Hugging Face weights: cannot open safetensors file '" + too_long + "': ", 0),
+            0u)
+      << init;
+  EXPECT_EQ(init.find("filesystem error"), std::string::npos) << init;
+}
+
+// --overwrite replaces the old run only once start-up has succeeded: a start that fails (here a
+// typo in data.train) keeps the old run's checkpoints and metrics.
+TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {
+  const std::string dir = scratch_dir("overwrite");
+  const auto first = make_config(dir);
+  train(first, RunDirMode::fresh);
+  sync();
+  const std::string metrics = first.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  ASSERT_FALSE(before.empty());
+  expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/data/typo"}), RunDirMode::overwrite); },
+               "/data/typo.idx does not exist");
+  sync();
+  EXPECT_EQ(read_file(metrics), before) << "a failed --overwrite must keep the old metrics";
+  EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 4))
+      << "a failed --overwrite must keep the old checkpoints";
+  sync();
+  // A good --overwrite replaces it: none of the old checkpoints (step 4) survives a 2-step run.
+  EXPECT_EQ(train(make_config(dir, {"train.steps=2"}), RunDirMode::overwrite).steps_done, 2);
+  sync();
+  EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 2));
+}
+
+// --resume in a run whose checkpoints are all incomplete (a lost COMPLETE marker) or whose
+// checkpoints/ is not a directory is refused: starting from step 0 would drop every metrics line
+// and, at the first save, delete the checkpoint.
+TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
+  const std::string dir = scratch_dir("unfinished");
+  const auto cfg = make_config(dir, {"train.steps=2"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2);
+  if (world_rank() == 0) fs::remove(ckpt + "/COMPLETE");
+  sync();
+  const std::string msg = echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::resume); });
+  EXPECT_EQ(msg, "input: cannot resume the run in " + cfg.run.out_dir + ": it has no complete checkpoint, only " +
+                     ckpt +
+                     " without a COMPLETE marker (not fully written, or damaged); move it away to start over from "
+                     "step 0 with --resume, or pass --overwrite to replace the run");
+  sync();
+  EXPECT_EQ(read_file(metrics), before) << "the refused --resume must keep the metrics";
+  EXPECT_TRUE(fs::exists(ckpt + "/model.safetensors"));
+  if (world_rank() == 0) {
+    fs::remove_all(cfg.run.out_dir + "/checkpoints");
+    std::ofstream(cfg.run.out_dir + "/checkpoints") << "not a directory\n";
+  }
+  sync();
+  expect_error([&] { train(cfg, RunDirMode::resume); },
+               "cannot resume the run in " + cfg.run.out_dir + ": " + cfg.run.out_dir +
+                   "/checkpoints is not a directory");
+  sync();
+  EXPECT_EQ(read_file(metrics), before);
+}
+
+// Checkpoint faults are the user's input: plain messages, no "[at file:line]", and a trainer state
+// whose numbers cannot be right (a negative step or optimizer step, a step that is not the
+// directory's) is refused before any tensor is read instead of resuming at step -5 or diverging.
+TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
+  const std::string dir = scratch_dir("broken");
+  const auto cfg = make_config(dir, {"train.steps=2", "train.keep_checkpoints=1"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2), state_path = ckpt + "/trainer/trainer_state.json";
+  const std::string good_state = read_file(state_path);
+  const auto resume = [&] {
+    return echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
+  };
+  const auto resume_with = [&](const std::string& key, const nlohmann::json& value) {
+    sync();
+    if (world_rank() == 0) {
+      auto state = nlohmann::json::parse(good_state);
+      state[key] = value;
+      std::ofstream(state_path) << state.dump(2);
+    }
+    sync();
+    return resume();
+  };
+  const std::string malformed = "input: trainer state '" + state_path + "' is malformed: ";
+  EXPECT_EQ(resume_with("step", -5), malformed + "'step' = -5 is negative");
+  EXPECT_EQ(resume_with("optimizer_step", -7), malformed + "'optimizer_step' = -7 is negative");
+  EXPECT_EQ(resume_with("step", 7), malformed + "'step' = 7 but the checkpoint directory is step_00000002");
+  EXPECT_EQ(resume_with("dp", 0), malformed + "'tp' = " + std::to_string(tp()) + " and 'dp' = 0 must be >= 1");
+  sync();
+  if (world_rank() == 0) {
+    std::ofstream(state_path) << good_state;
+    fs::resize_file(ckpt + "/model.safetensors", 5000);
+  }
+  sync();
+  const std::string got = resume();
+  EXPECT_EQ(got.rfind("input: cannot load checkpoint: safetensors file '" + ckpt + "/model.safetensors': ", 0), 0u)
+      << got;
+  EXPECT_NE(got.find("(truncated file?)"), std::string::npos) << got;
+  EXPECT_EQ(got.find("[at "), std::string::npos) << got;
+}
+
+// Two echo_train on one run directory (a requeued job while the first still runs): the second is
+// refused before it reads or truncates anything. It used to resume, truncate metrics.jsonl under
+// the first (whose later lines went to the replaced file) and prune its checkpoints.
+TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
+  const std::string dir = scratch_dir("locked");
+  const auto cfg = make_config(dir);
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  {
+    RunDirLock other;  // what a running echo_train holds (rank 0 of it)
+    int rank0_pid = ::getpid();
+    MPI_Bcast(&rank0_pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (world_rank() == 0) EXPECT_EQ(other.acquire(cfg.run.out_dir), "");
+    sync();
+    for (const RunDirMode mode : {RunDirMode::resume, RunDirMode::overwrite, RunDirMode::fresh}) {
+      const std::string msg = echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=6"}), mode); });
+      // The holder is rank 0 of this test (the message reaches every rank as rank 0 wrote it).
+      EXPECT_EQ(msg.rfind("input: 'run.out_dir' = " + cfg.run.out_dir + " is in use by another echo_train (pid " +
+                              std::to_string(rank0_pid),
+                          0),
+                0u)
+          << msg;
+      EXPECT_NE(msg.find("(it holds the lock on " + cfg.run.out_dir +
+                         "/.echo_train.lock); wait for it to end, stop it, or use another run.out_dir"),
+                std::string::npos)
+          << msg;
+    }
+    sync();
+    EXPECT_EQ(read_file(metrics), before) << "the refused runs must not touch the run";
+  }
+  sync();  // the other run ended: its lock is gone
+  EXPECT_EQ(train(make_config(dir, {"train.steps=6"}), RunDirMode::resume).steps_done, 6);
+}
+
+// Overwrites the first value of tensor `name` in a safetensors file (rank 0 only).
+void poison_first_value(const std::string& file, const std::string& name, float value) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), sizeof header_len);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  const auto offset = nlohmann::json::parse(header)[name]["data_offsets"][0].get<uint64_t>();
+  f.seekp(static_cast<std::streamoff>(8 + header_len + offset));
+  f.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// A checkpoint whose values cannot have been saved by the trainer (a NaN weight, a negative second
+// moment) is refused when it is read, naming the file and tensor. It used to load: echo_eval
+// printed "loss nan", and a resume failed at its first step blaming that step and calling the
+// corrupt checkpoint "the last good checkpoint".
+TEST(TrainerGuard, ACheckpointHoldingImpossibleValuesIsRefused) {
+  const std::string dir = scratch_dir("poisoned");
+  const auto cfg = make_config(dir, {"train.steps=2"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2);
+  const std::string model = ckpt + "/model.safetensors", opt = ckpt + "/trainer/optimizer.safetensors";
+  const std::string shard = " (element 0 of the shard of tp rank 0 of " + std::to_string(tp()) + "): the file is corrupt";
+  const auto resume = [&] {
+    return echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
+  };
+  const std::string model_bytes = read_file(model);
+  if (world_rank() == 0) poison_first_value(model, "model.embed_tokens.weight", NAN);
+  sync();
+  std::string got = resume();
+  EXPECT_EQ(got.rfind("input: cannot load checkpoint: '" + model + "': tensor 'model.embed_tokens.weight' holds a NaN" +
+                          shard,
+                      0),
+            0u)
+      << got;
+  sync();
+  if (world_rank() == 0) {
+    std::ofstream(model, std::ios::binary) << model_bytes;
+    poison_first_value(opt, "model.embed_tokens.weight.exp_avg_sq", -1.0f);
+  }
+  sync();
+  got = resume();
+  EXPECT_EQ(got.rfind("input: cannot load checkpoint: '" + opt +
+                          "': tensor 'model.embed_tokens.weight.exp_avg_sq' holds -1, a negative second moment" + shard,
+                      0),
+            0u)
+      << got;
 }
 
 // A run that died after logging steps 4 and 5 but saved only step 3's checkpoint: the resume

@@ -97,7 +97,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
   // NOTE: an ifstream opens a directory without complaint and then reads nothing, which
   // would silently give every default.
-  if (std::filesystem::is_directory(path)) fail_at(path, "cannot open config file: it is a directory");
+  std::error_code ec;  // the non-throwing form: a name too long is the message below, not a filesystem_error
+  if (std::filesystem::is_directory(path, ec)) fail_at(path, "cannot open config file: it is a directory");
   std::ifstream in(path);
   if (!in) fail_at(path, fmt::format("cannot open config file: {}", std::strerror(errno)));
   std::stringstream text;

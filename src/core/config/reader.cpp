@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <string_view>
 #include <map>
 #include <type_traits>
 
@@ -36,14 +38,29 @@ bool decode_as(const YAML::Node& node, T& out) {
   return node.IsScalar() && YAML::convert<T>::decode(node, out);
 }
 
+// A plain decimal integer ([+-]digits), whatever its size.
+bool is_integer_literal(const YAML::Node& node, bool negative_ok) {
+  if (!node.IsScalar()) return false;
+  std::string_view text = node.Scalar();
+  if (!text.empty() && (text[0] == '+' || (negative_ok && text[0] == '-'))) text.remove_prefix(1);
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {
-  if (!decode_as(node, out))
-    fail_at(origins.where(key), fmt::format("'{}' must be an integer, got {}", key, describe(node)));
+  if (decode_as(node, out)) return;
+  // An integer too large for the field is not "not an integer": say what is wrong with it.
+  if (is_integer_literal(node, /*negative_ok=*/true))
+    fail_at(origins.where(key), fmt::format("'{}' = {} is out of range: it must lie in [{}, {}]", key, node.Scalar(),
+                                            std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  fail_at(origins.where(key), fmt::format("'{}' must be an integer, got {}", key, describe(node)));
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::uint64_t& out) {
-  if (!decode_as(node, out))
-    fail_at(origins.where(key), fmt::format("'{}' must be a non-negative integer, got {}", key, describe(node)));
+  if (decode_as(node, out)) return;
+  if (is_integer_literal(node, /*negative_ok=*/false))
+    fail_at(origins.where(key), fmt::format("'{}' = {} is out of range: it must lie in [0, {}]", key, node.Scalar(),
+                                            std::numeric_limits<std::uint64_t>::max()));
+  fail_at(origins.where(key), fmt::format("'{}' must be a non-negative integer, got {}", key, describe(node)));
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, double& out) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "dist/mpi_check.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
+#include "train/divergence.h"
 
 namespace echo::train {
 namespace {
@@ -68,8 +70,12 @@ std::string agree(const dist::Communicator& comm, const std::string& local_error
   return msg;
 }
 
-void throw_if(const std::string& error) {
-  if (!error.empty()) ECHO_FAIL("{}", error);
+// input: the error is about what the user gave (a checkpoint to load), so it reads as a plain
+// message (an echo::InputError) rather than an internal one with a source location.
+void throw_if(const std::string& error, bool input = false) {
+  if (error.empty()) return;
+  if (input) ECHO_INPUT_FAIL("{}", error);
+  ECHO_FAIL("{}", error);
 }
 
 // ---- files ----------------------------------------------------------------------------------------
@@ -276,11 +282,46 @@ void check_targets(const TensorFiles& files, const std::vector<Target>& targets,
   ECHO_FAIL("{}", msg);
 }
 
-void read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
+// What a loaded tensor may hold. Weights: finite and within kMaxSaneWeight, what the trainer
+// checks before every save (a checkpoint beyond it is corrupt, and resuming from it would blame
+// the first step). Moments: finite, and the second one non-negative (AdamW takes its root).
+enum class Values { weights, first_moment, second_moment };
+
+Values values_of(const std::string& name) {
+  if (name.ends_with(kMomentSuffix[1])) return Values::second_moment;
+  if (name.ends_with(kMomentSuffix[0])) return Values::first_moment;
+  return Values::weights;
+}
+
+// Reads every target's shard of this rank; returns "" or the first problem (a read error, or a
+// value the tensor cannot hold), so the caller can agree on it across ranks before any throws.
+std::string read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
   for (const auto& t : targets) {
-    read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+    const std::string& path = files.at(t.name)->path();
+    try {
+      read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
+    } catch (const std::exception& e) {
+      return error_text(e);
+    }
+    const Values kind = values_of(t.name);
+    for (size_t i = 0; i < t.out.size(); ++i) {
+      const float v = t.out[i];
+      std::string what;
+      if (std::isnan(v))
+        what = "a NaN";
+      else if (std::isinf(v))
+        what = "an infinity";
+      else if (kind == Values::weights && std::fabs(v) > kMaxSaneWeight)
+        what = fmt::format("{:g}, beyond the {:g} in magnitude that trained weights stay within", v, kMaxSaneWeight);
+      else if (kind == Values::second_moment && v < 0.0f)
+        what = fmt::format("{:g}, a negative second moment", v);
+      if (!what.empty())
+        return fmt::format("'{}': tensor '{}' holds {} (element {} of the shard of tp rank {} of {}): the file is corrupt",
+                           path, t.name, what, i, tp_rank, tp);
+    }
     if (t.stage_to) t.stage_to->copy_from(t.staged);
   }
+  return {};
 }
 
 TensorFiles index_of(const SafetensorsFile& file) {
@@ -309,6 +350,15 @@ CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
     meta.dp = j.at("dp").get<int>();
     meta.config_yaml = j.at("config_yaml").get<std::string>();
     optimizer_step = j.at("optimizer_step").get<int64_t>();
+    ECHO_INPUT_CHECK(meta.step >= 0, "'step' = {} is negative", meta.step);
+    ECHO_INPUT_CHECK(optimizer_step >= 0, "'optimizer_step' = {} is negative", optimizer_step);
+    ECHO_INPUT_CHECK(meta.tp >= 1 && meta.dp >= 1, "'tp' = {} and 'dp' = {} must be >= 1", meta.tp, meta.dp);
+    // The directory's name and the state inside it must agree on the step (a copied or edited folder).
+    const std::string dir_name = path.parent_path().filename() == kTrainerDir
+                                     ? path.parent_path().parent_path().filename().string()
+                                     : path.parent_path().filename().string();
+    if (const auto named = parse_step_dir(dir_name))
+      ECHO_INPUT_CHECK(*named == meta.step, "'step' = {} but the checkpoint directory is {}", meta.step, dir_name);
     return meta;
   } catch (const nlohmann::json::exception& e) {
     ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), e.what());
@@ -494,6 +544,22 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return best->second.string();
 }
 
+std::vector<std::string> unfinished_checkpoints(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return found;
+  fs::directory_iterator it(root, ec);
+  ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
+    if (parse_step_dir(it->path().filename().string()) && !is_complete(it->path())) found.push_back(it->path().string());
+  }
+  ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   const fs::path dir(ckpt_dir);
   ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
@@ -536,14 +602,13 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   } catch (const std::exception& e) {
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
   }
-  throw_if(agree(world.world, error));
+  throw_if(agree(world.world, error), /*input=*/true);
 
-  read_targets(model_index, model_targets, tp, tp_rank);
+  std::string read_error = read_targets(model_index, model_targets, tp, tp_rank);
+  if (read_error.empty() && opt != nullptr) read_error = read_targets(opt_index, opt_targets, tp, tp_rank);
+  throw_if(agree(world.world, read_error.empty() ? "" : "cannot load checkpoint: " + read_error), /*input=*/true);
   params.refresh_compute_weights();
-  if (opt != nullptr) {
-    read_targets(opt_index, opt_targets, tp, tp_rank);
-    opt->set_step_count(optimizer_step);
-  }
+  if (opt != nullptr) opt->set_step_count(optimizer_step);
   ECHO_INFO("train", "loaded checkpoint of step {} (written at tp = {}, dp = {}) from {}", meta.step, meta.tp, meta.dp,
             ckpt_dir);
   return meta;
@@ -563,10 +628,11 @@ struct HfCheckpoint {
 HfCheckpoint open_hf(const std::string& path) {
   HfCheckpoint ck;
   fs::path p(path);
-  if (fs::is_directory(p)) {
-    if (fs::exists(p / "model.safetensors.index.json"))
+  std::error_code ec;  // the non-throwing forms: a bad name ends in the file's own "cannot open" message
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "model.safetensors.index.json", ec))
       p /= "model.safetensors.index.json";
-    else if (fs::exists(p / "model.safetensors"))
+    else if (fs::exists(p / "model.safetensors", ec))
       p /= "model.safetensors";
     else
       ECHO_FAIL("'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
@@ -621,8 +687,10 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
   } catch (const std::exception& e) {
     error = fmt::format("cannot load Hugging Face weights: {}", error_text(e));
   }
-  throw_if(comm ? agree(*comm, error) : error);
-  read_targets(ck.tensors, targets, tp, tp_rank);
+  throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
+  error = read_targets(ck.tensors, targets, tp, tp_rank);
+  if (!error.empty()) error = "cannot load Hugging Face weights: " + error;
+  throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
   params.refresh_compute_weights();
   ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
 }

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dist/world.h"
 #include "model/parameters.h"
@@ -65,6 +66,11 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
 // Not collective: reads the directory of the calling rank. NOTE: every rank must see the same
 // file system for a resume to agree; where that is not certain, call it on rank 0 and broadcast.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// The step directories under run_dir/checkpoints that carry no COMPLETE marker (.tmp ones, which a
+// save in progress leaves, excluded), sorted. Throws an echo::InputError when run_dir/checkpoints
+// exists but cannot be listed. Not collective.
+std::vector<std::string> unfinished_checkpoints(const std::string& run_dir);
 
 // The trainer state of a complete checkpoint (either layout), without loading any tensor; for the
 // resume checks that must run before the model is touched. Not collective.

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# echo_eval's numeric options as a user types them: a value given must be a real one. 0 used to
+# mean "the default" silently (--batches 0 evaluated train.eval_batches batches) while -1 was
+# refused with "must be positive"; now both are refused, naming the option, before any file is read.
+#   eval_args_test.sh BUILD_DIR
+set -uo pipefail
+build=$1
+passed=0 failed=0
+# refused NAME MESSAGE ARGS...: echo_eval exits 1 within 60 s and prints MESSAGE without a source location.
+refused() {
+  local name=$1 message=$2; shift 2
+  local out rc
+  out=$(timeout 60 "$build/echo_eval" /nonexistent/checkpoint "$@" 2>&1 </dev/null); rc=$?
+  if ((rc != 1)); then echo "FAIL: $name: exit $rc, expected 1"; echo "$out" | tail -5; failed=$((failed + 1))
+  elif [[ $out != *"error: $message"* ]]; then echo "FAIL: $name: missing '$message'"; echo "$out" | tail -5; failed=$((failed + 1))
+  elif [[ $out == *"[at /"* || $out == *"does not exist"* ]]; then echo "FAIL: $name: wrong kind of error"; echo "$out" | tail -5; failed=$((failed + 1))
+  else echo "ok: $name"; passed=$((passed + 1)); fi
+}
+for opt in --tp --batches --micro-batch --global-batch --seq-len; do
+  refused "$opt 0" "$opt 0: must be positive" "$opt" 0
+  refused "$opt -2" "$opt -2: must be positive" "$opt" -2
+done
+# Without the options, the checkpoint is what is wrong.
+out=$(timeout 60 "$build/echo_eval" /nonexistent/checkpoint 2>&1 </dev/null)
+if [[ $out == *"error: checkpoint '/nonexistent/checkpoint' does not exist"* ]]; then echo "ok: defaults"; passed=$((passed + 1))
+else echo "FAIL: defaults"; echo "$out" | tail -5; failed=$((failed + 1)); fi
+echo "$passed passed, $failed failed"
+((failed == 0))
