@@ -397,6 +397,27 @@ TEST_F(CheckpointTest, IncompleteCheckpointsAreNeverPicked) {
   EXPECT_EQ(latest_checkpoint(dir_), checkpoint_dir(dir_, 5));
 }
 
+// Saving a step that is already on disk (a resume from it, then a stop) replaces it with the new
+// values in one exchange, leaving no .tmp behind; with keep_checkpoints 1 there was once a window
+// in which the step existed nowhere complete.
+TEST_F(CheckpointTest, SavingAStepAgainReplacesItWhole) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference first = make_reference(cfg, 21), second = make_reference(cfg, 22);
+  save_reference(dir_, cfg, first, W, 9, 1);
+  save_reference(dir_, cfg, second, W, 9, 1);
+  const std::string ckpt = checkpoint_dir(dir_, 9);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(fs::path(dir_) / "checkpoints")) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"step_00000009"});
+  EXPECT_TRUE(fs::is_regular_file(fs::path(ckpt) / "COMPLETE"));
+  dist::World world = dist::World::create(W);
+  Shard s(cfg, W, world.layout.tp_rank);
+  s.params.init(999);
+  EXPECT_EQ(load_checkpoint(ckpt, s.params, &s.opt, world).step, 9);
+  expect_matches(s, second, true, 109);
+}
+
 TEST_F(CheckpointTest, KeepLastDeletesOlderCheckpoints) {
   const int W = world_size();
   const auto cfg = ckpt_config(true);

@@ -2,6 +2,7 @@
 #include "train/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <mpi.h>
 #include <unistd.h>
 
@@ -410,6 +411,26 @@ void prune(const fs::path& root, const fs::path& current, int keep_last) {
   }
 }
 
+// Puts the finished tmp_dir in place as final_dir. A save of a step already on disk (after a
+// resume from it) swaps the two directories in one renameat2(RENAME_EXCHANGE), then removes the
+// older save, now under the .tmp name: a crash at any point leaves a complete checkpoint of the
+// step (a stale .tmp is pruned by the next save). A file system that cannot exchange (NFS) gets
+// remove-then-rename, with that short window.
+void publish(const fs::path& tmp_dir, const fs::path& final_dir) {
+  std::error_code ec;
+  if (!fs::exists(final_dir, ec)) {
+    fs::rename(tmp_dir, final_dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp_dir, ec);
+    if (ec) ECHO_WARN("train", "could not remove the replaced checkpoint '{}': {}", tmp_dir.string(), ec.message());
+    return;
+  }
+  fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir);
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
@@ -495,6 +516,9 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
       write_file_synced(tmp_dir / kTrainerDir / kStateFile, state.dump(2) + "\n");
       write_file_synced(tmp_dir / kHfConfigFile, hf_config_json(shape, cfg));
       fsync_path(tmp_dir / kTrainerDir, true);
+      // The marker goes in before the rename: a .tmp directory never counts, whatever it holds,
+      // so the checkpoint appears complete in one step.
+      write_file_synced(tmp_dir / kCompleteFile, fmt::format("step {}\n", meta.step));
       fsync_path(tmp_dir, true);
     } catch (const std::exception& e) {
       error = fmt::format("cannot write checkpoint '{}': {}", tmp_dir.string(), error_text(e));
@@ -515,11 +539,8 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
 
   if (writer) {
     try {
-      fs::remove_all(final_dir);  // an older save of the same step (after a resume)
-      fs::rename(tmp_dir, final_dir);
+      publish(tmp_dir, final_dir);
       fsync_path(root, true);
-      write_file_synced(final_dir / kCompleteFile, fmt::format("step {}\n", meta.step));
-      fsync_path(final_dir, true);
       prune(root, final_dir, keep_last);
       ECHO_INFO("train", "saved checkpoint of step {} to {}", meta.step, final_dir.string());
     } catch (const std::exception& e) {
