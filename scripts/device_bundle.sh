@@ -168,9 +168,19 @@ mkdir -p "$P/scripts" && cp scripts/torch_reference.py "$P/scripts/"
 
 # 5. env.sh, the manifest, the payload.
 # (lib/fallback-*/ not counted: env.sh uses them only where the machine lacks its own copy.)
-glibc_need=$(find "$P" -path '*/fallback-*' -prune -o -type f \( -name '*.so*' -o -perm -u+x \) -exec objdump -T {} + 2>/dev/null |
+# Only ELF files: objdump fails on an executable script (scripts/torch_reference.py is one), and
+# under pipefail that failure ended the whole bundle.
+elf_symbols() {
+  local f
+  while IFS= read -r -d '' f; do
+    [[ $(head -c 4 "$f") == $'\x7fELF' ]] && objdump -T "$f" 2>/dev/null
+  done
+  return 0
+}
+glibc_need=$(find "$P" -path '*/fallback-*' -prune -o -type f \( -name '*.so*' -o -perm -u+x \) -print0 | elf_symbols |
   grep -oE 'GLIBC_[0-9]+\.[0-9]+' | sort -Vu | tail -1)
-cxx_need=$(objdump -T "$P"/bin/* "$P"/lib/*.so* 2>/dev/null | grep -oE 'GLIBCXX_[0-9.]+[0-9]' | sort -Vu | tail -1)
+cxx_need=$(find "$P/bin" "$P/lib" -maxdepth 1 -type f -print0 | elf_symbols | grep -oE 'GLIBCXX_[0-9.]+[0-9]' |
+  sort -Vu | tail -1)
 cat >"$STAGE/env.sh" <<EOF_ENV
 # source bundle/env.sh: puts the bundle's programs, libraries and Open MPI first, relative to
 # this file's own location (made by scripts/device_bundle.sh). Unpacks payload.tar.gz the
