@@ -24,6 +24,7 @@
 # exit 1 on any failure. A target that cannot be built stops it, unless
 # ECHO_BUNDLE_ALLOW_MISSING=1 (the manifest then names what is missing).
 set -euo pipefail
+trap 'echo "device_bundle.sh: failed (rc $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 dry_run=false
