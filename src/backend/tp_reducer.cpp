@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "core/error.h"
+#include "dist/collective_watchdog.h"
 #include "dist/communicator.h"
 #include "dist/mpi_check.h"
 
@@ -19,6 +20,7 @@ TpReducer make_mpi_reducer(const dist::Communicator& tp) {
   auto all_reduce = [comm](std::span<double> values, MPI_Op op) {
     ECHO_CHECK(values.size() <= static_cast<size_t>(INT_MAX), "TpReducer: {} values exceed one MPI call",
                values.size());
+    const dist::CollectiveScope watched("a tensor-parallel reduction of statistics (MPI_Allreduce)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op, comm));
   };
   return {[all_reduce](std::span<double> values) { all_reduce(values, MPI_MAX); },

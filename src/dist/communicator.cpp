@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 
 namespace echo::dist {
@@ -54,6 +55,7 @@ void Communicator::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
 
 double Communicator::sum_in_rank_order(double value) const {
   std::vector<double> parts(static_cast<size_t>(size_));
+  const CollectiveScope watched("a sum over ranks (the step's loss and norms)");
   MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, comm_));
   double sum = 0;
   for (double p : parts) sum += p;

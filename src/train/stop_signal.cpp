@@ -5,6 +5,7 @@
 
 #include <csignal>
 
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 
 namespace echo::train {
@@ -41,6 +42,7 @@ int StopSignal::received() const { return g_stop_signal; }
 
 bool StopSignal::requested(const dist::Communicator& world) const {
   int local = g_stop_signal != 0 ? 1 : 0, any = 0;
+  const dist::CollectiveScope watched("the step's stop-signal check (MPI_Allreduce)");
   MPI_CHECK(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world.get()));
   return any != 0;
 }

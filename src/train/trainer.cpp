@@ -15,6 +15,7 @@
 #include "dist/mpi_check.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
+#include "dist/collective_watchdog.h"
 #include "train/divergence.h"
 #include "train/evaluation.h"
 #include "train/lr_schedule.h"
@@ -180,6 +181,9 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
             cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());
+  // From here on a step's MPI collectives are watched: a peer that stops arriving ends the job
+  // after comm.peer_timeout_s instead of leaving it hung (start-up and saves are not watched).
+  dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
 }
 
 double Trainer::train_step(int64_t step, bool telemetry) {

@@ -106,7 +106,8 @@ void visit(CommConfig& c, V& v) {
           "arithmetic over two collectives, unpipelined: the baseline)");
   v.field("transport", c.transport,
           "mpi | shm | cuda_ipc | auto: how the all-reduce bytes travel (auto: shm when the TP group is on one node)");
-  v.field("peer_timeout_s", c.peer_timeout_s, "seconds a shm wait for a peer lasts before it is an error naming the peer",
+  v.field("peer_timeout_s", c.peer_timeout_s, "seconds a wait for a peer lasts before it is an error naming it: a shm wait, or an MPI collective of a "
+          "training step (a watchdog then ends the job)",
           greater_than(0));
   v.field("shm_threads", c.shm_threads,
           "shm: threads per rank in the pipeline, each serving its own tile slots (more than one pays only when "

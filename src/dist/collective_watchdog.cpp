@@ -1,0 +1,112 @@
+// The collective watchdog: one detached thread polling what the main thread's scope published.
+#include "dist/collective_watchdog.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace echo::dist {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Watchdog {
+  std::atomic<int64_t> timeout_ns{0};  // 0: off
+  std::atomic<int> rank{0};
+  // The scope in force: what it is, when it started, and a number that changes with every scope
+  // so the thread never blames a later collective for an earlier one's time.
+  std::atomic<const char*> what{nullptr};
+  std::atomic<int64_t> since_ns{0};
+  std::atomic<uint64_t> generation{0};
+  std::mutex handler_mutex;
+  std::function<void(const std::string&)> handler;
+  std::once_flag started;
+
+  // Every change bumps the generation (sequentially consistent, like every access here: a few
+  // atomic stores beside an MPI collective cost nothing), so the thread, which reads the
+  // generation before and after the other two, never mixes two scopes.
+  void publish(const char* w) {
+    since_ns.store(now_ns());
+    what.store(w);
+    generation.fetch_add(1);
+  }
+
+  void watch() {
+    uint64_t fired_for = ~uint64_t{0};
+    for (;;) {
+      const int64_t timeout = timeout_ns.load();
+      // A quarter of the timeout between looks (at most 1 s, at least 10 ms): an overrun is seen
+      // within 1.25 timeouts.
+      const int64_t poll = std::clamp<int64_t>(timeout / 4, 10'000'000, 1'000'000'000);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(timeout > 0 ? poll : 1'000'000'000));
+      if (timeout <= 0) continue;
+      const uint64_t gen = generation.load();
+      const char* w = what.load();
+      const int64_t since = since_ns.load();
+      if (w == nullptr || gen == fired_for || generation.load() != gen) continue;
+      const int64_t waited = now_ns() - since;
+      if (waited <= timeout) continue;
+      fired_for = gen;
+      fire(fmt::format("[rank {}] error: no progress for {:.0f} s in {} (comm.peer_timeout_s = {:g}): a peer rank is "
+                       "stopped, hung or gone; ending this rank so that mpirun ends the job",
+                       rank.load(), static_cast<double>(waited) * 1e-9, w, static_cast<double>(timeout) * 1e-9));
+    }
+  }
+
+  void fire(const std::string& message) {
+    std::function<void(const std::string&)> h;
+    {
+      std::lock_guard<std::mutex> lock(handler_mutex);
+      h = handler;
+    }
+    if (h) return h(message);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+};
+
+// Never destroyed: the detached thread may still look at it while the process exits.
+Watchdog& watchdog() {
+  static Watchdog* w = new Watchdog;
+  return *w;
+}
+
+}  // namespace
+
+void set_collective_timeout(double seconds, int rank) {
+  Watchdog& w = watchdog();
+  w.rank.store(rank);
+  w.timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
+  if (seconds > 0) std::call_once(w.started, [&w] { std::thread([&w] { w.watch(); }).detach(); });
+}
+
+void set_collective_timeout_handler(std::function<void(const std::string& message)> handler) {
+  Watchdog& w = watchdog();
+  std::lock_guard<std::mutex> lock(w.handler_mutex);
+  w.handler = std::move(handler);
+}
+
+CollectiveScope::CollectiveScope(const char* what) noexcept
+    : outer_what_(nullptr), active_(watchdog().timeout_ns.load(std::memory_order_relaxed) > 0) {
+  if (!active_) return;
+  outer_what_ = watchdog().what.load();
+  watchdog().publish(what);
+}
+
+CollectiveScope::~CollectiveScope() {
+  if (!active_) return;
+  Watchdog& w = watchdog();
+  w.publish(outer_what_);  // null: outside any collective
+}
+
+}  // namespace echo::dist
