@@ -43,11 +43,12 @@ struct Watchdog {
   void watch() {
     uint64_t fired_for = ~uint64_t{0};
     for (;;) {
-      const int64_t timeout = timeout_ns.load();
       // A quarter of the timeout between looks (at most 1 s, at least 10 ms): an overrun is seen
       // within 1.25 timeouts.
-      const int64_t poll = std::clamp<int64_t>(timeout / 4, 10'000'000, 1'000'000'000);
-      std::this_thread::sleep_for(std::chrono::nanoseconds(timeout > 0 ? poll : 1'000'000'000));
+      const int64_t before = timeout_ns.load();
+      const int64_t poll = before > 0 ? std::clamp<int64_t>(before / 4, 10'000'000, 1'000'000'000) : 1'000'000'000;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
+      const int64_t timeout = timeout_ns.load();  // the one in force now (it may have been turned off)
       if (timeout <= 0) continue;
       const uint64_t gen = generation.load();
       const char* w = what.load();
