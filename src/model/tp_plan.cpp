@@ -29,15 +29,20 @@ int64_t ParamSpec::local_numel(int tp) const {
   return n;
 }
 
+// Called once per element (weight init, checkpoint scatter and gather): plain arithmetic on
+// full_shape, no temporary shape vectors (two heap allocations per element before).
 int64_t ParamSpec::global_index(int64_t i, int tp, int rank) const {
-  const auto local = local_shape(tp);
   switch (shard) {
     case ShardKind::column:
-    case ShardKind::vocab:
-      return i + rank * local_numel(tp);  // whole rows: the shard is one contiguous block
+    case ShardKind::vocab: {  // whole rows: the shard is one contiguous block
+      int64_t shard_numel = full_shape[0] / tp;
+      for (size_t d = 1; d < full_shape.size(); ++d) shard_numel *= full_shape[d];
+      return i + rank * shard_numel;
+    }
     case ShardKind::row: {
-      const int64_t row = i / local[1], col = i % local[1];
-      return row * full_shape[1] + rank * local[1] + col;
+      const int64_t local_cols = full_shape[1] / tp;
+      const int64_t row = i / local_cols, col = i % local_cols;
+      return row * full_shape[1] + rank * local_cols + col;
     }
     default:
       return i;
