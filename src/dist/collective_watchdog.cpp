@@ -11,13 +11,10 @@
 
 #include <fmt/format.h>
 
+#include "core/stopwatch.h"
+
 namespace echo::dist {
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 struct Watchdog {
   std::atomic<int64_t> timeout_ns{0};  // 0: off
@@ -35,7 +32,7 @@ struct Watchdog {
   // atomic stores beside an MPI collective cost nothing), so the thread, which reads the
   // generation before and after the other two, never mixes two scopes.
   void publish(const char* w) {
-    since_ns.store(now_ns());
+    since_ns.store(steady_now_ns());
     what.store(w);
     generation.fetch_add(1);
   }
@@ -54,7 +51,7 @@ struct Watchdog {
       const char* w = what.load();
       const int64_t since = since_ns.load();
       if (w == nullptr || gen == fired_for || generation.load() != gen) continue;
-      const int64_t waited = now_ns() - since;
+      const int64_t waited = steady_now_ns() - since;
       if (waited <= timeout) continue;
       fired_for = gen;
       fire(fmt::format("[rank {}] error: no progress for {:.0f} s in {} (comm.peer_timeout_s = {:g}): a peer rank is "

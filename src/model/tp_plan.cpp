@@ -7,40 +7,42 @@
 
 namespace echo::model {
 
-std::vector<int64_t> ParamSpec::local_shape(int tp) const {
-  std::vector<int64_t> s = full_shape;
+int ParamSpec::sharded_dim() const {
   switch (shard) {
     case ShardKind::column:
     case ShardKind::vocab:
-      s[0] /= tp;
-      break;
+      return 0;  // whole rows (output features or vocabulary entries)
     case ShardKind::row:
-      s[1] /= tp;
-      break;
+      return 1;  // whole columns (input features)
     default:
-      break;
+      return -1;
   }
+}
+
+int64_t ParamSpec::local_dim(size_t d, int tp) const {
+  return static_cast<int>(d) == sharded_dim() ? full_shape[d] / tp : full_shape[d];
+}
+
+std::vector<int64_t> ParamSpec::local_shape(int tp) const {
+  std::vector<int64_t> s(full_shape.size());
+  for (size_t d = 0; d < s.size(); ++d) s[d] = local_dim(d, tp);
   return s;
 }
 
 int64_t ParamSpec::local_numel(int tp) const {
   int64_t n = 1;
-  for (int64_t d : local_shape(tp)) n *= d;
+  for (size_t d = 0; d < full_shape.size(); ++d) n *= local_dim(d, tp);
   return n;
 }
 
-// Called once per element (weight init, checkpoint scatter and gather): plain arithmetic on
-// full_shape, no temporary shape vectors (two heap allocations per element before).
+// Called once per element (weight init, checkpoint scatter and gather): plain arithmetic, no
+// temporary shape vectors.
 int64_t ParamSpec::global_index(int64_t i, int tp, int rank) const {
-  switch (shard) {
-    case ShardKind::column:
-    case ShardKind::vocab: {  // whole rows: the shard is one contiguous block
-      int64_t shard_numel = full_shape[0] / tp;
-      for (size_t d = 1; d < full_shape.size(); ++d) shard_numel *= full_shape[d];
-      return i + rank * shard_numel;
-    }
-    case ShardKind::row: {
-      const int64_t local_cols = full_shape[1] / tp;
+  switch (sharded_dim()) {
+    case 0:  // whole rows: the shard is one contiguous block
+      return i + rank * local_numel(tp);
+    case 1: {  // a block of columns of every row (matrices only)
+      const int64_t local_cols = local_dim(1, tp);
       const int64_t row = i / local_cols, col = i % local_cols;
       return row * full_shape[1] + rank * local_cols + col;
     }

@@ -27,8 +27,12 @@ struct ParamSpec {
   InitKind init = InitKind::normal;
   bool weight_decay = true;         // matrices decay; norms do not
 
+  // The one statement of the shard rule: the dimension split over tp (0 for column and vocab,
+  // 1 for row, -1 when replicated) and the size of dimension d on one rank.
+  int sharded_dim() const;
+  int64_t local_dim(size_t d, int tp) const;
   std::vector<int64_t> local_shape(int tp) const;
-  int64_t local_numel(int tp) const;
+  int64_t local_numel(int tp) const;  // no allocation: called per parameter in hot set-up loops
   // Global row-major index of local element `i` on tp rank `rank`.
   int64_t global_index(int64_t i, int tp, int rank) const;
 };

@@ -3,12 +3,12 @@
 // int8_gemm and error_correction.
 #include "quant/int8_linear.h"
 
-#include <chrono>
 #include <memory>
 #include <span>
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "core/stopwatch.h"
 #include "quant/error_correction.h"
 #include "quant/int8_gemm.h"
 #include "quant/int8_quantize.h"
@@ -19,23 +19,6 @@ namespace {
 
 using config::EcMode;
 using config::LinearMode;
-using Clock = std::chrono::steady_clock;
-
-// Adds the seconds since `t0` to `slot` (when timing) and restarts the clock.
-class Stopwatch {
- public:
-  explicit Stopwatch(bool on) : on_(on), t0_(on ? Clock::now() : Clock::time_point{}) {}
-  void lap(double* slot) {
-    if (!on_ || !slot) return;
-    const auto t1 = Clock::now();
-    *slot += std::chrono::duration<double>(t1 - t0_).count();
-    t0_ = t1;
-  }
-
- private:
-  bool on_;
-  Clock::time_point t0_;
-};
 
 // An uninitialized buffer for GEMM outputs (every element is written; zeroing would be wasted).
 std::unique_ptr<int32_t[]> int32_buffer(int64_t n) { return std::unique_ptr<int32_t[]>(new int32_t[n]); }
@@ -84,10 +67,10 @@ void linear_forward(const Int8LinearConfig& cfg, const LinearContext& ctx, const
                     int64_t rows, int64_t in, int64_t out, float* y, Int8LinearSaved& saved, LinearTimes* times) {
   check_common(ctx, rows, in, out);
   ECHO_CHECK(x && w && y, "linear_forward: null operand");
-  Stopwatch sw(times != nullptr);
+  Stopwatch sw;
   if (cfg.mode == LinearMode::bf16) {
     cpu::gemm<float>(false, true, rows, out, in, 1.0f, x, w, 0.0f, y);
-    sw.lap(times ? &times->gemm : nullptr);
+    sw.lap_into(times ? &times->gemm : nullptr);
     return;
   }
   const bool reduce = ctx.tp_style == TpStyle::row;
@@ -109,14 +92,14 @@ void linear_forward(const Int8LinearConfig& cfg, const LinearContext& ctx, const
   }
   quantize_rows_rtne(x, rows, in, amax_x.data(), x_q, s_x);
   quantize_rows_rtne(w, out, in, amax_w.data(), w_q, s_w);
-  sw.lap(times ? &times->quantize : nullptr);
+  sw.lap_into(times ? &times->quantize : nullptr);
 
   const auto acc = int32_buffer(rows * out);
   gemm_s8s32(false, true, rows, out, in, x_q, w_q, acc.get());
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t h = 0; h < out; ++h)
       y[t * out + h] = mul_rn(mul_rn(static_cast<float>(acc[t * out + h]), s_x[t]), s_w[h]);
-  sw.lap(times ? &times->gemm : nullptr);
+  sw.lap_into(times ? &times->gemm : nullptr);
 }
 
 void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, const float* dy, const float* x,
@@ -126,12 +109,12 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
   check_examples(cfg, ctx, rows);
   ECHO_CHECK(dy != nullptr, "linear_backward: null output gradient");
   LinearTimes* times = trace ? &trace->times : nullptr;
-  Stopwatch sw(times != nullptr);
+  Stopwatch sw;
   if (cfg.mode == LinearMode::bf16) {
     ECHO_CHECK((!dx || w) && (!dw_accum || x), "linear_backward (bf16) needs the forward's x and w");
     if (dx) cpu::gemm<float>(false, false, rows, in, out, 1.0f, dy, w, accumulate_dx ? 1.0f : 0.0f, dx);
     if (dw_accum) cpu::gemm<float>(true, false, out, in, rows, 1.0f, dy, x, 1.0f, dw_accum);
-    sw.lap(times ? &times->gemm : nullptr);
+    sw.lap_into(times ? &times->gemm : nullptr);
     return;
   }
   ECHO_CHECK(saved.rows == rows && saved.in == in && saved.out == out,
@@ -157,7 +140,7 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
   std::vector<float> e(want_e ? rows * out : 0);
   quantize_gradient(g_scaled.data(), rows, out, g_amax, rule, q.data(), want_e ? e.data() : nullptr);
   const float delta = int8_scale(g_amax);
-  sw.lap(times ? &times->quantize : nullptr);
+  sw.lap_into(times ? &times->quantize : nullptr);
 
   if (dx) {  // dX = diag(s_x)^-1 · (Δ · Q·Ŵ)
     const auto acc = int32_buffer(rows * in);
@@ -178,14 +161,14 @@ void linear_backward(const Int8LinearConfig& cfg, const LinearContext& ctx, cons
       for (int64_t i = 0; i < in; ++i) dw_accum[h * in + i] += mul_rn(delta, static_cast<float>(acc[h * in + i])) / swh;
     }
   }
-  sw.lap(times ? &times->gemm : nullptr);
+  sw.lap_into(times ? &times->gemm : nullptr);
 
   if (cfg.ec != EcMode::none && rows > 0) {
     const auto* sum_over_tp = ctx.tp_style == TpStyle::column ? &ctx.tp->sum : nullptr;
     const StructuredError es = structured_error(e.data(), rows, out, ctx.seq_len, sum_over_tp);
     if (dx) correct_dx(es, w_q, s_x, in, dx);
     if (dw_accum && cfg.ec == EcMode::two_way) correct_dw(es, x_q, s_w, in, dw_accum);
-    sw.lap(times ? &times->ec : nullptr);
+    sw.lap_into(times ? &times->ec : nullptr);
   }
 
   if (trace) {
