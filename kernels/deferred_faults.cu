@@ -44,7 +44,7 @@ void DeferredFaults::raise_if_any(cudaStream_t stream) {
   CUDA_CHECK(cudaStreamSynchronize(stream));
   if (recorded == kNone) return;
   CUDA_CHECK(cudaMemsetAsync(slot_, 0xff, sizeof *slot_, stream));
-  ECHO_FAIL("{}", describe(recorded));
+  ECHO_RUN_FAIL("{}", describe(recorded));
 }
 
 }  // namespace echo::cuda

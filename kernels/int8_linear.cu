@@ -481,9 +481,9 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
     unsigned long long bad_host[2] = {kNoBadRow, kNoBadRow};
     copy_to_host(bad_host, bad_x.word, 2, stream);
     wait(stream);
-    ECHO_CHECK(bad_host[0] == kNoBadRow, "int8 linear: row {} of an operand (x) holds a NaN or an infinity",
+    ECHO_RUN_CHECK(bad_host[0] == kNoBadRow, "int8 linear: row {} of an operand (x) holds a NaN or an infinity",
                bad_host[0]);
-    ECHO_CHECK(bad_host[1] == kNoBadRow, "int8 linear: row {} of an operand (w) holds a NaN or an infinity",
+    ECHO_RUN_CHECK(bad_host[1] == kNoBadRow, "int8 linear: row {} of an operand (w) holds a NaN or an infinity",
                bad_host[1]);
   }
   if (ctx.tp_style == quant::TpStyle::row) {  // X's and W's columns are sharded: the whole row's max
@@ -584,7 +584,7 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     // A fault noted earlier (say a NaN weight shard in the forward) is the cause of this one: it
     // goes first.
     if (faults != nullptr) faults->raise_if_any(stream);
-    ECHO_CHECK(bad_host == kNoBadRow,
+    ECHO_RUN_CHECK(bad_host == kNoBadRow,
                "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
                bad_host);
     if (tp_max) {  // the channels are sharded: Δ of the whole layer

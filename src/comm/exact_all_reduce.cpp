@@ -10,14 +10,14 @@
 namespace echo::comm {
 
 void check_output(size_t bad, Site site, const char* what) {
-  ECHO_CHECK(bad == 0,
+  ECHO_RUN_CHECK(bad == 0,
              "non-finite values in the {} all-reduce at {}: {} bad output {} (a rank's contribution holds NaN/Inf, "
              "or a group scale overflowed fp16)",
              what, to_string(site), bad, bad == 1 ? "entry" : "entries");
 }
 
 void check_rescale_max(float group_max, Site site) {
-  ECHO_CHECK(std::isfinite(group_max),
+  ECHO_RUN_CHECK(std::isfinite(group_max),
              "non-finite gradient entering the backward all-reduce at {} (NaN or Inf on some rank)", to_string(site));
 }
 

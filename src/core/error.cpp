@@ -7,24 +7,40 @@
 
 namespace echo {
 
-static std::string describe(const std::string& message, const char* file, int line, const char* condition, bool input) {
-  if (input) return message;
+static std::string describe(const std::string& message, const char* file, int line, const char* condition,
+                            Error::Kind kind) {
+  if (kind != Error::Kind::internal) return message;
   if (condition) return fmt::format("{} [check '{}' failed at {}:{}]", message, condition, file, line);
   return fmt::format("{} [at {}:{}]", message, file, line);
 }
 
 Error::Error(std::string message, const char* file, int line, const char* condition)
-    : Error(std::move(message), file, line, condition, false) {}
+    : Error(std::move(message), file, line, condition, Kind::internal) {}
 
-Error::Error(std::string message, const char* file, int line, const char* condition, bool input)
-    : std::runtime_error(describe(message, file, line, condition, input)),
+Error::Error(std::string message, const char* file, int line, const char* condition, Kind kind)
+    : std::runtime_error(describe(message, file, line, condition, kind)),
       message_(std::move(message)),
       file_(file),
       line_(line),
-      input_(input) {}
+      kind_(kind) {}
 
 InputError::InputError(std::string message, const char* file, int line)
-    : Error(std::move(message), file, line, nullptr, true) {}
+    : Error(std::move(message), file, line, nullptr, Kind::input) {}
+
+RunError::RunError(std::string message, const char* file, int line)
+    : Error(std::move(message), file, line, nullptr, Kind::run) {}
+
+void rethrow_with_context(const Error& e, const std::string& before, const std::string& after) {
+  std::string message = before + e.message() + after;
+  switch (e.kind()) {
+    case Error::Kind::input:
+      throw InputError(std::move(message), e.file(), e.line());
+    case Error::Kind::run:
+      throw RunError(std::move(message), e.file(), e.line());
+    default:
+      throw Error(std::move(message), e.file(), e.line(), nullptr);
+  }
+}
 
 void throw_error(const char* file, int line, const char* condition, std::string message) {
   throw Error(std::move(message), file, line, condition);
@@ -32,6 +48,10 @@ void throw_error(const char* file, int line, const char* condition, std::string 
 
 void throw_input_error(const char* file, int line, std::string message) {
   throw InputError(std::move(message), file, line);
+}
+
+void throw_run_error(const char* file, int line, std::string message) {
+  throw RunError(std::move(message), file, line);
 }
 
 void raise_all(std::initializer_list<std::function<void()>> checks) {
@@ -49,7 +69,10 @@ void raise_all(std::initializer_list<std::function<void()>> checks) {
   if (errors.size() == 1) std::rethrow_exception(first);
   std::string all = fmt::format("{} faults were noted in this step:", errors.size());
   for (size_t i = 0; i < errors.size(); ++i) all += fmt::format("\n  {}. {}", i + 1, errors[i].message());
-  throw_error(errors.front().file(), errors.front().line(), nullptr, std::move(all));
+  // A bug among them points into the source (the first bug's place); otherwise the run failed.
+  for (const Error& e : errors)
+    if (e.kind() == Error::Kind::internal) throw_error(e.file(), e.line(), nullptr, std::move(all));
+  throw_run_error(errors.front().file(), errors.front().line(), std::move(all));
 }
 
 }  // namespace echo

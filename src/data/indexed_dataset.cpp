@@ -22,17 +22,6 @@ std::string index_bytes_text(uint64_t num_sequences, uint64_t num_doc_indices) {
   return std::to_string(static_cast<uint64_t>(bytes));
 }
 
-// A missing or unreadable dataset file is the user's to fix: rethrown as an input error (the
-// same message, without echo's source location).
-MappedFile map_input(const std::string& path) {
-  try {
-    return MappedFile::open(path);
-  } catch (const Error& e) {
-    if (e.is_input()) throw;
-    ECHO_INPUT_FAIL("{}", e.message());
-  }
-}
-
 }  // namespace
 
 const char* token_dtype_name(uint8_t code) {
@@ -65,7 +54,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
 
   // NOTE: the index is parsed once and unmapped when open() returns; only the document offsets
   // are kept (8 bytes per document). The .bin stays mapped for the dataset's lifetime.
-  const MappedFile idx = map_input(prefix + ".idx");
+  const MappedFile idx = MappedFile::open(prefix + ".idx");
   const std::string& ip = idx.path();
   const uint8_t* d = idx.data();
   const size_t size = idx.size();
@@ -141,7 +130,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
                    "{}: the last document index is {}, expected the sequence count {}", ip, previous, num_sequences);
 
   // ---- the tokens ----
-  ds.bin_ = map_input(prefix + ".bin");
+  ds.bin_ = MappedFile::open(prefix + ".bin");
   ECHO_INPUT_CHECK(ds.bin_.size() >= end_byte, "{}: truncated: {} says {} {} tokens ({} bytes), the file has {} bytes",
                    ds.bin_.path(), ip, num_tokens, token_dtype_name(code), end_byte, ds.bin_.size());
   // Writers (echo_prep, Megatron-LM) store exactly the indexed tokens: bytes past them mean an index

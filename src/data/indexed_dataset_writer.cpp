@@ -19,7 +19,7 @@ std::string idx_tmp_path(const std::string& prefix) { return prefix + ".idx.tmp"
 
 void write_bytes(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
   if (bytes == 0) return;
-  ECHO_INPUT_CHECK(std::fwrite(data, 1, bytes, f) == bytes, "{}: write failed: {}", path, std::strerror(errno));
+  ECHO_RUN_CHECK(std::fwrite(data, 1, bytes, f) == bytes, "{}: write failed: {}", path, std::strerror(errno));
 }
 
 template <class T>
@@ -43,11 +43,11 @@ void write_i64_array(std::FILE* f, size_t count, F value, const std::string& pat
 }
 
 void close_checked(std::FILE* f, const std::string& path) {
-  ECHO_INPUT_CHECK(std::fclose(f) == 0, "{}: close failed: {}", path, std::strerror(errno));
+  ECHO_RUN_CHECK(std::fclose(f) == 0, "{}: close failed: {}", path, std::strerror(errno));
 }
 
 void rename_checked(const std::string& from, const std::string& to) {
-  ECHO_INPUT_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename {} to {}: {}", from, to,
+  ECHO_RUN_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename {} to {}: {}", from, to,
                    std::strerror(errno));
 }
 
@@ -61,7 +61,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix) : prefix_(std::mo
   ECHO_CHECK(!prefix_.empty(), "indexed dataset writer: empty path prefix");
   const std::string path = bin_tmp_path(prefix_);
   bin_.reset(std::fopen(path.c_str(), "wb"));
-  ECHO_INPUT_CHECK(bin_ != nullptr, "{}: cannot create: {}", path, std::strerror(errno));
+  ECHO_RUN_CHECK(bin_ != nullptr, "{}: cannot create: {}", path, std::strerror(errno));
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() { discard(); }
@@ -111,7 +111,7 @@ void IndexedDatasetWriter::finalize() {
   close_checked(bin_.release(), bin_tmp);
 
   std::unique_ptr<std::FILE, FileCloser> idx(std::fopen(idx_tmp.c_str(), "wb"));
-  ECHO_INPUT_CHECK(idx != nullptr, "{}: cannot create: {}", idx_tmp, std::strerror(errno));
+  ECHO_RUN_CHECK(idx != nullptr, "{}: cannot create: {}", idx_tmp, std::strerror(errno));
   const uint64_t num_sequences = lengths_.size();
   write_bytes(idx.get(), mmidx::kMagic, mmidx::kMagicBytes, idx_tmp);
   write_le<uint64_t>(idx.get(), mmidx::kVersion, idx_tmp);

@@ -26,7 +26,7 @@ MappedFile MappedFile::open(const std::string& path) {
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    ECHO_FAIL("{}: cannot stat: {}", path, std::strerror(err));
+    ECHO_RUN_FAIL("{}: cannot stat: {}", path, std::strerror(err));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -40,7 +40,7 @@ MappedFile MappedFile::open(const std::string& path) {
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      ECHO_FAIL("{}: cannot mmap {} bytes: {}", path, file.size_, std::strerror(err));
+      ECHO_RUN_FAIL("{}: cannot mmap {} bytes: {}", path, file.size_, std::strerror(err));
     }
     file.data_ = static_cast<const uint8_t*>(p);
     // If the file shrinks later, a read past its new end faults: the handler names the file.

@@ -24,8 +24,8 @@ double max_abs_weight(const model::ParameterSet<float>& params, const dist::Comm
 }
 
 void check_weights(double max_abs, int64_t step, const std::string& kept) {
-  ECHO_CHECK(std::isfinite(max_abs), "non-finite weights after the update of step {}; {}", step, kept);
-  ECHO_CHECK(max_abs <= kMaxSaneWeight,
+  ECHO_RUN_CHECK(std::isfinite(max_abs), "non-finite weights after the update of step {}; {}", step, kept);
+  ECHO_RUN_CHECK(max_abs <= kMaxSaneWeight,
              "the weights diverged at step {}: max |w| = {:.3g} > {:.0e} (optim.lr too high, or optim.lr x "
              "optim.weight_decay >= 1?); {}",
              step, max_abs, kMaxSaneWeight, kept);

@@ -63,7 +63,7 @@ double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& p
 
 MetricsLog::MetricsLog(const std::string& path, bool append)
     : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
-  ECHO_INPUT_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
+  ECHO_RUN_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
 }
 
 void MetricsLog::step(const StepMetrics& m) {
@@ -86,7 +86,7 @@ void MetricsLog::raw(const std::string& json_line) {
   errno = 0;
   out_ << json_line << '\n';
   out_.flush();  // a crash must not lose the lines already reported
-  ECHO_INPUT_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path_,
+  ECHO_RUN_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path_,
                    errno != 0 ? std::strerror(errno) : "write failed");
 }
 
@@ -115,10 +115,10 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
     std::ofstream out(tmp, std::ios::trunc);
     out << kept;
     out.flush();
-    ECHO_INPUT_CHECK(out.good(), "cannot write '{}': {}", tmp, std::strerror(errno));
+    ECHO_RUN_CHECK(out.good(), "cannot write '{}': {}", tmp, std::strerror(errno));
   }
   fs::rename(tmp, path, ec);
-  ECHO_INPUT_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
+  ECHO_RUN_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
   ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, dropped);
 }
 

@@ -116,7 +116,7 @@ void clear_run_dir(const std::string& out_dir) {
   for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) {
     std::error_code ec;
     fs::remove_all(dir / name, ec);
-    ECHO_INPUT_CHECK(!ec, "--overwrite: cannot clear {}: {}", (dir / name).string(), ec.message());
+    ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", (dir / name).string(), ec.message());
   }
 }
 

@@ -269,18 +269,18 @@ TrainResult Trainer::run(int64_t stop_after) {
       loss = train_step(step, telemetry);
     } catch (const Error& e) {
       // Name the step: the all-reduce knows its site, only the loop knows the step.
-      ECHO_FAIL("at step {}: {}; {}", step + 1, e.message(), kept_checkpoint());
+      rethrow_with_context(e, fmt::format("at step {}: ", step + 1), "; " + kept_checkpoint());
     }
     // Every check below gives the same verdict on every rank (the values are reduced), and all
     // come before this step can be saved: a diverged step never becomes a checkpoint.
-    ECHO_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
+    ECHO_RUN_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
     if (step == start_step_)
       logger->info("memory: at most {} of tensors in use through step {} ({} planned){}",
                    format_bytes(backend_->peak_bytes_in_use()), step + 1, format_bytes(memory_plan_.total()),
                    backend_->memory_pool_note());
     grad_sync_->average_over_dp(model_->params());
     const double norm = grad_sync_->global_norm(model_->params());
-    ECHO_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());
+    ECHO_RUN_CHECK(std::isfinite(norm), "non-finite gradient norm at step {}; {}", step + 1, kept_checkpoint());
     clip_gradients(model_->params(), norm, cfg_.optim.grad_clip);
     const double lr = learning_rate(cfg_.optim, cfg_.schedule, step, total);
     optimizer_->step(model_->params(), lr, cfg_.optim);

@@ -48,7 +48,7 @@ inline Outcome run_mutants(const Mutator& mutator, uint64_t count, const std::fu
     } catch (const Error& e) {
       ++outcome.refused;
       EXPECT_FALSE(e.message().empty()) << m.description;
-      EXPECT_TRUE(any_error || e.is_input()) << m.description << " ended in an internal error: " << e.what();
+      EXPECT_TRUE(any_error || e.kind() != Error::Kind::internal) << m.description << " ended in an internal error: " << e.what();
     } catch (const std::exception& e) {
       ADD_FAILURE() << m.description << " ended in a " << typeid(e).name() << ", not echo::Error: " << e.what();
     }

@@ -24,14 +24,17 @@ std::string error_of(F&& f) {
   return kNoErrorThrown;
 }
 
-// The full what() of the echo::Error that `f` throws (an InputError's carries no "[at file:line]"),
-// prefixed "input: " for an InputError and "internal: " otherwise; or kNoErrorThrown.
+// The full what() of the echo::Error that `f` throws (only an internal error's carries
+// "[at file:line]"), prefixed by its kind: "input: ", "run: " or "internal: "; or kNoErrorThrown.
 template <class F>
 std::string kind_and_what_of(F&& f) {
   try {
     f();
   } catch (const echo::Error& e) {
-    return (e.is_input() ? "input: " : "internal: ") + std::string(e.what());
+    const char* kind = e.kind() == echo::Error::Kind::input ? "input: "
+                       : e.kind() == echo::Error::Kind::run ? "run: "
+                                                            : "internal: ";
+    return kind + std::string(e.what());
   }
   return kNoErrorThrown;
 }

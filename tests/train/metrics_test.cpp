@@ -78,9 +78,9 @@ TEST(Metrics, AWriteErrorIsAnErrorNamingTheFile) {
   const std::string msg = echo::testing::error_of([&] { log.step({1, 2.5, 1e-3, 0.5, 100, 10, 0.1}); });
   EXPECT_NE(msg.find("cannot write the metrics file '" + path.string() + "'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
-  // A fault of the run directory the user named, not a bug: a plain message, no "[check ... at file:line]".
+  // The file system's refusal, not a bug: a run error, a plain message, no "[check ... at file:line]".
   const std::string kind = echo::testing::kind_and_what_of([&] { log.step({2, 2.5, 1e-3, 0.5, 100, 10, 0.1}); });
-  EXPECT_EQ(kind.rfind("input: cannot write the metrics file", 0), 0u) << kind;
+  EXPECT_EQ(kind.rfind("run: cannot write the metrics file", 0), 0u) << kind;
   EXPECT_EQ(kind.find("[check "), std::string::npos) << kind;
   fs::remove_all(dir);
 }

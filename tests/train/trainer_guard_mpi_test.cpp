@@ -100,6 +100,7 @@ TEST(TrainerGuard, ADivergingRunStopsBeforeSavingABadStep) {
                                      "train.checkpoint_interval=1", "train.keep_checkpoints=1"});
   const std::string msg = echo::testing::error_of([&] { train(cfg, RunDirMode::fresh); });
   ASSERT_NE(msg.find("the weights diverged at step "), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("[check "), std::string::npos) << "a diverged run is not a bug: " << msg;
   const int64_t bad = std::stoll(msg.substr(msg.find("at step ") + 8));
   EXPECT_LT(bad, 10) << msg;
   sync();

@@ -67,7 +67,7 @@ ECHO_QUANT_CLONES void round_row(const float* g, int64_t cols, float inv, float 
 void row_absmax(const float* x, int64_t rows, int64_t cols, float* amax) {
   for (int64_t r = 0; r < rows; ++r) {
     amax[r] = absmax(x + r * cols, cols);
-    ECHO_CHECK(std::isfinite(amax[r]), "int8 linear: row {} of an operand holds a NaN or an infinity", r);
+    ECHO_RUN_CHECK(std::isfinite(amax[r]), "int8 linear: row {} of an operand holds a NaN or an infinity", r);
   }
 }
 
@@ -88,7 +88,7 @@ float scale_gradient(const float* g, const float* s_x, const float* s_w, int64_t
     m = a <= m ? m : a;  // a NaN replaces m and then stays: NaN <= m and m < NaN are both false
     if (std::isnan(m)) break;
   }
-  ECHO_CHECK(std::isfinite(m), "int8 linear backward: the output gradient holds a NaN or an infinity");
+  ECHO_RUN_CHECK(std::isfinite(m), "int8 linear backward: the output gradient holds a NaN or an infinity");
   return m;
 }
 

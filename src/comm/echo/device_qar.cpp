@@ -374,7 +374,7 @@ void CudaDeviceEcho::raise_deferred_faults() {
                   (word >> 40) & 1 ? Direction::backward : Direction::forward};
   if (static_cast<FaultKind>(word & 0xff) == FaultKind::nonfinite_rescale)
     check_rescale_max(std::numeric_limits<float>::infinity(), site);
-  ECHO_FAIL(
+  ECHO_RUN_FAIL(
       "non-finite values in the Echo quantized all-reduce at {}: poisoned output groups (a rank's contribution "
       "holds NaN/Inf, or a group scale overflowed fp16)",
       to_string(site));
