@@ -9,6 +9,9 @@
 // chunks and written in input order; each goes to the validation set when
 // data::is_valid_document(index, valid_fraction, seed) says so. No EOS is stored: the data
 // loader puts one after every document (--append-eos stores it, for Megatron's own loader).
+// The EOS is the tokenizer's (tokenizer/hf_eos.h: a special added token <|endoftext|> ..., else
+// tokenizer_config.json's eos_token, else refused), or the token --eos-token names; it is logged
+// with its source so data.eos_id of the training config can be set to it.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -61,6 +64,7 @@ struct Options {
   int num_threads = 0;
   uint64_t seed = 1234;
   bool append_eos = false;
+  std::string eos_token;  // empty: the tokenizer's own rule
   size_t chunk_mb = 16;
 };
 
@@ -339,9 +343,9 @@ void validate(Options& o) {
 
 int run(Options o) {
   validate(o);
-  const auto tokenizer = tokenizer::load_tokenizer(o.tokenizer);
-  ECHO_INFO("prep", "tokenizer {} (vocab {}, eos {}), {} input files, {} threads", o.tokenizer, tokenizer->vocab_size(),
-            tokenizer->eos_id(), o.inputs.size(), o.num_threads);
+  const auto tokenizer = tokenizer::load_tokenizer(o.tokenizer, o.eos_token);
+  ECHO_INFO("prep", "tokenizer {} (vocab {}, eos {}: {}), {} input files, {} threads", o.tokenizer,
+            tokenizer->vocab_size(), tokenizer->eos_id(), tokenizer->eos_source(), o.inputs.size(), o.num_threads);
   create_parent(o.output_prefix);
   data::IndexedDatasetWriter train(o.output_prefix);
   std::optional<data::IndexedDatasetWriter> valid;
@@ -463,6 +467,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, echo::prep::kMaxThreads));
   app.add_option("--seed", o.seed, "seed of the train/valid split")->capture_default_str();
   app.add_flag("--append-eos", o.append_eos, "store EOS after each document (echo's loader adds it itself)");
+  app.add_option("--eos-token", o.eos_token,
+                 "the EOS (document separator) as token text, e.g. '<|endoftext|>'; default: the tokenizer's special "
+                 "<|endoftext|>, <|end_of_text|>, </s> or <eos>, else tokenizer_config.json's eos_token");
   app.add_option("--chunk-mb", o.chunk_mb, "MB of text read and encoded per chunk")
       ->check(CLI::Range(size_t{1}, size_t{4096}))
       ->capture_default_str();

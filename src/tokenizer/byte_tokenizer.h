@@ -18,6 +18,7 @@ class ByteTokenizer final : public Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t eos_id() const override { return kEosId; }
+  std::string eos_source() const override { return "the byte tokenizer's <|endoftext|>"; }
   int64_t vocab_size() const override { return kVocabSize; }
 };
 

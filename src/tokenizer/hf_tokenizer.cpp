@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,11 +22,6 @@ using Json = nlohmann::json;
 // GPT-2's pre-tokenization regex, which ByteLevel applies itself when use_regex is true.
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// Token strings the EOS is looked up by, best first. NOTE: Qwen3's tokenizer_config.json names
-// <|im_end|> as eos_token, but that ends a chat turn; pretraining documents are separated by
-// <|endoftext|>, which is what packing needs.
-constexpr std::string_view kEosCandidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
 
 // Ids index a table of max_id + 1 strings (32 bytes each, plus the text): 2^24 ids (16.8 M, 64
 // times Qwen3's 151,669; a 537 MB table) is far beyond any published vocabulary, and a larger id
@@ -174,17 +170,19 @@ std::optional<Regex> added_token_matcher(const std::vector<HfTokenizer::AddedTok
 
 }  // namespace
 
-std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
+std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path, const std::string& eos_token) {
   const std::string origin = fmt::format("tokenizer.json '{}'", path);
   std::ifstream in(path, std::ios::binary);
   ECHO_INPUT_CHECK(in.good(), "{} cannot be opened: {}", origin, std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   ECHO_INPUT_CHECK(!in.bad(), "{} cannot be read: {}", origin, std::strerror(errno));
-  return from_json(text.str(), origin);
+  const std::filesystem::path beside = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  return from_json(text.str(), origin, EosRule{eos_token, beside.string()});
 }
 
-std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, const std::string& origin) {
+std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, const std::string& origin,
+                                                    const EosRule& eos_rule) {
   std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
   tok->origin_ = origin;
   // NOTE: bounded before the DOM is built: the normalizer and pre_tokenizer are parsed by
@@ -280,14 +278,10 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, 
     tok->raw_added_ = added_token_matcher(tok->added_tokens_, false, origin, tok->raw_added_ids_);
     tok->normalized_added_ = added_token_matcher(tok->added_tokens_, true, origin, tok->normalized_added_ids_);
 
-    for (const std::string_view candidate : kEosCandidates) {
-      if (const auto id = tok->token_to_id(std::string(candidate))) {
-        tok->eos_id_ = *id;
-        break;
-      }
-    }
-    ECHO_INPUT_CHECK(tok->eos_id_ >= 0,
-                     "{}: no EOS token found (looked for <|endoftext|>, <|end_of_text|>, </s>, <eos>)", origin);
+    // NOTE: the model is complete here: the rule resolves token texts through token_to_id.
+    EosChoice eos = choose_eos(*tok, origin, eos_rule);
+    tok->eos_id_ = eos.id;
+    tok->eos_source_ = std::move(eos.source);
   } catch (const Json::exception& e) {
     ECHO_INPUT_FAIL("{} is malformed: {}", origin, e.what());
   }

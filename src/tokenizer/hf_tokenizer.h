@@ -11,6 +11,8 @@
 // table. Supported: normalizer null | NFC | NFD | NFKC | NFKD | Sequence of those; pre_tokenizer
 // Split (Isolated or Removed) | ByteLevel | Sequence; model BPE without dropout; decoder ByteLevel.
 // Anything else is an error naming the file, rather than a silently different tokenization.
+// The EOS is chosen by the rule of hf_eos.h (special added tokens, then tokenizer_config.json, or
+// an explicit --eos-token), never by a vocab entry that merely spells "</s>".
 #pragma once
 
 #include <memory>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/hf_eos.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -27,15 +30,19 @@ namespace echo::tokenizer {
 
 class HfTokenizer final : public Tokenizer {
  public:
-  // Parses `path` (a tokenizer.json). Throws echo::Error naming the file on any problem.
-  static std::unique_ptr<HfTokenizer> from_file(const std::string& path);
+  // Parses `path` (a tokenizer.json); the EOS rule reads the tokenizer_config.json beside it when
+  // it needs to. `eos_token` (echo_prep --eos-token), when not empty, names the EOS instead.
+  // Throws echo::Error naming the file on any problem, and when no EOS is certain.
+  static std::unique_ptr<HfTokenizer> from_file(const std::string& path, const std::string& eos_token = "");
   // Parses tokenizer.json text; `origin` names it in errors.
-  static std::unique_ptr<HfTokenizer> from_json(std::string_view json_text, const std::string& origin);
+  static std::unique_ptr<HfTokenizer> from_json(std::string_view json_text, const std::string& origin,
+                                                const EosRule& eos_rule = {});
   ~HfTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t eos_id() const override { return eos_id_; }
+  std::string eos_source() const override { return eos_source_; }
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_bytes_.size()); }
 
   // The id of a vocab entry or added token given as text (e.g. "<|im_start|>"), if any.
@@ -48,6 +55,8 @@ class HfTokenizer final : public Tokenizer {
     int32_t id = 0;
     bool lstrip = false, rstrip = false, single_word = false, normalized = false, special = false;
   };
+  const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
+
   // One pre-tokenization step: split by a regex, optionally prefix a space (ByteLevel).
   struct PreTokenizerStep {
     std::optional<Regex> regex;
@@ -75,6 +84,7 @@ class HfTokenizer final : public Tokenizer {
   std::vector<std::string> id_to_bytes_;  // what each id decodes to
   std::vector<bool> id_assigned_;
   int32_t eos_id_ = -1;
+  std::string eos_source_;
 };
 
 }  // namespace echo::tokenizer

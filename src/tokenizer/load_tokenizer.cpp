@@ -7,9 +7,14 @@
 
 namespace echo::tokenizer {
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::string& eos_token) {
   ECHO_INPUT_CHECK(!spec.empty(), "tokenizer spec is empty: use \"byte\" or a path to a tokenizer.json");
-  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  if (spec == "byte") {
+    ECHO_INPUT_CHECK(eos_token.empty() || eos_token == ByteTokenizer::kEosText,
+                     "--eos-token {:?}: the byte tokenizer's EOS is fixed ({} = id {})", eos_token,
+                     ByteTokenizer::kEosText, ByteTokenizer::kEosId);
+    return std::make_unique<ByteTokenizer>();
+  }
   std::filesystem::path path(spec);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
@@ -17,7 +22,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
                    "tokenizer.json '{}' does not exist (tokenizer spec {:?}: use \"byte\" "
                    "or a path to a Hugging Face tokenizer.json; scripts/get_data.sh fetches Qwen3's)",
                    path.string(), spec);
-  return HfTokenizer::from_file(path.string());
+  return HfTokenizer::from_file(path.string(), eos_token);
 }
 
 }  // namespace echo::tokenizer

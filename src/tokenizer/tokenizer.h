@@ -21,15 +21,21 @@ class Tokenizer {
   // The bytes the ids stand for (not necessarily valid UTF-8 for a partial sequence). Throws
   // echo::Error for an id outside [0, vocab_size()) or one the vocabulary leaves unassigned.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
-  // The document separator: <|endoftext|> for Qwen3 and for the byte tokenizer.
+  // The document separator: <|endoftext|> for Qwen3 and for the byte tokenizer. A Hugging Face
+  // tokenizer finds it by the rule of hf_eos.h or refuses to load.
   virtual int32_t eos_id() const = 0;
+  // Where eos_id() came from, for logs ("special added token \"<|endoftext|>\"").
+  virtual std::string eos_source() const = 0;
   // One past the largest id (151,669 for Qwen3; the model pads its embedding beyond that).
   virtual int64_t vocab_size() const = 0;
 };
 
 // spec "byte": the byte-level tokenizer (ids 0..255 are bytes, 256 is <|endoftext|>, 257 ids).
 // Anything else: a Hugging Face tokenizer.json (or a directory holding one) with a byte-level BPE
-// model. Throws echo::Error naming the file when it is missing, malformed or unsupported.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+// model. `eos_token` (echo_prep --eos-token), when not empty, is the EOS's text: resolved through
+// the tokenizer (the byte tokenizer's EOS is fixed, so only "<|endoftext|>" is accepted there).
+// Throws echo::Error naming the file when it is missing, malformed or unsupported, or when no EOS
+// is certain.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::string& eos_token = "");
 
 }  // namespace echo::tokenizer

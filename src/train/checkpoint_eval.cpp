@@ -10,11 +10,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
-#include "core/json_guard.h"
 #include "core/log.h"
 #include "data/data_loader.h"
 #include "data/indexed_dataset.h"
@@ -23,6 +21,7 @@
 #include "model/tp_ops.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/evaluation.h"
+#include "train/hf_config.h"
 
 namespace echo::train {
 namespace {
@@ -75,72 +74,28 @@ Resolved resolve_checkpoint(const std::string& path) {
       path);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "cannot read '{}'", p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The model section (and the EOS id) of a Hugging Face Qwen3 config.json, over the defaults.
-config::Config config_from_hf(const std::string& weights_path) {
-  const fs::path p(weights_path);
-  const fs::path file = is_dir(p) ? p / "config.json" : p.parent_path() / "config.json";
-  ECHO_INPUT_CHECK(is_file(file),
-                   "no config.json beside the Hugging Face weights '{}': pass --config with a YAML whose model "
-                   "section describes them",
-                   weights_path);
-  const std::string what = fmt::format("Hugging Face config '{}'", file.string());
-  const nlohmann::json j = parse_untrusted_json(read_text(file), what);
-  ECHO_INPUT_CHECK(j.is_object(), "{} is not a JSON object", what);
-  if (j.contains("model_type"))
-    ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
-                     json_excerpt(j["model_type"]));
-  auto integer = [&](const char* key) -> int {
-    ECHO_INPUT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: '{}' is missing or not an integer", what, key);
-    const int64_t v = j[key].get<int64_t>();
-    ECHO_INPUT_CHECK(v > 0 && v <= (int64_t{1} << 30), "{}: '{}' = {} is out of range", what, key, v);
-    return static_cast<int>(v);
-  };
-  config::Config cfg;
-  // The layout is the command line's (--tp, the ranks), set after the overrides: the defaults' tp
-  // (4) must not refuse a model whose heads it does not divide before --tp is even looked at.
-  cfg.parallel.tp = 1;
-  auto& m = cfg.model;
-  // config.json's vocab_size is the embedding's row count, already padded (Qwen3: 151,936): no
-  // further padding, or the model would expect rows the file does not have.
-  m.vocab_size = integer("vocab_size");
-  m.vocab_pad_multiple = 1;
-  m.hidden = integer("hidden_size");
-  m.ffn = integer("intermediate_size");
-  m.layers = integer("num_hidden_layers");
-  m.heads = integer("num_attention_heads");
-  m.kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : m.heads;
-  m.head_dim = j.contains("head_dim") ? integer("head_dim") : m.hidden / m.heads;
-  if (j.contains("max_position_embeddings")) m.max_position_embeddings = integer("max_position_embeddings");
-  if (j.contains("rope_theta") && j["rope_theta"].is_number()) m.rope_base = j["rope_theta"].get<double>();
-  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) m.norm_eps = j["rms_norm_eps"].get<double>();
-  // transformers' Qwen3Config default is untied; the released small models set it true.
-  m.tie_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
-                         ? j["tie_word_embeddings"].get<bool>()
-                         : false;
-  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
-    cfg.data.eos_id = static_cast<int>(j["eos_token_id"].get<int64_t>());
-  return cfg;
-}
-
 // The config to evaluate under, before the command line's layout and batch settings.
-config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step) {
+// `eos_source` says where a Hugging Face folder's data.eos_id came from.
+config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step, std::string& eos_source) {
   if (ckpt.ours) step = read_checkpoint_meta(ckpt.path).step;
+  const bool user_eos = config::overrides_set(req.overrides, "data.eos_id");
+  eos_source = user_eos ? "--set data.eos_id" : "data.eos_id of the config";
   if (!req.config_path.empty()) return config::load_config(req.config_path, req.overrides);
   if (ckpt.ours) {
     const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
     ECHO_INPUT_CHECK(!meta.config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
     return config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)", req.overrides);
   }
+  config::Config hf = config_from_hf(ckpt.path);
+  // The user's --set data.eos_id wins; otherwise the folder must say (hf_config.h), since echo's
+  // default EOS is Qwen3's and silently wrong for any other vocabulary.
+  if (!user_eos) {
+    const HfEos eos = hf_eos_id(hf_folder_of(ckpt.path), hf.model.vocab_size);
+    hf.data.eos_id = eos.id;
+    eos_source = eos.source;
+  }
   // Through YAML, so the --set overrides pass the same checks as on a file.
-  return config::parse_config(config::to_yaml(config_from_hf(ckpt.path)), ckpt.path + "/config.json", req.overrides);
+  return config::parse_config(config::to_yaml(hf), ckpt.path + "/config.json", req.overrides);
 }
 
 void check_tp_divides(const config::ModelConfig& m, int tp) {
@@ -193,7 +148,8 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   EvalReport rep;
   rep.checkpoint = ckpt.path;
   rep.kind = ckpt.ours ? "echo" : "hf";
-  config::Config cfg = base_config(req, ckpt, rep.step);
+  std::string eos_source;
+  config::Config cfg = base_config(req, ckpt, rep.step, eos_source);
 
   // Layout and batches: the command line over the config.
   const int tp = req.tp > 0 ? req.tp : world_size;
@@ -247,9 +203,10 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   else
     load_hf_weights(ckpt.path, model.params(), world);
   if (rank == 0)
-    logger->info("{} ({}{}): tp {} dp {}, all-reduce {}, {} x {} global batches of {} x {} tokens on {}", ckpt.path,
-                 rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp, comm::describe(*blocks),
-                 cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb, cfg.data.seq_len, prefix);
+    logger->info("{} ({}{}): tp {} dp {}, all-reduce {}, {} x {} global batches of {} x {} tokens on {}, eos {} ({})",
+                 ckpt.path, rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp,
+                 comm::describe(*blocks), cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb,
+                 cfg.data.seq_len, prefix, cfg.data.eos_id, eos_source);
 
   const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
   const data::DataLoader loader(ds, opts);

@@ -238,5 +238,44 @@ TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
   EXPECT_THAT(err_, Not(HasSubstr("invalid UTF-8")));
 }
 
+// A tokenizer.json whose vocab spells "</s>" only as a merged piece of text (no added tokens):
+// before, echo_prep took that piece as the EOS without a word; now it is refused, and
+// --eos-token or a tokenizer_config.json beside the file names the EOS.
+TEST_F(EchoPrep, EosIsNeverGuessedFromAVocabPiece) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+  vocab["</"] = 256;
+  vocab["</s"] = 257;
+  vocab["</s>"] = 258;
+  const nlohmann::json tok = {
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", nlohmann::json::array({nlohmann::json::array({"<", "/"}), nlohmann::json::array({"</", "s"}),
+                                          nlohmann::json::array({"</s", ">"})})}}}};
+  const std::string tok_path = write("tokenizer.json", tok.dump());
+  const std::string in = write("in.jsonl", "{\"text\": \"a</s>b\"}\n");
+  const std::string base = "--input " + in + " --tokenizer " + tok_path + " --append-eos --output-prefix ";
+  EXPECT_EQ(run(base + path("x")), 1);
+  EXPECT_THAT(err_, HasSubstr("tokenizer.json '" + tok_path + "': no EOS token found"));
+  EXPECT_THAT(err_, HasSubstr("\"</s>\" is only an ordinary vocab entry (id 258)"));
+  EXPECT_THAT(err_, HasSubstr("there is no tokenizer_config.json beside it"));
+  EXPECT_THAT(err_, HasSubstr("echo_prep --eos-token TEXT"));
+  EXPECT_FALSE(fs::exists(path("x.idx")));
+
+  ASSERT_EQ(run(base + path("o") + " --eos-token '</s>'"), 0) << err_;
+  EXPECT_THAT(err_, HasSubstr("eos 258: --eos-token \"</s>\""));
+  const auto named = data::IndexedDataset::open(path("o"));
+  const auto doc = named.document(0);
+  // The text's own "</s>" is the same id: why a vocab piece is no EOS unless the user says so.
+  EXPECT_EQ(std::vector<int32_t>(doc.begin(), doc.end()), (std::vector<int32_t>{'a', 258, 'b', 258}));
+
+  write("tokenizer_config.json", R"({"eos_token": {"content": "</s>"}})");
+  ASSERT_EQ(run(base + path("c")), 0) << err_;
+  EXPECT_THAT(err_, HasSubstr("eos 258: eos_token of tokenizer_config.json '" + path("tokenizer_config.json") +
+                              "' = \"</s>\""));
+}
+
 }  // namespace
 }  // namespace echo

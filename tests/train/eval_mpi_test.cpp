@@ -198,5 +198,35 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   expect_input_error([&] { eval(ckpt, 1, {"comm.bits=3"}); }, "comm.bits");
 }
 
+// A Hugging Face folder's EOS comes from its files (train/hf_config.h) or is refused; before, the
+// folder below (its config.json has no eos_token_id) was evaluated with echo's default 151643,
+// out of range here, and silently wrong for a large vocabulary. --set data.eos_id wins.
+TEST(Eval, HuggingFaceFolderEosComesFromItsFilesOrIsRefused) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const std::string hf = run.dir + "/hf_eos";
+  if (world_rank() == 0) {
+    fs::create_directories(hf);
+    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<std::string> setting = {"run.seed=7",           "data.seq_len=16",      "train.micro_batch=2",
+                                      "train.global_batch=8", "train.eval_batches=2", "comm.allreduce=echo",
+                                      "comm.group_size=32"};
+  const std::string valid = run.dir + "/data/valid";
+  expect_input_error([&] { eval(hf, run.tp, setting, valid); },
+                     "Hugging Face folder '" + hf + "' does not say which token is the EOS");
+  expect_input_error([&] { eval(hf, run.tp, setting, valid); }, "pass --set data.eos_id=N");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::ofstream(hf + "/generation_config.json") << R"({"eos_token_id": [63, 63]})";
+  MPI_Barrier(MPI_COMM_WORLD);
+  const EvalReport r = eval(hf, run.tp, setting, valid);
+  EXPECT_EQ(r.config.data.eos_id, 63);
+  EXPECT_EQ(r.loss, eval(ckpt, run.tp).loss);
+  setting.push_back("data.eos_id=62");
+  EXPECT_EQ(eval(hf, run.tp, setting, valid).config.data.eos_id, 62);
+}
+
 }  // namespace
 }  // namespace echo::train

@@ -271,6 +271,11 @@ std::string to_yaml(const Config& config);
 // Writes to_yaml(config) to `path` (parent directories created), replacing it atomically.
 void write_effective_config(const Config& config, const std::string& path);
 
+// Whether `overrides` set `dotted_key` ("data.eos_id=5", or inside a flow mapping
+// "data={eos_id: 5}"), so that a value echo derives itself (echo_eval's EOS from a Hugging Face
+// folder) yields to the user's. Throws as load_config does for a malformed override.
+bool overrides_set(const std::vector<std::string>& overrides, const std::string& dotted_key);
+
 // Every leaf key in dotted form ("comm.compensator.eta"), in file order.
 std::vector<std::string> known_keys();
 

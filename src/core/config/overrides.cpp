@@ -95,4 +95,20 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
   for (const std::string& text : overrides) apply_override(root, parse_override(text), origins);
 }
 
+bool overrides_set(const std::vector<std::string>& overrides, const std::string& dotted_key) {
+  YAML::Node root(YAML::NodeType::Map);
+  Origins origins("--set");
+  apply_overrides(root, overrides, origins);
+  YAML::Node node;
+  node.reset(root);
+  for (const std::string& name : split_key(dotted_key, dotted_key)) {
+    if (!node.IsMap()) return false;
+    const YAML::Node& parent = node;  // const []: a missing key is not inserted
+    const YAML::Node child = parent[name];
+    if (!child.IsDefined() || child.IsNull()) return false;
+    node.reset(child);
+  }
+  return true;
+}
+
 }  // namespace echo::config

@@ -1,0 +1,181 @@
+// config.json (model section) and the EOS of a Hugging Face Qwen3 folder, for echo_eval.
+#include "train/hf_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json_guard.h"
+#include "tokenizer/tokenizer.h"
+
+namespace echo::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  ECHO_INPUT_CHECK(in.good(), "cannot read '{}'", p.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Json read_object(const fs::path& file, const std::string& what) {
+  const Json j = parse_untrusted_json(read_text(file), what);
+  ECHO_INPUT_CHECK(j.is_object(), "{} is not a JSON object", what);
+  return j;
+}
+
+// What every refusal below ends with.
+constexpr const char* kPassEos =
+    "pass --set data.eos_id=N (the EOS id of the tokenizer the data was prepared with: echo_prep logs it)";
+
+// The folder's tokenizer.json EOS, loaded on first use (the Qwen3 one takes a moment to build).
+class FolderTokenizer {
+ public:
+  explicit FolderTokenizer(const fs::path& folder) : path_(folder / "tokenizer.json") {}
+  bool exists() const { return is_file(path_); }
+  const fs::path& path() const { return path_; }
+  const HfEos& eos() {
+    if (!eos_) {
+      try {
+        const auto tok = tokenizer::load_tokenizer(path_.string());
+        eos_ = HfEos{tok->eos_id(), fmt::format("tokenizer.json '{}': {}", path_.string(), tok->eos_source())};
+      } catch (const InputError& e) {
+        ECHO_INPUT_FAIL("{}; to evaluate without it, {}", e.message(), kPassEos);
+      }
+    }
+    return *eos_;
+  }
+
+ private:
+  fs::path path_;
+  std::optional<HfEos> eos_;
+};
+
+// `file`'s eos_token_id, or nullopt when it has none (absent or null).
+std::optional<HfEos> eos_of_file(const fs::path& file, int64_t vocab_size, FolderTokenizer& tokenizer) {
+  const std::string what = fmt::format("'{}'", file.string());
+  const Json j = read_object(file, what);
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return std::nullopt;
+  const Json& value = j["eos_token_id"];
+  const std::string shown = json_excerpt(value);
+  std::vector<int64_t> ids;
+  if (value.is_number_integer()) {
+    ids.push_back(value.get<int64_t>());
+  } else if (value.is_array()) {
+    for (const Json& v : value) {
+      ECHO_INPUT_CHECK(v.is_number_integer(), "{}: eos_token_id = {} holds {}, which is not a token id; {}", what,
+                       shown, json_excerpt(v), kPassEos);
+      ids.push_back(v.get<int64_t>());
+    }
+  }
+  ECHO_INPUT_CHECK(!ids.empty(), "{}: eos_token_id = {} is neither a token id nor a list of them; {}", what, shown,
+                   kPassEos);
+  for (const int64_t id : ids)
+    ECHO_INPUT_CHECK(id >= 0 && id < vocab_size,
+                     "{}: eos_token_id = {}: {} is outside the model's vocabulary [0, {}) (config.json vocab_size); {}",
+                     what, shown, id, vocab_size, kPassEos);
+  const std::string source = fmt::format("{} eos_token_id = {}", what, shown);
+  if (std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return id == ids[0]; }))
+    return HfEos{static_cast<int>(ids[0]), source};
+  ECHO_INPUT_CHECK(tokenizer.exists(),
+                   "{}: eos_token_id = {} lists several ids, and the folder has no tokenizer.json ('{}') to tell "
+                   "which one separates documents (Qwen lists the chat-turn end <|im_end|> before <|endoftext|>); {}",
+                   what, shown, tokenizer.path().string(), kPassEos);
+  const HfEos& tok = tokenizer.eos();
+  ECHO_INPUT_CHECK(std::find(ids.begin(), ids.end(), tok.id) != ids.end(),
+                   "{}: eos_token_id = {} does not hold the EOS {} of {}; {}", what, shown, tok.id, tok.source,
+                   kPassEos);
+  return HfEos{tok.id, fmt::format("{}, the EOS of {}", source, tok.source)};
+}
+
+}  // namespace
+
+std::string hf_folder_of(const std::string& weights_path) {
+  const fs::path p(weights_path);
+  std::error_code ec;
+  const fs::path folder = fs::is_directory(p, ec) ? p : p.parent_path();
+  return folder.empty() ? "." : folder.string();
+}
+
+config::Config config_from_hf(const std::string& weights_path) {
+  const fs::path file = fs::path(hf_folder_of(weights_path)) / "config.json";
+  ECHO_INPUT_CHECK(is_file(file),
+                   "no config.json beside the Hugging Face weights '{}': pass --config with a YAML whose model "
+                   "section describes them",
+                   weights_path);
+  const std::string what = fmt::format("Hugging Face config '{}'", file.string());
+  const Json j = read_object(file, what);
+  if (j.contains("model_type"))
+    ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
+                     json_excerpt(j["model_type"]));
+  auto integer = [&](const char* key) -> int {
+    ECHO_INPUT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: '{}' is missing or not an integer", what, key);
+    const int64_t v = j[key].get<int64_t>();
+    ECHO_INPUT_CHECK(v > 0 && v <= (int64_t{1} << 30), "{}: '{}' = {} is out of range", what, key, v);
+    return static_cast<int>(v);
+  };
+  config::Config cfg;
+  // The layout is the command line's (--tp, the ranks), set after the overrides: the defaults' tp
+  // (4) must not refuse a model whose heads it does not divide before --tp is even looked at.
+  cfg.parallel.tp = 1;
+  auto& m = cfg.model;
+  // config.json's vocab_size is the embedding's row count, already padded (Qwen3: 151,936): no
+  // further padding, or the model would expect rows the file does not have.
+  m.vocab_size = integer("vocab_size");
+  m.vocab_pad_multiple = 1;
+  m.hidden = integer("hidden_size");
+  m.ffn = integer("intermediate_size");
+  m.layers = integer("num_hidden_layers");
+  m.heads = integer("num_attention_heads");
+  m.kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : m.heads;
+  m.head_dim = j.contains("head_dim") ? integer("head_dim") : m.hidden / m.heads;
+  if (j.contains("max_position_embeddings")) m.max_position_embeddings = integer("max_position_embeddings");
+  if (j.contains("rope_theta") && j["rope_theta"].is_number()) m.rope_base = j["rope_theta"].get<double>();
+  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) m.norm_eps = j["rms_norm_eps"].get<double>();
+  // transformers' Qwen3Config default is untied; the released small models set it true.
+  m.tie_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
+                         ? j["tie_word_embeddings"].get<bool>()
+                         : false;
+  return cfg;
+}
+
+HfEos hf_eos_id(const std::string& folder, int64_t vocab_size) {
+  const fs::path dir(folder);
+  FolderTokenizer tokenizer(dir);
+  std::string looked;  // what was read and named no EOS, for the refusal
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    const fs::path file = dir / name;
+    if (!is_file(file)) {
+      looked += fmt::format("{}no {}", looked.empty() ? "" : ", ", name);
+      continue;
+    }
+    if (auto eos = eos_of_file(file, vocab_size, tokenizer)) return *eos;
+    looked += fmt::format("{}no eos_token_id in {}", looked.empty() ? "" : ", ", name);
+  }
+  ECHO_INPUT_CHECK(tokenizer.exists(),
+                   "Hugging Face folder '{}' does not say which token is the EOS ({}, no tokenizer.json), and echo's "
+                   "default (Qwen3's 151643) would be a guess; {}",
+                   folder, looked, kPassEos);
+  const HfEos& eos = tokenizer.eos();
+  ECHO_INPUT_CHECK(eos.id >= 0 && eos.id < vocab_size,
+                   "Hugging Face folder '{}': the EOS {} of {} is outside the model's vocabulary [0, {}) "
+                   "(config.json vocab_size); {}",
+                   folder, eos.id, eos.source, vocab_size, kPassEos);
+  return eos;
+}
+
+}  // namespace echo::train

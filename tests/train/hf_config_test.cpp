@@ -1,0 +1,164 @@
+// echo_eval's EOS for a Hugging Face folder (train/hf_config.h): config.json's eos_token_id (an
+// integer, or a list decided by the folder's tokenizer.json), then generation_config.json's, then
+// the tokenizer's; refused, naming --set data.eos_id=N, when none says. Before, a list or a
+// missing key silently left echo's Qwen3 default 151643.
+#include "train/hf_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../support/test_util.h"
+
+namespace echo::train {
+namespace {
+
+namespace fs = std::filesystem;
+using echo::testing::error_of;
+using echo::testing::kind_and_what_of;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+constexpr int64_t kVocab = 64;
+
+// A byte-level BPE tokenizer.json whose special added tokens are <|endoftext|> = 30 and
+// <|im_end|> = 31 (Qwen's pair, at small ids); `special` false makes neither count as an EOS.
+std::string tokenizer_json(bool special = true) {
+  const Json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  auto added = [&](const char* content, int id) {
+    return Json{{"id", id}, {"content", content}, {"normalized", false}, {"special", special}};
+  };
+  return Json{{"added_tokens", Json::array({added("<|endoftext|>", 30), added("<|im_end|>", 31)})},
+              {"pre_tokenizer", byte_level},
+              {"decoder", byte_level},
+              {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", Json::array()}}}}
+      .dump();
+}
+
+class HfFolderEos : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("echo_hf_config_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // config.json with eos_token_id = `eos` (none when null).
+  void config(const Json& eos) {
+    Json j = {{"model_type", "qwen3"}, {"vocab_size", kVocab}};
+    if (!eos.is_null()) j["eos_token_id"] = eos;
+    write("config.json", j.dump());
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return (dir_ / name).string();
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  HfEos eos() const { return hf_eos_id(dir_.string(), kVocab); }
+  fs::path dir_;
+};
+
+TEST_F(HfFolderEos, IntegerFromConfigJson) {
+  config(63);
+  EXPECT_EQ(eos().id, 63);
+  EXPECT_EQ(eos().source, "'" + file("config.json") + "' eos_token_id = 63");
+  config(64);
+  EXPECT_THAT(kind_and_what_of([&] { eos(); }),
+              HasSubstr("input: '" + file("config.json") +
+                        "': eos_token_id = 64: 64 is outside the model's "
+                        "vocabulary [0, 64) (config.json vocab_size); pass --set data.eos_id=N"));
+}
+
+TEST_F(HfFolderEos, ListIsDecidedByTheFoldersTokenizer) {
+  // Qwen3's order: the chat end first, the document separator second.
+  config(Json::array({31, 30}));
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("'" + file("config.json") +
+                                                  "': eos_token_id = [31, 30] lists several ids, and the folder has "
+                                                  "no tokenizer.json ('" +
+                                                  file("tokenizer.json") + "') to tell which one separates documents"));
+  write("tokenizer.json", tokenizer_json());
+  const HfEos e = eos();
+  EXPECT_EQ(e.id, 30);
+  EXPECT_THAT(e.source, HasSubstr("eos_token_id = [31, 30], the EOS of tokenizer.json '" + file("tokenizer.json") +
+                                  "': special added token \"<|endoftext|>\""));
+  // One distinct id needs no tokenizer.
+  config(Json::array({5, 5}));
+  EXPECT_EQ(eos().id, 5);
+  // The tokenizer's EOS must be among them.
+  config(Json::array({31, 2}));
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("eos_token_id = [31, 2] does not hold the EOS 30 of tokenizer.json"));
+  // A tokenizer without a certain EOS: its refusal, and the way around it.
+  config(Json::array({31, 30}));
+  write("tokenizer.json", tokenizer_json(false));
+  const std::string msg = error_of([&] { eos(); });
+  EXPECT_THAT(msg, HasSubstr("no EOS token found"));
+  EXPECT_THAT(msg, HasSubstr("; to evaluate without it, pass --set data.eos_id=N"));
+}
+
+TEST_F(HfFolderEos, GenerationConfigWhenConfigJsonHasNone) {
+  config(nullptr);
+  write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": 9})");
+  EXPECT_EQ(eos().id, 9);
+  EXPECT_EQ(eos().source, "'" + file("generation_config.json") + "' eos_token_id = 9");
+  write("tokenizer.json", tokenizer_json());
+  write("generation_config.json", R"({"eos_token_id": [31, 30]})");
+  EXPECT_EQ(eos().id, 30);
+  // config.json's own value comes first.
+  config(7);
+  EXPECT_EQ(eos().id, 7);
+}
+
+TEST_F(HfFolderEos, TokenizerJsonWhenNeitherConfigSays) {
+  config(nullptr);
+  write("tokenizer.json", tokenizer_json());
+  EXPECT_EQ(eos().id, 30);
+  EXPECT_EQ(eos().source, "tokenizer.json '" + file("tokenizer.json") + "': special added token \"<|endoftext|>\"");
+  EXPECT_THAT(error_of([&] { hf_eos_id(dir_.string(), 16); }),
+              HasSubstr("the EOS 30 of tokenizer.json '" + file("tokenizer.json") +
+                        "': special added token \"<|endoftext|>\" is outside the model's vocabulary [0, 16)"));
+}
+
+TEST_F(HfFolderEos, NothingSaysSoItIsRefused) {
+  config(nullptr);
+  EXPECT_THAT(
+      kind_and_what_of([&] { eos(); }),
+      HasSubstr("input: Hugging Face folder '" + dir_.string() +
+                "' does not say which token is the EOS (no "
+                "eos_token_id in config.json, no generation_config.json, no tokenizer.json), and echo's default "
+                "(Qwen3's 151643) would be a guess; pass --set data.eos_id=N"));
+  write("generation_config.json", R"({"eos_token_id": null})");
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("(no eos_token_id in config.json, no eos_token_id in "
+                                                  "generation_config.json, no tokenizer.json)"));
+}
+
+TEST_F(HfFolderEos, MalformedValuesNameTheFileKeyAndValue) {
+  config("</s>");
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("'" + file("config.json") +
+                                                  "': eos_token_id = \"</s>\" is neither "
+                                                  "a token id nor a list of them; pass --set data.eos_id=N"));
+  config(Json::array());
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("eos_token_id = [] is neither a token id"));
+  config(Json::array({1, 2.5}));
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("eos_token_id = [1, 2.5] holds 2.5, which is not a token id"));
+  config(-1);
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("eos_token_id = -1: -1 is outside"));
+  config(nullptr);
+  write("generation_config.json", std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_THAT(kind_and_what_of([&] { eos(); }),
+              HasSubstr("input: '" + file("generation_config.json") + "' nests arrays/objects more than 128 deep"));
+}
+
+TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {
+  EXPECT_TRUE(config::overrides_set({"comm.bits=8", "data.eos_id=5"}, "data.eos_id"));
+  EXPECT_TRUE(config::overrides_set({"data={eos_id: 5, seq_len: 8}"}, "data.eos_id"));
+  EXPECT_FALSE(config::overrides_set({"data.seq_len=8", "comm={bits: 8}"}, "data.eos_id"));
+  EXPECT_FALSE(config::overrides_set({}, "data.eos_id"));
+  EXPECT_THAT(error_of([] { config::overrides_set({"data.eos_id"}, "data.eos_id"); }), HasSubstr("malformed override"));
+}
+
+}  // namespace
+}  // namespace echo::train
