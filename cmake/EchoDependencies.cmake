@@ -11,4 +11,6 @@ find_package(BLAS REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+# XXH3-64 checksums of training checkpoints (train/checkpoint/checksums.h).
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(dnnl REQUIRED)

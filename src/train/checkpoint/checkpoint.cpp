@@ -26,6 +26,7 @@
 #include "core/json_guard.h"
 #include "core/log.h"
 #include "dist/mpi_check.h"
+#include "train/checkpoint/checksums.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
 #include "train/divergence.h"
@@ -42,6 +43,7 @@ constexpr const char* kTrainerDir = "trainer";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kHfConfigFile = "config.json";
+constexpr const char* kChecksumsFile = "checksums.json";  // in kTrainerDir (checksums.h)
 constexpr const char* kCompleteFile = "COMPLETE";
 constexpr const char* kStateFormat = "echo-checkpoint";
 constexpr int kStateVersion = 1;
@@ -337,8 +339,21 @@ std::vector<Target> param_targets(model::ParameterSet<float>& params) {
   return out;
 }
 
-CheckpointMeta parse_state(const fs::path& path, int64_t& optimizer_step) {
-  const nlohmann::json j = parse_untrusted_json(read_text(path), fmt::format("trainer state '{}'", path.string()));
+// The checkpoint-relative path of a file in the trainer folder, as trainer/checksums.json names it.
+std::string trainer_rel(const char* file) { return fmt::format("{}/{}", kTrainerDir, file); }
+
+// trainer/checksums.json of the checkpoint in `dir`, or nullopt when it has none (written before
+// checksums existed, or of the layout before trainer/). Throws naming the file when malformed.
+std::optional<CheckpointChecksums> read_checksums(const fs::path& dir) {
+  const fs::path path = dir / kTrainerDir / kChecksumsFile;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return parse_checksums(read_text(path), path.string());
+}
+
+// The trainer state in `text`, read from `path`.
+CheckpointMeta parse_state(const fs::path& path, const std::string& text, int64_t& optimizer_step) {
+  const nlohmann::json j = parse_untrusted_json(text, fmt::format("trainer state '{}'", path.string()));
   try {
     ECHO_CHECK(j.is_object() && j.value("format", "") == kStateFormat, "not an echo trainer state");
     ECHO_CHECK(j.at("version").get<int>() == kStateVersion, "version {} is not {}", j.at("version").dump(),
@@ -513,8 +528,18 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
                                       {"optimizer_step", opt.step_count()},
                                       {"model", shape_json(shape)},
                                       {"config_yaml", meta.config_yaml}};
-      write_file_synced(tmp_dir / kTrainerDir / kStateFile, state.dump(2) + "\n");
-      write_file_synced(tmp_dir / kHfConfigFile, hf_config_json(shape, cfg));
+      const std::string state_text = state.dump(2) + "\n", config_text = hf_config_json(shape, cfg);
+      write_file_synced(tmp_dir / kTrainerDir / kStateFile, state_text);
+      write_file_synced(tmp_dir / kHfConfigFile, config_text);
+      // Hashed from the files as written (mapped back, still in the page cache), so the sums
+      // cover what is on disk; the JSON files from the text just written, which is the same.
+      CheckpointChecksums sums;
+      sums.safetensors[kModelFile] = checksum_safetensors(SafetensorsFile((tmp_dir / kModelFile).string()));
+      sums.safetensors[trainer_rel(kOptimizerFile)] =
+          checksum_safetensors(SafetensorsFile((tmp_dir / kTrainerDir / kOptimizerFile).string()));
+      sums.files[kHfConfigFile] = xxh3_64(config_text);
+      sums.files[trainer_rel(kStateFile)] = xxh3_64(state_text);
+      write_file_synced(tmp_dir / kTrainerDir / kChecksumsFile, checksums_json(sums));
       fsync_path(tmp_dir / kTrainerDir, true);
       // The marker goes in before the rename: a .tmp directory never counts, whatever it holds,
       // so the checkpoint appears complete in one step.
@@ -586,7 +611,10 @@ CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
                    kCompleteFile);
   int64_t optimizer_step = 0;
-  return parse_state(trainer_files(dir) / kStateFile, optimizer_step);
+  const fs::path state_path = trainer_files(dir) / kStateFile;
+  const std::string state_text = read_text(state_path);
+  if (const auto sums = read_checksums(dir)) verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
+  return parse_state(state_path, state_text, optimizer_step);
 }
 
 CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
@@ -599,19 +627,34 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   std::optional<SafetensorsFile> model_file, opt_file;
   TensorFiles model_index, opt_index;
   std::vector<Target> model_targets, opt_targets;
+  bool verified = false;
   try {
     ECHO_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", ckpt_dir);
     ECHO_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
                kCompleteFile);
     check_shards(params, opt, tp);
     const fs::path trainer_dir = trainer_files(dir);
-    meta = parse_state(trainer_dir / kStateFile, optimizer_step);
+    // Each file is checked against its checksums before it is parsed, so a corrupt one is named as
+    // such rather than by whatever its damage breaks. The JSON files are tiny: every rank hashes
+    // them; the tensors are split over the world (tensor i by world rank i % world size), and a
+    // mismatch found on any rank reaches every rank through the agreement below.
+    const std::optional<CheckpointChecksums> sums = read_checksums(dir);
+    verified = sums.has_value();
+    ChecksumShare share{world.world.rank(), world.world.size(), 0};
+    const std::string state_text = read_text(trainer_dir / kStateFile);
+    if (sums) {
+      verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
+      verify_file(*sums, ckpt_dir, kHfConfigFile, read_text(dir / kHfConfigFile));
+    }
+    meta = parse_state(trainer_dir / kStateFile, state_text, optimizer_step);
     model_file.emplace((dir / kModelFile).string());
+    if (sums) share.first_item += verify_safetensors(*sums, ckpt_dir, kModelFile, *model_file, share);
     model_index = index_of(*model_file);
     model_targets = param_targets(params);
     check_targets(model_index, model_targets, {}, model_file->path());
     if (opt != nullptr) {
       opt_file.emplace((trainer_dir / kOptimizerFile).string());
+      if (sums) verify_safetensors(*sums, ckpt_dir, trainer_rel(kOptimizerFile), *opt_file, share);
       opt_index = index_of(*opt_file);
       for (size_t i = 0; i < params.size(); ++i) {
         const auto& spec = *params[i].spec;
@@ -624,6 +667,11 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
   }
   throw_if(agree(world.world, error), /*input=*/true);
+  if (!verified && world.world.rank() == 0)
+    ECHO_WARN("train",
+              "checkpoint '{}' has no {}/{} (written before checkpoints carried checksums): its contents cannot be "
+              "verified",
+              ckpt_dir, kTrainerDir, kChecksumsFile);
 
   std::string read_error = read_targets(model_index, model_targets, tp, tp_rank);
   if (read_error.empty() && opt != nullptr) read_error = read_targets(opt_index, opt_targets, tp, tp_rank);
@@ -684,6 +732,20 @@ HfCheckpoint open_hf(const std::string& path) {
   return ck;
 }
 
+// The model of one of our checkpoints (trainer/checksums.json beside it) is verified as a resume
+// verifies it, split over comm's ranks; any other Hugging Face folder has no checksums to check.
+void verify_if_ours(const HfCheckpoint& ck, const dist::Communicator* comm) {
+  if (ck.files.size() != 1) return;
+  const SafetensorsFile& file = *ck.files.front();
+  const fs::path model_path(file.path());
+  if (model_path.filename() != kModelFile) return;
+  const fs::path dir = model_path.has_parent_path() ? model_path.parent_path() : fs::path(".");
+  const std::optional<CheckpointChecksums> sums = read_checksums(dir);
+  if (!sums) return;
+  const ChecksumShare share{comm ? comm->rank() : 0, comm ? comm->size() : 1, 0};
+  verify_safetensors(*sums, dir.string(), kModelFile, file, share);
+}
+
 void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp, int tp_rank,
              const dist::Communicator* comm) {
   std::string error;
@@ -692,6 +754,7 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
   try {
     check_shards(params, nullptr, tp);
     ck = open_hf(path);
+    verify_if_ours(ck, comm);
     targets = param_targets(params);
     const bool tied = summarize(params).tie_embeddings;
     ECHO_CHECK(tied || ck.tensors.count("lm_head.weight"),

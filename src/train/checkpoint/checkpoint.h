@@ -10,9 +10,18 @@
 //   trainer/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", full tensors, F32
 //   trainer/trainer_state.json     step, data_position, seed, tp, dp, optimizer_step, model shape,
 //                                  config_yaml
+//   trainer/checksums.json         XXH3-64 of every tensor's bytes and each safetensors header in
+//                                  the two .safetensors files, and of the two JSON files whole
+//                                  (layout in checksums.h), hashed by the writer from the files
+//                                  as written, before COMPLETE
 //   COMPLETE               written last; a directory without it is never resumed
 // Checkpoints of the older layout (optimizer.safetensors and trainer_state.json beside the model)
 // still load.
+//
+// Integrity: loading verifies the checksums before anything is modified (a mismatch is refused on
+// every rank naming the file and tensor), the tensors split over the world: tensor i by world rank
+// i % world size. A checkpoint without checksums.json (written before they existed) loads with a
+// warning that it cannot be verified.
 //
 // Atomicity: everything is written into step_<N>.tmp, synced, then (after the world agrees that
 // the write succeeded) renamed to step_<N> and the COMPLETE marker is written and synced. A crash
@@ -73,15 +82,17 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 std::vector<std::string> unfinished_checkpoints(const std::string& run_dir);
 
 // The trainer state of a complete checkpoint (either layout), without loading any tensor; for the
-// resume checks that must run before the model is touched. Not collective.
+// resume checks that must run before the model is touched. Checks trainer_state.json against
+// trainer/checksums.json when there is one. Not collective.
 CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir);
 
 // Loads a checkpoint written by save_checkpoint into this rank's shards, whatever tp and dp wrote
 // it: every rank maps the full tensors and takes its shard by ParamSpec::global_index. With
 // opt != nullptr also the moments and the optimizer step count. Refuses, on every rank, a
-// directory without COMPLETE, a missing tensor, an unexpected one (a tied/untied or layer-count
-// mismatch) or a shape that differs from the model, naming the tensor and both shapes; nothing
-// is modified unless every rank validated everything. Collective over world.world (one
+// directory without COMPLETE, a file or tensor that does not match trainer/checksums.json (or a
+// malformed one), a missing tensor, an unexpected one (a tied/untied or layer-count mismatch) or
+// a shape that differs from the model, naming the tensor and both shapes; nothing is modified
+// unless every rank validated everything. Collective over world.world (one
 // agreement after validation). Returns the stored meta.
 CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
                                const dist::World& world);
@@ -92,7 +103,9 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
 // lm_head.weight, and one present is ignored, as transformers does; an untied model whose files
 // have no lm_head.weight is an error. Missing tensors, shape mismatches and unexpected tensors
 // (other than rotary_emb.inv_freq buffers) are refused on every rank, naming the tensor and both
-// shapes; nothing is modified then. Collective over world.world (one agreement).
+// shapes; nothing is modified then. A model.safetensors with trainer/checksums.json beside it (one
+// of our step folders) is verified against it first, as load_checkpoint does. Collective over
+// world.world (one agreement).
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world);
 
 // The max_position_embeddings of the Hugging Face config.json that goes with `path` (in the

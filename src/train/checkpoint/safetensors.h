@@ -57,6 +57,10 @@ class SafetensorsFile {
   const StTensorInfo& info(const std::string& name) const;
   // The tensor's raw little-endian bytes.
   std::span<const std::byte> bytes(const std::string& name) const;
+  // The 8-byte header length and the JSON header: every byte before the data section.
+  std::span<const std::byte> header_bytes() const {
+    return {reinterpret_cast<const std::byte*>(file_.data()), static_cast<size_t>(data_begin_)};
+  }
 
   // Elements [offset, offset + out.size()) of the flattened tensor, converted to fp32 (F32, F16,
   // BF16, F64; other dtypes are an error naming the tensor).

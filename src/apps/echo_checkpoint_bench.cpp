@@ -1,0 +1,114 @@
+// echo_checkpoint_bench: wall time of save_checkpoint and load_checkpoint (weights and moments) of
+// a config's model on the CPU backend, tp = world size (a program, not a test). The files stay in
+// the page cache between iterations, so the times are the CPU side (gather, write, hash, read),
+// not the disk's.
+//   mpirun -np 2 echo_checkpoint_bench configs/model_bench.yaml --dir /tmp/ckbench --iters 5
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/bench/machine.h"
+#include "apps/bench/timing.h"
+#include "backend/backend.h"
+#include "core/config/config.h"
+#include "core/error.h"
+#include "dist/guarded_main.h"
+#include "dist/world.h"
+#include "model/model_shape.h"
+#include "model/parameters.h"
+#include "model/tp_plan.h"
+#include "train/adamw.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checksums.h"
+#include "train/checkpoint/safetensors.h"
+
+namespace echo {
+namespace {
+
+int bench_main(int argc, char** argv) {
+  std::string path, dir = "/tmp/echo_checkpoint_bench";
+  std::vector<std::string> overrides;
+  int iters = 5, warmup = 1;
+  CLI::App app{"echo_checkpoint_bench: save and load time of a training checkpoint"};
+  app.add_option("config", path, "YAML config (its model section is used)")->required();
+  app.add_option("--set", overrides, "override a key, e.g. --set model.layers=8");
+  app.add_option("--dir", dir, "run directory to write into (removed at the end)")->capture_default_str();
+  app.add_option("--iters", iters, "timed saves and loads (>= 1)")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed ones first (>= 0)")->capture_default_str();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {})", iters);
+  ECHO_INPUT_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
+  const bench::MachineInfo machine = bench::describe_machine();
+
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  overrides.push_back("parallel.tp=" + std::to_string(size));
+  const config::Config cfg = config::load_config(path, overrides, size);
+  dist::World world = dist::World::create(size);
+  const model::ModelShape shape = model::make_model_shape(cfg.model, size, world.layout.tp_rank);
+  const model::Qwen3Plan plan = model::make_qwen3_plan(shape);
+  auto be = backend::make_backend(Device::cpu, 0);
+  model::ParameterSet<float> params(plan, shape, *be);
+  params.init(cfg.run.seed);
+  train::AdamW opt(params);
+  // Moments that are not zero (a real run's are not): copies of the weights.
+  int64_t numel = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    opt.exp_avg(i).copy_from(params[i].value);
+    auto v = host_span<float>(opt.exp_avg_sq(i));
+    const auto w = params[i].host_value();
+    for (size_t k = 0; k < v.size(); ++k) v[k] = w[k] * w[k];
+    numel += params[i].spec->local_numel(1);
+  }
+  const train::CheckpointMeta meta{1, 0, cfg.run.seed, size, 1, ""};
+  std::string ckpt;
+  const auto save = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
+    train::save_checkpoint(dir, params, opt, meta, world, 1);
+  });
+  ckpt = train::checkpoint_dir(dir, 1);
+  const auto load = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
+    train::load_checkpoint(ckpt, params, &opt, world);
+  });
+  // The checksums' share of that: one rank hashing both safetensors files whole (warm cache), what
+  // the writer adds to a save and a one-rank load to a load (P ranks share it).
+  MPI_Barrier(MPI_COMM_WORLD);
+  double hash_ms = 0;
+  if (rank == 0) {
+    const double t0 = MPI_Wtime();
+    for (const char* rel : {"model.safetensors", "trainer/optimizer.safetensors"})
+      train::checksum_safetensors(train::SafetensorsFile((std::filesystem::path(ckpt) / rel).string()));
+    hash_ms = (MPI_Wtime() - t0) * 1e3;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::error_code ec;
+    const auto model_bytes = std::filesystem::file_size(std::filesystem::path(ckpt) / "model.safetensors", ec);
+    std::filesystem::remove_all(dir, ec);
+    std::printf("%s", bench::machine_header(machine).c_str());
+    std::printf("echo_checkpoint_bench: layers=%lld hidden=%lld ffn=%lld vocab=%lld params=%lld (%.1f MB model, "
+                "%.1f MB moments) tp=%d iters=%d\n",
+                static_cast<long long>(shape.layers), static_cast<long long>(shape.hidden),
+                static_cast<long long>(shape.ffn), static_cast<long long>(shape.vocab), static_cast<long long>(numel),
+                model_bytes / 1e6, 2 * model_bytes / 1e6, size, iters);
+    std::printf("save median %.1f ms (p10 %.1f, p90 %.1f)\n", save.median_us / 1e3, save.p10_us / 1e3,
+                save.p90_us / 1e3);
+    std::printf("load median %.1f ms (p10 %.1f, p90 %.1f)\n", load.median_us / 1e3, load.p10_us / 1e3,
+                load.p90_us / 1e3);
+    std::printf("XXH3-64 of both safetensors files on one rank: %.1f ms (%.1f GB/s)\n", hash_ms,
+                3 * model_bytes / 1e6 / hash_ms);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace echo
+
+int main(int argc, char** argv) { return echo::dist::guarded_main(argc, argv, echo::bench_main); }
