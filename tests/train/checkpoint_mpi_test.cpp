@@ -100,6 +100,7 @@ TEST_F(CheckpointTest, SavedFilesHoldFullHfTensorsAndTheState) {
   EXPECT_EQ(hf["rope_theta"], 10000.0);
   EXPECT_EQ(hf["max_position_embeddings"], 4096) << "the model's context, not data.seq_len";
   EXPECT_EQ(hf["tie_word_embeddings"], false);
+  EXPECT_EQ(hf["eos_token_id"], 57) << "the data's EOS, for echo_eval on the folder as a Hugging Face one";
 }
 
 TEST_F(CheckpointTest, TiedModelWritesNoLmHead) {
@@ -348,6 +349,11 @@ TEST_F(CheckpointTest, AWriterFailureIsReportedOnEveryRank) {
   const std::string msg = error_of([&] { save_checkpoint(sub("a_file/run"), s.params, s.opt, {}, world, 3); });
   EXPECT_NE(msg.find("cannot start checkpoint"), std::string::npos) << msg;
   EXPECT_NE(msg.find("reported by rank 0"), std::string::npos) << msg;
+  // The file system's refusal, not a bug: a run error without a source location.
+  const std::string kind =
+      echo::testing::kind_and_what_of([&] { save_checkpoint(sub("a_file/run"), s.params, s.opt, {}, world, 3); });
+  EXPECT_EQ(kind.rfind("run: cannot start checkpoint", 0), 0u) << kind;
+  EXPECT_EQ(kind.find("[at "), std::string::npos) << kind;
 }
 
 // Gathering in small chunks covers every element of row- and vocab-parallel tensors exactly once.

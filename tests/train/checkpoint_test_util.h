@@ -45,6 +45,7 @@ inline std::string config_yaml(const config::ModelConfig& m, int tp) {
   c.model = m;
   c.parallel.tp = tp;
   c.data.seq_len = 16;
+  c.data.eos_id = 57;  // inside the vocabulary, and not a default: config.json must carry it
   c.model.max_position_embeddings = 4096;  // config.json must take this, not the 16 trained on
   return config::to_yaml(c);
 }

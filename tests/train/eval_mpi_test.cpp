@@ -211,6 +211,18 @@ TEST(Eval, HuggingFaceFolderEosComesFromItsFilesOrIsRefused) {
     fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  // Our checkpoint's config.json names the EOS it was trained with.
+  const std::vector<std::string> layout = {"data.seq_len=16", "train.micro_batch=2", "train.global_batch=8",
+                                           "train.eval_batches=2"};
+  EXPECT_EQ(eval(hf, run.tp, layout, run.dir + "/data/valid").config.data.eos_id, 63);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {  // a Hugging Face config.json that does not
+    std::ifstream in(hf + "/config.json");
+    auto j = nlohmann::json::parse(in);
+    j.erase("eos_token_id");
+    std::ofstream(hf + "/config.json") << j.dump(2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
   std::vector<std::string> setting = {"run.seed=7",           "data.seq_len=16",      "train.micro_batch=2",
                                       "train.global_batch=8", "train.eval_batches=2", "comm.allreduce=echo",
                                       "comm.group_size=32"};

@@ -208,6 +208,7 @@ TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
   sync();
   EXPECT_EQ(read_file(metrics), before) << "the refused --resume must keep the metrics";
   EXPECT_TRUE(fs::exists(ckpt + "/model.safetensors"));
+  sync();  // every rank has looked before rank 0 removes it
   if (world_rank() == 0) {
     fs::remove_all(cfg.run.out_dir + "/checkpoints");
     std::ofstream(cfg.run.out_dir + "/checkpoints") << "not a directory\n";
@@ -243,6 +244,12 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
     sync();
     return resume();
   };
+  // The checkpoint's checksums catch any edit first.
+  EXPECT_EQ(resume_with("step", -5).rfind("input: '" + ckpt + "': trainer/trainer_state.json does not match its checksum", 0),
+            0u);
+  // Without them (a checkpoint from before they existed) the values themselves are checked.
+  sync();
+  if (world_rank() == 0) fs::remove(ckpt + "/trainer/checksums.json");
   const std::string malformed = "input: trainer state '" + state_path + "' is malformed: ";
   EXPECT_EQ(resume_with("step", -5), malformed + "'step' = -5 is negative");
   EXPECT_EQ(resume_with("optimizer_step", -7), malformed + "'optimizer_step' = -7 is negative");
@@ -274,7 +281,9 @@ TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
     RunDirLock other;  // what a running echo_train holds (rank 0 of it)
     int rank0_pid = ::getpid();
     MPI_Bcast(&rank0_pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (world_rank() == 0) EXPECT_EQ(other.acquire(cfg.run.out_dir), "");
+    if (world_rank() == 0) {
+      EXPECT_EQ(other.acquire(cfg.run.out_dir), "");
+    }
     sync();
     for (const RunDirMode mode : {RunDirMode::resume, RunDirMode::overwrite, RunDirMode::fresh}) {
       const std::string msg = echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=6"}), mode); });
@@ -327,6 +336,15 @@ TEST(TrainerGuard, ACheckpointHoldingImpossibleValuesIsRefused) {
   if (world_rank() == 0) poison_first_value(model, "model.embed_tokens.weight", NAN);
   sync();
   std::string got = resume();
+  // The checkpoint's checksums catch the change first (checkpoint_checksums_mpi_test covers them);
+  // without them (a checkpoint from before they existed) the values themselves are checked.
+  EXPECT_NE(got.find("tensor 'model.embed_tokens.weight' in model.safetensors does not match its checksum"),
+            std::string::npos)
+      << got;
+  sync();
+  if (world_rank() == 0) fs::remove(ckpt + "/trainer/checksums.json");
+  sync();
+  got = resume();
   EXPECT_EQ(got.rfind("input: cannot load checkpoint: '" + model + "': tensor 'model.embed_tokens.weight' holds a NaN" +
                           shard,
                       0),

@@ -73,39 +73,41 @@ std::string agree(const dist::Communicator& comm, const std::string& local_error
   return msg;
 }
 
-// input: the error is about what the user gave (a checkpoint to load), so it reads as a plain
-// message (an echo::InputError) rather than an internal one with a source location.
-void throw_if(const std::string& error, bool input = false) {
+// An agreed error, thrown as what it is about: a load's is what the user gave (a checkpoint), an
+// InputError; a save's is the file system refusing a write (a full disk, a permission), a
+// RunError. Both read as plain messages, without a source location.
+enum class Failure { load, save };
+void throw_if(const std::string& error, Failure failure) {
   if (error.empty()) return;
-  if (input) ECHO_INPUT_FAIL("{}", error);
-  ECHO_FAIL("{}", error);
+  if (failure == Failure::load) ECHO_INPUT_FAIL("{}", error);
+  ECHO_RUN_FAIL("{}", error);
 }
 
 // ---- files ----------------------------------------------------------------------------------------
 
 void fsync_path(const fs::path& path, bool directory) {
   const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_WRONLY) | O_CLOEXEC);
-  ECHO_CHECK(fd >= 0, "cannot open '{}' to sync it: {}", path.string(), std::strerror(errno));
+  ECHO_RUN_CHECK(fd >= 0, "cannot open '{}' to sync it: {}", path.string(), std::strerror(errno));
   const bool ok = ::fsync(fd) == 0;
   const std::string err = ok ? "" : std::strerror(errno);
   ::close(fd);
-  ECHO_CHECK(ok, "cannot sync '{}' to disk: {}", path.string(), err);
+  ECHO_RUN_CHECK(ok, "cannot sync '{}' to disk: {}", path.string(), err);
 }
 
 void write_file_synced(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    ECHO_CHECK(out.good(), "cannot create '{}': {}", path.string(), std::strerror(errno));
+    ECHO_RUN_CHECK(out.good(), "cannot create '{}': {}", path.string(), std::strerror(errno));
     out << text;
     out.flush();
-    ECHO_CHECK(out.good(), "cannot write '{}': {}", path.string(), std::strerror(errno));
+    ECHO_RUN_CHECK(out.good(), "cannot write '{}': {}", path.string(), std::strerror(errno));
   }
   fsync_path(path, false);
 }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  ECHO_CHECK(in.good(), "cannot open '{}': {}", path.string(), std::strerror(errno));
+  ECHO_INPUT_CHECK(in.good(), "cannot open '{}': {}", path.string(), std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -198,6 +200,9 @@ std::string hf_config_json(const ShapeSummary& s, const config::Config& cfg) {
                               {"attention_dropout", 0.0},
                               {"initializer_range", cfg.model.init_std},
                               {"tie_word_embeddings", s.tie_embeddings},
+                              // The separator the data loader packed between documents: echo_eval
+                              // on this folder as a Hugging Face one takes it from here.
+                              {"eos_token_id", cfg.data.eos_id},
                               {"torch_dtype", "float32"},
                               {"use_cache", true}};
   return j.dump(2) + "\n";
@@ -559,7 +564,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
       std::error_code ec;
       fs::remove_all(tmp_dir, ec);
     }
-    throw_if(agreed);
+    throw_if(agreed, Failure::save);
   }
 
   if (writer) {
@@ -573,7 +578,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
     }
   }
   // Barrier 2: the checkpoint is complete (visible to latest_checkpoint) when any rank returns.
-  throw_if(agree(world.world, error));
+  throw_if(agree(world.world, error), Failure::save);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
@@ -666,7 +671,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   } catch (const std::exception& e) {
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
   }
-  throw_if(agree(world.world, error), /*input=*/true);
+  throw_if(agree(world.world, error), Failure::load);
   if (!verified && world.world.rank() == 0)
     ECHO_WARN("train",
               "checkpoint '{}' has no {}/{} (written before checkpoints carried checksums): its contents cannot be "
@@ -675,7 +680,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
 
   std::string read_error = read_targets(model_index, model_targets, tp, tp_rank);
   if (read_error.empty() && opt != nullptr) read_error = read_targets(opt_index, opt_targets, tp, tp_rank);
-  throw_if(agree(world.world, read_error.empty() ? "" : "cannot load checkpoint: " + read_error), /*input=*/true);
+  throw_if(agree(world.world, read_error.empty() ? "" : "cannot load checkpoint: " + read_error), Failure::load);
   params.refresh_compute_weights();
   if (opt != nullptr) opt->set_step_count(optimizer_step);
   ECHO_INFO("train", "loaded checkpoint of step {} (written at tp = {}, dp = {}) from {}", meta.step, meta.tp, meta.dp,
@@ -771,10 +776,10 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
   } catch (const std::exception& e) {
     error = fmt::format("cannot load Hugging Face weights: {}", error_text(e));
   }
-  throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
+  throw_if(comm ? agree(*comm, error) : error, Failure::load);
   error = read_targets(ck.tensors, targets, tp, tp_rank);
   if (!error.empty()) error = "cannot load Hugging Face weights: " + error;
-  throw_if(comm ? agree(*comm, error) : error, /*input=*/true);
+  throw_if(comm ? agree(*comm, error) : error, Failure::load);
   params.refresh_compute_weights();
   ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
 }

@@ -70,7 +70,7 @@ void write_all(int fd, const void* data, size_t size, uint64_t offset, const std
   while (size > 0) {
     const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    ECHO_CHECK(n > 0, "writing safetensors file '{}' failed at byte {}: {}", path, offset,
+    ECHO_RUN_CHECK(n > 0, "writing safetensors file '{}' failed at byte {}: {}", path, offset,
                n < 0 ? sys_error() : "no progress");
     p += n;
     size -= static_cast<size_t>(n);
@@ -305,10 +305,10 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<StTens
   written_.assign(tensors_.size(), 0);
 
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ECHO_CHECK(fd_ >= 0, "cannot create safetensors file '{}': {}", path, sys_error());
+  ECHO_RUN_CHECK(fd_ >= 0, "cannot create safetensors file '{}': {}", path, sys_error());
   write_all(fd_, &header_len, 8, 0, path_);
   write_all(fd_, text.data(), text.size(), 8, path_);
-  ECHO_CHECK(::ftruncate(fd_, static_cast<off_t>(data_start_ + offset)) == 0, "cannot size safetensors file '{}': {}",
+  ECHO_RUN_CHECK(::ftruncate(fd_, static_cast<off_t>(data_start_ + offset)) == 0, "cannot size safetensors file '{}': {}",
              path_, sys_error());
 }
 
@@ -363,8 +363,8 @@ void SafetensorsWriter::close() {
   const bool synced = ::fsync(fd) == 0;
   const std::string sync_err = synced ? "" : sys_error();
   const bool closed = ::close(fd) == 0;
-  ECHO_CHECK(synced, "cannot sync safetensors file '{}' to disk: {}", path_, sync_err);
-  ECHO_CHECK(closed, "cannot close safetensors file '{}': {}", path_, sys_error());
+  ECHO_RUN_CHECK(synced, "cannot sync safetensors file '{}' to disk: {}", path_, sync_err);
+  ECHO_RUN_CHECK(closed, "cannot close safetensors file '{}': {}", path_, sys_error());
 }
 
 void write_safetensors(const std::string& path, const std::vector<StTensorSpec>& tensors,
