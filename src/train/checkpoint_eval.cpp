@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/data_loader.h"
+#include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
 #include "model/qwen3_model.h"
@@ -75,15 +76,16 @@ Resolved resolve_checkpoint(const std::string& path) {
 }
 
 // The config to evaluate under, before the command line's layout and batch settings.
-// `eos_source` says where a Hugging Face folder's data.eos_id came from.
+// `eos_source` says where data.eos_id came from (--set, the config, or a Hugging Face folder's files).
 config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step, std::string& eos_source) {
   if (ckpt.ours) step = read_checkpoint_meta(ckpt.path).step;
   const bool user_eos = config::overrides_set(req.overrides, "data.eos_id");
-  eos_source = user_eos ? "--set data.eos_id" : "data.eos_id of the config";
+  eos_source = user_eos ? "--set data.eos_id" : fmt::format("data.eos_id of the config '{}'", req.config_path);
   if (!req.config_path.empty()) return config::load_config(req.config_path, req.overrides);
   if (ckpt.ours) {
     const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
     ECHO_INPUT_CHECK(!meta.config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
+    if (!user_eos) eos_source = "data.eos_id of the checkpoint's recorded config";
     return config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)", req.overrides);
   }
   config::Config hf = config_from_hf(ckpt.path);
@@ -182,6 +184,9 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                    "scripts/get_data.sh` for data/demo)",
                    prefix, prefix);
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
+  // The data's own tokenizer and EOS (data/dataset_meta.h): a checkpoint's or a Hugging Face
+  // folder's EOS that is not the data's is refused, as the trainer refuses it.
+  data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos_source, cfg.model.vocab_size});
   data::check_token_range(ds, cfg.model.vocab_size, "evaluation data '" + prefix + "'");
   ECHO_INPUT_CHECK(cfg.data.eos_id >= 0 && cfg.data.eos_id < cfg.model.vocab_size,
                    "'data.eos_id' = {} must lie in [0, 'model.vocab_size' = {})", cfg.data.eos_id,

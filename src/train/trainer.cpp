@@ -12,6 +12,7 @@
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/dataset_meta.h"
 #include "dist/mpi_check.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
@@ -131,6 +132,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const int per_step = cfg.train.micro_batch * L.dp;
   num_micro_ = cfg.train.global_batch / per_step;
   train_data_.emplace(open_dataset("data.train", cfg.data.train));
+  // The tokenizer and EOS echo_prep recorded beside the data (data/dataset_meta.h), before the
+  // scans: a data.eos_id or model.vocab_size of another tokenizer is named as such.
+  const data::TokenSettings tokens{cfg.data.eos_id, "data.eos_id of the config", cfg.model.vocab_size};
+  const auto train_meta = data::check_dataset_meta(*train_data_, "data.train", tokens);
   // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
   data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
@@ -140,6 +145,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
     valid_data_.emplace(open_dataset("data.valid", cfg.data.valid));
+    const auto valid_meta = data::check_dataset_meta(*valid_data_, "data.valid", tokens);
+    if (train_meta && valid_meta) data::check_same_preparation(*train_meta, "data.train", *valid_meta, "data.valid");
     data::check_token_range(*valid_data_, cfg.model.vocab_size, "data.valid");
     valid_loader_.emplace(*valid_data_, opts);
   }

@@ -1,6 +1,7 @@
 // End-to-end tests of echo_prep (the binary beside this test's build tree): JSONL, JSON arrays
 // and text in, indexed datasets out, read back with data::IndexedDataset; the train/valid split;
-// identical output for any thread count; and the error messages for bad input.
+// identical output for any thread count; the sidecar PREFIX.meta.json (tokenizer, vocabulary, EOS);
+// and the error messages for bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +11,10 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <random>
 
+#include "core/sha256.h"
+#include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/split.h"
 #include "tokenizer/unicode.h"
@@ -147,6 +151,7 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   EXPECT_NE(run("--input " + bad + " --tokenizer byte --output-prefix " + path("x")), 0);
   EXPECT_THAT(err_, HasSubstr(bad + ":2: malformed JSON line"));
   EXPECT_FALSE(fs::exists(path("x.idx")));
+  EXPECT_FALSE(fs::exists(path("x.meta.json")));
 
   const std::string no_text = write("notext.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"body\": \"c\"}\n");
   EXPECT_NE(run("--input " + no_text + " --tokenizer byte --output-prefix " + path("x")), 0);
@@ -275,6 +280,84 @@ TEST_F(EchoPrep, EosIsNeverGuessedFromAVocabPiece) {
   ASSERT_EQ(run(base + path("c")), 0) << err_;
   EXPECT_THAT(err_, HasSubstr("eos 258: eos_token of tokenizer_config.json '" + path("tokenizer_config.json") +
                               "' = \"</s>\""));
+}
+
+// The sidecar of a dataset: what echo_train checks data.eos_id and model.vocab_size against.
+void expect_sidecar_matches(const std::string& prefix, const data::DatasetMeta& want) {
+  SCOPED_TRACE(prefix);
+  const auto meta = data::read_dataset_meta(prefix);
+  ASSERT_TRUE(meta.has_value()) << prefix << ".meta.json is missing";
+  const auto ds = data::IndexedDataset::open(prefix);
+  EXPECT_EQ(meta->tokenizer, want.tokenizer);
+  EXPECT_EQ(meta->tokenizer_sha256, want.tokenizer_sha256);
+  EXPECT_EQ(meta->vocab_size, want.vocab_size);
+  EXPECT_EQ(meta->eos_id, want.eos_id);
+  EXPECT_THAT(meta->eos_source, HasSubstr(want.eos_source));
+  EXPECT_EQ(meta->append_eos, want.append_eos);
+  EXPECT_EQ(meta->documents, ds.num_documents());
+  EXPECT_EQ(meta->tokens, ds.num_tokens());
+  EXPECT_FALSE(fs::exists(prefix + ".meta.json.tmp"));
+}
+
+TEST_F(EchoPrep, SidecarRecordsTheByteTokenizer) {
+  std::mt19937 gen(static_cast<unsigned>(getpid()));
+  std::string jsonl;
+  const int n = 20 + static_cast<int>(gen() % 200);
+  for (int i = 0; i < n; ++i) jsonl += nlohmann::json{{"text", std::string(gen() % 50, 'a' + gen() % 26)}}.dump() + "\n";
+  const std::string in = write("in.jsonl", jsonl);
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("d/train") + " --valid-prefix " +
+                path("d/valid") + " --valid-fraction 0.3"),
+            0)
+      << err_;
+  data::DatasetMeta want;
+  want.tokenizer = "byte";
+  want.vocab_size = 257;
+  want.eos_id = 256;
+  want.eos_source = "<|endoftext|>";
+  expect_sidecar_matches(path("d/train"), want);
+  expect_sidecar_matches(path("d/valid"), want);
+  EXPECT_THAT(err_, HasSubstr("wrote " + path("d/train") + ".{bin,idx,meta.json}"));
+  const auto j = nlohmann::json::parse(slurp(path("d/train.meta.json")));
+  EXPECT_EQ(j["format"], "echo-dataset-meta");
+  EXPECT_TRUE(j["tokenizer_sha256"].is_null());
+}
+
+// A small Hugging Face tokenizer whose EOS sits at a random id past the bytes, and a larger id
+// after it: the sidecar's vocabulary is one past the largest id, its EOS the special token's.
+TEST_F(EchoPrep, SidecarRecordsAHuggingFaceTokenizerAndItsEos) {
+  std::mt19937 gen(static_cast<unsigned>(getpid()));
+  const int eos = 256 + static_cast<int>(gen() % 1000), top = eos + 1 + static_cast<int>(gen() % 1000);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+  const nlohmann::json tok = {
+      {"added_tokens", nlohmann::json::array({{{"id", eos}, {"content", "<|endoftext|>"}, {"special", true}},
+                                              {{"id", top}, {"content", "<|other|>"}, {"special", true}}})},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  const std::string tok_path = write("tokenizer.json", tok.dump());
+  const std::string in = write("in.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"c\"}\n");
+  // The directory as the spec: the sidecar hashes the tokenizer.json inside it.
+  ASSERT_EQ(run("--input " + in + " --tokenizer " + dir_.string() + " --append-eos --output-prefix " + path("h")), 0)
+      << err_;
+  data::DatasetMeta want;
+  want.tokenizer = dir_.string();
+  want.tokenizer_sha256 = sha256_file_hex(tok_path);
+  want.vocab_size = top + 1;
+  want.eos_id = eos;
+  want.eos_source = "special added token \"<|endoftext|>\"";
+  want.append_eos = true;
+  expect_sidecar_matches(path("h"), want);
+  EXPECT_EQ(want.tokenizer_sha256, sha256_hex(slurp(tok_path)));
+  EXPECT_FALSE(fs::exists(path("h.meta.json.tmp")));
+
+  // Prepared again over the same prefix with the byte tokenizer: the sidecar follows the data.
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("h")), 0) << err_;
+  const auto again = data::read_dataset_meta(path("h"));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->eos_id, 256);
+  EXPECT_EQ(again->vocab_size, 257);
+  EXPECT_TRUE(again->tokenizer_sha256.empty());
+  EXPECT_FALSE(again->append_eos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // echo_eval's library path (train/checkpoint_eval.h) on a checkpoint the Trainer wrote (2 and 4
 // ranks): the trainer's logged val_loss reproduced, tp = 1 / 2 / 4 agreeing with the exact fp32
-// all-reduce, the same weights read as a Hugging Face folder, and bad inputs refused in words.
+// all-reduce, the same weights read as a Hugging Face folder, bad inputs refused in words, and the
+// data's sidecar (its tokenizer's EOS and vocabulary) checked against the checkpoint's settings.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -238,6 +239,28 @@ TEST(Eval, HuggingFaceFolderEosComesFromItsFilesOrIsRefused) {
   EXPECT_EQ(r.loss, eval(ckpt, run.tp).loss);
   setting.push_back("data.eos_id=62");
   EXPECT_EQ(eval(hf, run.tp, setting, valid).config.data.eos_id, 62);
+}
+
+// The evaluation data's sidecar (data/dataset_meta.h) against the checkpoint's data.eos_id and
+// model.vocab_size: another EOS or a larger vocabulary is refused naming both and the fix; a
+// matching sidecar changes nothing; without one the data is evaluated as before.
+TEST(Eval, TheDataSidecarIsCheckedAgainstTheCheckpoint) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const std::string dir = echo::testing::make_scratch_datasets("echo_eval", "meta", 5, {"valid"});
+  const std::string data = dir + "/data/valid";
+  const double unchecked = eval(ckpt, run.tp, {}, data).loss;  // no sidecar: accepted
+  echo::testing::write_scratch_sidecar(data, 64, 62);
+  expect_input_error([&] { eval(ckpt, run.tp, {}, data); },
+                     "'data.eos_id' = 63 (data.eos_id of the checkpoint's recorded config) is not the EOS the data "
+                     "was prepared with, 62 (special added token \"<|test|>\")");
+  expect_input_error([&] { eval(ckpt, run.tp, {}, data); }, "pass --set data.eos_id=62");
+  expect_input_error([&] { eval(ckpt, run.tp, {}, data); }, "evaluation data (" + data + ") was prepared with");
+  EXPECT_EQ(eval(ckpt, run.tp, {"data.eos_id=62"}, data).config.data.eos_id, 62);
+  echo::testing::write_scratch_sidecar(data, 65, 63);
+  expect_input_error([&] { eval(ckpt, run.tp, {}, data); }, "'model.vocab_size' = 64 is smaller");
+  echo::testing::write_scratch_sidecar(data, 64, 63);
+  EXPECT_EQ(eval(ckpt, run.tp, {}, data).loss, unchecked);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // What the trainer guards at start-up and on every step (2 and 4 ranks, tiny model): token ids
-// against the true vocabulary, data.eos_id, a diverging run that must not be saved, the run
+// against the true vocabulary, data.eos_id and model.vocab_size against the data's sidecar, a diverging run that must not be saved, the run
 // directory after a failed start or a failed --resume, what a --resume may change, metrics
 // after a resume, and a stop signal that arrives during start-up.
 #include <gtest/gtest.h>
@@ -89,6 +89,49 @@ TEST(TrainerGuard, TokenIdsAreCheckedAgainstTheTrueVocabulary) {
     EXPECT_EQ(got.find("[at "), std::string::npos) << set << ": " << got;
   }
   EXPECT_EQ(train(make_config(dir), RunDirMode::fresh).steps_done, 4);
+}
+
+// The sidecar echo_prep writes beside a dataset (data/dataset_meta.h): a data.eos_id or a
+// model.vocab_size of another tokenizer is refused in words (before, either trained silently on
+// the wrong separator while the id lay inside the vocabulary), a malformed sidecar is refused
+// naming it, train and valid of two tokenizers are refused, and matching data trains.
+TEST(TrainerGuard, TheDatasetSidecarIsChecked) {
+  const std::string dir = echo::testing::make_scratch_datasets("echo_guard", "meta", 11, {"train", "valid"});
+  const std::string train_prefix = dir + "/data/train", valid_prefix = dir + "/data/valid";
+  using echo::testing::write_scratch_sidecar;
+  write_scratch_sidecar(train_prefix, 64, 62);
+  std::string msg = echo::testing::kind_and_what_of([&] { train(make_config(dir), RunDirMode::fresh); });
+  EXPECT_EQ(msg.rfind("input: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("data.train (" + train_prefix + ") was prepared with tokenizer 'test-tokenizer.json' (vocab 64, "
+                     "eos 62: special added token \"<|test|>\"), as its sidecar '" + train_prefix + ".meta.json'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("'data.eos_id' = 63 (data.eos_id of the config) is not the EOS the data was prepared with, 62"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("pass --set data.eos_id=62"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("[at "), std::string::npos) << msg;
+
+  write_scratch_sidecar(train_prefix, 70, 63);
+  expect_error([&] { train(make_config(dir), RunDirMode::fresh); },
+               "'model.vocab_size' = 64 is smaller than the vocabulary of the tokenizer the data was prepared with (70)");
+
+  write_scratch_sidecar(train_prefix, 64, 63);
+  write_scratch_sidecar(valid_prefix, 64, 63, std::string(64, 'b'));
+  const std::vector<std::string> with_valid = {"data.valid=" + valid_prefix, "train.eval_interval=2"};
+  expect_error([&] { train(make_config(dir, with_valid), RunDirMode::fresh); },
+               "data.train (" + train_prefix + ") and data.valid (" + valid_prefix +
+                   ") were prepared with different tokenizers");
+
+  sync();
+  if (world_rank() == 0) std::ofstream(train_prefix + ".meta.json", std::ios::trunc) << "{\"format\": ";
+  sync();
+  expect_error([&] { train(make_config(dir), RunDirMode::fresh); },
+               "dataset sidecar '" + train_prefix + ".meta.json' is not valid JSON");
+
+  write_scratch_sidecar(train_prefix, 64, 63);
+  write_scratch_sidecar(valid_prefix, 64, 63);
+  EXPECT_EQ(train(make_config(dir, with_valid), RunDirMode::fresh).steps_done, 4);
 }
 
 // optim.lr = 100 (the run, exact all-reduce): decay multiplies the weights by -9 a step

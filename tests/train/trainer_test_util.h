@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "../support/mpi_util.h"
 
@@ -46,6 +47,27 @@ inline std::string make_scratch_datasets(const std::string& prefix, const std::s
   dir.resize(len);
   MPI_Bcast(dir.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
   return dir;
+}
+
+// Rank 0 writes the sidecar echo_prep would write beside `prefix` (data/dataset_meta.h) for a
+// tokenizer of `vocab` ids whose EOS is `eos`, once every rank is done with the old one; every
+// rank returns once it is in place.
+inline void write_scratch_sidecar(const std::string& prefix, int64_t vocab, int64_t eos,
+                                  const std::string& tokenizer_sha256 = std::string(64, 'a')) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    const auto ds = data::IndexedDataset::open(prefix);
+    data::DatasetMeta m;
+    m.tokenizer = "test-tokenizer.json";
+    m.tokenizer_sha256 = tokenizer_sha256;
+    m.vocab_size = vocab;
+    m.eos_id = eos;
+    m.eos_source = "special added token \"<|test|>\"";
+    m.documents = ds.num_documents();
+    m.tokens = ds.num_tokens();
+    data::write_dataset_meta(prefix, m);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace echo::testing
