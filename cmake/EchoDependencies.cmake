@@ -13,4 +13,6 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 # XXH3-64 checksums of training checkpoints (train/checkpoint/checksums.h).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# SHA-256 of the tokenizer.json a dataset was prepared with (core/sha256.h), as sha256sum prints it.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(dnnl REQUIRED)

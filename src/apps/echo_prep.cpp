@@ -8,7 +8,8 @@
 // line cuts it at blank lines or at every line). Documents are encoded on --threads threads in
 // chunks and written in input order; each goes to the validation set when
 // data::is_valid_document(index, valid_fraction, seed) says so. No EOS is stored: the data
-// loader puts one after every document (--append-eos stores it, for Megatron's own loader).
+// loader puts one after every document (--append-eos stores it, for Megatron's own loader; the
+// sidecar records it, and echo's loader then packs the documents as stored).
 // The EOS is the tokenizer's (tokenizer/hf_eos.h: a special added token <|endoftext|> ..., else
 // tokenizer_config.json's eos_token, else refused), or the token --eos-token names; it is logged
 // with its source so data.eos_id of the training config can be set to it. Beside each dataset
@@ -489,7 +490,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.num_threads, "encoding threads (default: all cores)")
       ->check(CLI::Range(1, echo::prep::kMaxThreads));
   app.add_option("--seed", o.seed, "seed of the train/valid split")->capture_default_str();
-  app.add_flag("--append-eos", o.append_eos, "store EOS after each document (echo's loader adds it itself)");
+  app.add_flag("--append-eos", o.append_eos, "store EOS after each document (for Megatron's loader; echo's adds it itself, and packs such data as stored)");
   app.add_option("--eos-token", o.eos_token,
                  "the EOS (document separator) as token text, e.g. '<|endoftext|>'; default: the tokenizer's special "
                  "<|endoftext|>, <|end_of_text|>, </s> or <eos>, else tokenizer_config.json's eos_token");

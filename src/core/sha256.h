@@ -1,8 +1,8 @@
-// SHA-256 (FIPS 180-4): a file's fingerprint that a user can compare with `sha256sum` (the
-// dataset sidecar records its tokenizer.json's; scripts/get_data.sh pins files by the same hash).
+// SHA-256 (FIPS 180-4, computed by OpenSSL's libcrypto): a file's fingerprint that a user can
+// compare with `sha256sum` (the dataset sidecar records its tokenizer.json's; scripts/get_data.sh
+// pins files by the same hash).
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,20 +10,20 @@
 
 namespace echo {
 
+// Incremental hashing; not copyable (it owns an EVP_MD_CTX).
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void update(const void* data, size_t bytes);
   // The digest as 64 lowercase hex digits; the object is spent afterwards.
   std::string hex_digest();
 
  private:
-  void block(const uint8_t* p);
-
-  std::array<uint32_t, 8> h_;
-  std::array<uint8_t, 64> buf_{};
-  size_t buffered_ = 0;
-  uint64_t total_bytes_ = 0;
+  struct Context;
+  Context* ctx_;
 };
 
 std::string sha256_hex(std::string_view bytes);

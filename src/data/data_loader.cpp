@@ -28,7 +28,7 @@ DataLoader::DataLoader(const IndexedDataset& ds, LoaderOptions opt)
              ds.prefix(), opt_.dp_rank, opt_.dp_size);
   ECHO_CHECK(opt_.eos_id >= 0, "{}: data loader: eos_id must be a token id >= 0, got {}", ds.prefix(), opt_.eos_id);
   ECHO_INPUT_CHECK(ds.num_documents() > 0, "{}: empty dataset (0 documents)", ds.prefix());
-  stream_length_ = static_cast<uint64_t>(ds.num_tokens()) + ds.num_documents();
+  stream_length_ = static_cast<uint64_t>(ds.num_tokens()) + (opt_.eos_stored ? 0 : ds.num_documents());
   const uint64_t seq_len = static_cast<uint64_t>(opt_.seq_len);
   num_samples_ = (stream_length_ - 1) / seq_len;
   ECHO_INPUT_CHECK(
@@ -44,6 +44,10 @@ DataLoader::DataLoader(const IndexedDataset& ds, LoaderOptions opt)
 void DataLoader::read_stream(uint64_t pos, size_t count, int32_t* out) const {
   ECHO_CHECK(pos <= stream_length_ && count <= stream_length_ - pos,
              "{}: stream range [{}, {}) out of range ({} tokens)", ds_->prefix(), pos, pos + count, stream_length_);
+  if (opt_.eos_stored) {  // the stored tokens are the stream
+    ds_->copy_tokens(pos, count, out);
+    return;
+  }
   // Document d occupies stream [offsets[d] + d, offsets[d+1] + d + 1): its tokens, then EOS.
   const auto offsets = ds_->document_offsets();
   const size_t num_docs = ds_->num_documents();

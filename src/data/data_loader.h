@@ -3,9 +3,9 @@
 // its disjoint share of every global batch (every TP rank of a DP group gets the same batch).
 //
 // Packing. The stream is doc_0 EOS doc_1 EOS ... doc_{D-1} EOS (N + D tokens for N tokens in
-// D documents). Sample k is stream[k*L, k*L + L + 1) for seq_len L: inputs are its first L tokens,
+// D documents), or the N stored tokens alone when the documents already end in EOS (eos_stored). Sample k is stream[k*L, k*L + L + 1) for seq_len L: inputs are its first L tokens,
 // targets its last L, so consecutive samples overlap by one token (as Megatron's GPTDataset and
-// llm.c) and no token position is lost as a target. samples_per_epoch = floor((N + D - 1) / L);
+// llm.c) and no token position is lost as a target. samples_per_epoch = floor((stream length - 1) / L);
 // the tail that does not fill a sample is dropped. Documents are not cut at sample boundaries:
 // a long document continues in the next sample of the stream.
 //
@@ -32,10 +32,13 @@ namespace echo::data {
 struct LoaderOptions {
   int64_t seq_len = 0;  // tokens per training sequence
   uint64_t seed = 0;    // shuffle seed; epoch e is shuffled with seed + e
-  // Appended after every document. NOTE: Megatron's preprocess_data.py --append-eod already
-  // stores an EOD at the end of each document; such datasets get two in a row.
+  // Appended after every document, unless eos_stored.
   int32_t eos_id = 0;
   int dp_rank = 0, dp_size = 1;
+  // The documents already end in eos_id (echo_prep --append-eos, as its sidecar records, or
+  // Megatron's preprocess_data.py --append-eod): the stream is the stored tokens as they are,
+  // rather than each document followed by a second EOS.
+  bool eos_stored = false;
 };
 
 class DataLoader {
@@ -48,7 +51,7 @@ class DataLoader {
 
   const LoaderOptions& options() const { return opt_; }
   uint64_t samples_per_epoch() const { return num_samples_; }
-  // Tokens in the packed stream: documents plus one EOS each.
+  // Tokens in the packed stream: documents plus one EOS each (unless stored).
   uint64_t stream_length() const { return stream_length_; }
 
   // The global sample with this index (any index: epochs wrap): tokens and targets, seq_len each.

@@ -186,7 +186,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
   // The data's own tokenizer and EOS (data/dataset_meta.h): a checkpoint's or a Hugging Face
   // folder's EOS that is not the data's is refused, as the trainer refuses it.
-  data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos_source, cfg.model.vocab_size});
+  const auto meta = data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos_source, cfg.model.vocab_size});
   data::check_token_range(ds, cfg.model.vocab_size, "evaluation data '" + prefix + "'");
   ECHO_INPUT_CHECK(cfg.data.eos_id >= 0 && cfg.data.eos_id < cfg.model.vocab_size,
                    "'data.eos_id' = {} must lie in [0, 'model.vocab_size' = {})", cfg.data.eos_id,
@@ -213,7 +213,8 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                  comm::describe(*blocks), cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb,
                  cfg.data.seq_len, prefix, cfg.data.eos_id, eos_source);
 
-  const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
+  data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
+  opts.eos_stored = meta && meta->append_eos;  // --append-eos data: packed as stored
   const data::DataLoader loader(ds, opts);
   const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
   std::vector<int32_t> tokens, targets;

@@ -141,14 +141,18 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
                    cfg.data.eos_id, cfg.model.vocab_size);
-  const data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
+  // Data prepared with --append-eos already ends each document in the EOS: packed as stored.
+  data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
+  opts.eos_stored = train_meta && train_meta->append_eos;
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
     valid_data_.emplace(open_dataset("data.valid", cfg.data.valid));
     const auto valid_meta = data::check_dataset_meta(*valid_data_, "data.valid", tokens);
     if (train_meta && valid_meta) data::check_same_preparation(*train_meta, "data.train", *valid_meta, "data.valid");
     data::check_token_range(*valid_data_, cfg.model.vocab_size, "data.valid");
-    valid_loader_.emplace(*valid_data_, opts);
+    data::LoaderOptions valid_opts = opts;
+    valid_opts.eos_stored = valid_meta && valid_meta->append_eos;
+    valid_loader_.emplace(*valid_data_, valid_opts);
   }
 
   if (mode == RunDirMode::resume && has_run) {

@@ -84,6 +84,35 @@ TEST_F(DataLoaderTest, PackingInsertsEosAfterEveryDocument) {
   EXPECT_EQ(loader.samples_per_epoch(), (stream_.size() - 1) / kSeqLen);
 }
 
+// Documents that already end in the EOS (echo_prep --append-eos) are packed as stored: the same
+// stream, hence the same samples in the same order, as the loader appending it to bare documents,
+// and not a second EOS after each.
+TEST_F(DataLoaderTest, StoredEosIsNotAppendedAgain) {
+  std::vector<std::vector<int32_t>> with_eos = docs_;
+  for (auto& d : with_eos) d.push_back(kEos);
+  write_dataset(dir_.prefix("stored"), with_eos);
+  const IndexedDataset stored = IndexedDataset::open(dir_.prefix("stored"));
+  LoaderOptions opt = options(4);
+  opt.eos_stored = true;
+  const DataLoader loader(stored, opt);
+  ASSERT_EQ(loader.stream_length(), stream_.size());
+  std::vector<int32_t> got(stream_.size());
+  loader.read_stream(0, got.size(), got.data());
+  EXPECT_EQ(got, stream_);
+  const DataLoader appending(*ds_, options(4));
+  ASSERT_EQ(loader.samples_per_epoch(), appending.samples_per_epoch());
+  std::vector<int32_t> a(kSeqLen), at(kSeqLen), b(kSeqLen), bt(kSeqLen);
+  for (uint64_t i = 0; i < 2 * loader.samples_per_epoch(); ++i) {
+    loader.sample(i, a.data(), at.data());
+    appending.sample(i, b.data(), bt.data());
+    ASSERT_EQ(a, b) << "sample " << i;
+    ASSERT_EQ(at, bt) << "sample " << i;
+  }
+  // Without eos_stored the same file gets two EOS in a row after every document.
+  const DataLoader doubled(stored, options(4));
+  EXPECT_EQ(doubled.stream_length(), stream_.size() + docs_.size());
+}
+
 TEST_F(DataLoaderTest, PackedChunksAreDistinct) {
   std::set<std::vector<int32_t>> chunks;
   const uint64_t n = (stream_.size() - 1) / kSeqLen;
