@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 
+#include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
@@ -268,13 +269,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed iterations per size (>= 1)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed iterations per size (>= 0)")->capture_default_str();
   app.add_option("--json", o.json, "write one JSON record per size to this file (rank 0)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   ECHO_INPUT_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size", o.iters);
   ECHO_INPUT_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
   ECHO_INPUT_CHECK(o.tiles >= 1 && o.tiles <= 64, "--tiles must lie in [1, 64] (got {})", o.tiles);

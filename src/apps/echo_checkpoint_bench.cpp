@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
 #include "backend/backend.h"
@@ -39,11 +40,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed ones first (>= 0)")->capture_default_str();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {})", iters);
   ECHO_INPUT_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
   const bench::MachineInfo machine = bench::describe_machine();

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "apps/mpi_command_line.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/guarded_main.h"
@@ -47,11 +48,7 @@ int eval_main(int argc, char** argv) {
   int rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   // 0 in EvalRequest means "the default"; a value given on the command line must be a real one.
   for (const auto& [opt, value] : {std::pair{tp_opt, req.tp},
                                    {batches_opt, req.batches},

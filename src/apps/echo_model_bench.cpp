@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
 #include "backend/backend.h"
@@ -47,11 +48,7 @@ int bench_main(int argc, char** argv) {
   app.add_flag("--adamw", adamw, "time the AdamW update too (a whole training step without data loading)");
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   ECHO_INPUT_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
   ECHO_INPUT_CHECK(seq >= 1, "--seq must be at least 1 (got {})", seq);
   ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed step", iters);

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
+#include "apps/mpi_command_line.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -26,11 +27,7 @@ int train_main(int argc, char** argv) {
   int rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   log::init(rank, world_size);
   const config::Config cfg = config::load_config(path, overrides, world_size);
   const dist::World world = dist::World::create(cfg.parallel.tp);
