@@ -298,7 +298,7 @@ int bench_main(int argc, char** argv) {
   std::ofstream json;
   if (world.rank() == 0 && !o.json.empty()) {
     json.open(o.json);
-    ECHO_INPUT_CHECK(json.good(), "cannot write --json file '{}'", o.json);
+    ECHO_RUN_CHECK(json.good(), "cannot write --json file '{}'", o.json);
   }
   const std::string engine = comm::describe(*impl);
   if (world.rank() == 0) print_header(o, world.size(), machine, engine);

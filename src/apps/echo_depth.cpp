@@ -262,7 +262,7 @@ int depth_main(int argc, char** argv) {
       f << r.kind << ',' << r.eta << ',' << r.coeffs.beta1 << ',' << r.coeffs.beta2 << ',' << r.coeffs.a << ','
         << r.mu_w << ',' << comm.size() << ',' << bits << ',' << group_size << ',' << n << ',' << r.sites << ','
         << r.max_s << ',' << r.q << ',' << r.ratio << ',' << r.bound << ',' << (r.within ? 1 : 0) << '\n';
-    ECHO_INPUT_CHECK(f.good(), "--csv {}: write failed", csv_path);
+    ECHO_RUN_CHECK(f.good(), "--csv {}: write failed", csv_path);
   }
   if (!json_path.empty()) {
     nlohmann::ordered_json j = {{"P", comm.size()},       {"bits", bits},  {"group_size", group_size},
@@ -285,7 +285,7 @@ int depth_main(int argc, char** argv) {
     std::ofstream f(json_path);
     ECHO_INPUT_CHECK(f.good(), "--json {}: cannot open for writing", json_path);
     f << j.dump(2) << "\n";
-    ECHO_INPUT_CHECK(f.good(), "--json {}: write failed", json_path);
+    ECHO_RUN_CHECK(f.good(), "--json {}: write failed", json_path);
   }
   return 0;
 }

@@ -65,7 +65,7 @@ int eval_main(int argc, char** argv) {
     std::ofstream f(json_path);
     ECHO_INPUT_CHECK(f.good(), "--json {}: cannot open for writing", json_path);
     f << train::eval_report_json(r) << "\n";
-    ECHO_INPUT_CHECK(f.good(), "--json {}: write failed", json_path);
+    ECHO_RUN_CHECK(f.good(), "--json {}: write failed", json_path);
   }
   return 0;
 }

@@ -231,7 +231,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);
-    ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", json_path);
+    ECHO_RUN_CHECK(f.good(), "cannot write --json file '{}'", json_path);
     f << report.dump(2) << "\n";
   }
   cudaStreamDestroy(s);

@@ -100,7 +100,7 @@ int bench_main(int argc, char** argv) {
                 stats.p90_us / 1e3, tokens_per_s, adamw ? "forward+backward+adamw" : "forward+backward");
     if (!json_path.empty()) {
       std::ofstream f(json_path);
-      ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", json_path);
+      ECHO_RUN_CHECK(f.good(), "cannot write --json file '{}'", json_path);
       const nlohmann::json out = {{"layers", shape.layers},
                                   {"hidden", shape.hidden},
                                   {"ffn", shape.ffn},

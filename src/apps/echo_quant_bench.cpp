@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
 
     if (!opt.json.empty()) {
       std::ofstream f(opt.json);
-      ECHO_INPUT_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
+      ECHO_RUN_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
       const nlohmann::json ceilings{{"read_gbps", {{"median", read.median}, {"min", read.min}, {"max", read.max}}},
                                     {"update_gbps", {{"median", update.median}, {"min", update.min}, {"max", update.max}}},
                                     {"copy_gbps", {{"median", copy.median}, {"min", copy.min}, {"max", copy.max}}}};

@@ -292,7 +292,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);
-    ECHO_CHECK(f.good(), "cannot write {}", json_path);
+    ECHO_RUN_CHECK(f.good(), "cannot write {}", json_path);
     f << nlohmann::json{{"machine", bench::to_json(machine)}, {"results", out}}.dump(2) << "\n";
     std::printf("\nwrote %s\n", json_path.c_str());
   }

@@ -18,7 +18,7 @@ inline std::optional<int> parse_on_every_rank(CLI::App& app, int argc, char** ar
   } catch (const CLI::ParseError& e) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+    return rank == 0 ? app.exit(e) : e.get_exit_code();  // app.exit prints and returns the same code
   }
 }
 

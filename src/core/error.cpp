@@ -22,6 +22,7 @@ Error::Error(std::string message, const char* file, int line, const char* condit
       message_(std::move(message)),
       file_(file),
       line_(line),
+      condition_(condition),
       kind_(kind) {}
 
 InputError::InputError(std::string message, const char* file, int line)
@@ -38,7 +39,7 @@ void rethrow_with_context(const Error& e, const std::string& before, const std::
     case Error::Kind::run:
       throw RunError(std::move(message), e.file(), e.line());
     default:
-      throw Error(std::move(message), e.file(), e.line(), nullptr);
+      throw Error(std::move(message), e.file(), e.line(), e.condition());
   }
 }
 
@@ -69,9 +70,14 @@ void raise_all(std::initializer_list<std::function<void()>> checks) {
   if (errors.size() == 1) std::rethrow_exception(first);
   std::string all = fmt::format("{} faults were noted in this step:", errors.size());
   for (size_t i = 0; i < errors.size(); ++i) all += fmt::format("\n  {}. {}", i + 1, errors[i].message());
-  // A bug among them points into the source (the first bug's place); otherwise the run failed.
-  for (const Error& e : errors)
-    if (e.kind() == Error::Kind::internal) throw_error(e.file(), e.line(), nullptr, std::move(all));
+  // A bug among them points into the source (the first bug's place); inputs alone stay an input
+  // error; otherwise the run failed.
+  bool all_input = true;
+  for (const Error& e : errors) {
+    if (e.kind() == Error::Kind::internal) throw_error(e.file(), e.line(), e.condition(), std::move(all));
+    all_input = all_input && e.kind() == Error::Kind::input;
+  }
+  if (all_input) throw_input_error(errors.front().file(), errors.front().line(), std::move(all));
   throw_run_error(errors.front().file(), errors.front().line(), std::move(all));
 }
 

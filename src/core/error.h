@@ -31,6 +31,8 @@ class Error : public std::runtime_error {
   const std::string& message() const { return message_; }
   const char* file() const { return file_; }
   int line() const { return line_; }
+  // The failed condition's text for an ECHO_CHECK, else nullptr.
+  const char* condition() const { return condition_; }
   Kind kind() const { return kind_; }
   // True for an InputError.
   bool is_input() const { return kind_ == Kind::input; }
@@ -42,6 +44,7 @@ class Error : public std::runtime_error {
   std::string message_;
   const char* file_;
   int line_;
+  const char* condition_;
   Kind kind_ = Kind::internal;
 };
 

@@ -19,8 +19,11 @@ struct Sha256::Context {
 
 Sha256::Sha256() : ctx_(new Context) {
   ctx_->md = EVP_MD_CTX_new();
-  ECHO_CHECK(ctx_->md != nullptr && EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) == 1,
-             "OpenSSL could not start a SHA-256 digest");
+  if (ctx_->md != nullptr && EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) == 1) return;
+  // The destructor does not run for a constructor that throws: free here.
+  EVP_MD_CTX_free(ctx_->md);
+  delete ctx_;
+  ECHO_FAIL("OpenSSL could not start a SHA-256 digest");
 }
 
 Sha256::~Sha256() {

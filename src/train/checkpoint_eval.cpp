@@ -135,7 +135,7 @@ void write_batch_npy(const std::string& path, const std::vector<int32_t>& tokens
   f << header;
   f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
   f.write(reinterpret_cast<const char*>(targets.data()), static_cast<std::streamsize>(targets.size() * 4));
-  ECHO_INPUT_CHECK(f.good(), "--dump-batch {}: write failed", path);
+  ECHO_RUN_CHECK(f.good(), "--dump-batch {}: write failed", path);
 }
 
 }  // namespace

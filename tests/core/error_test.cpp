@@ -63,6 +63,12 @@ TEST(ErrorKinds, ContextKeepsTheKindAndTheSource) {
   const std::string internal = rethrown([] { ECHO_FAIL("broken invariant"); });
   EXPECT_EQ(internal.rfind(fmt::format("{}|at step 5: broken invariant; checkpoint kept|", 0), 0), 0u) << internal;
   EXPECT_NE(internal.find(fmt::format("error_test.cpp:{}]", line)), std::string::npos) << internal;
+  // A failed check keeps its condition too.
+  const std::string check = rethrown([] {
+    const int x = 3;
+    ECHO_CHECK(x == 4, "x is {}", x);
+  });
+  EXPECT_NE(check.find("at step 5: x is 3; checkpoint kept [check 'x == 4' failed at "), std::string::npos) << check;
 }
 
 TEST(RaiseAll, NothingWhenNoCheckThrows) {
@@ -103,6 +109,18 @@ TEST(RaiseAll, SeveralErrorsAreListedInOrder) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), Error::Kind::run);
     EXPECT_EQ(std::string(e.what()), "2 faults were noted in this step:\n  1. NaN in x\n  2. NaN in y");
+  }
+  try {
+    raise_all({[] { ECHO_INPUT_FAIL("bad a"); }, [] { ECHO_INPUT_FAIL("bad b"); }});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::input) << "inputs alone stay an input error";
+  }
+  try {
+    raise_all({[] { ECHO_INPUT_FAIL("bad a"); }, [] { ECHO_RUN_FAIL("NaN"); }});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::run);
   }
 }
 

@@ -198,6 +198,24 @@ TEST_F(ChecksumsTest, AChangedTrainerStateIsRefused) {
   EXPECT_EQ(read_checkpoint_meta(ckpt_).data_position, 1001u);  // what would have been resumed from
 }
 
+// config.json is the Hugging Face folder's, for the user to edit (transformers settings); the
+// load does not read it, so an edit does not refuse a resume.
+TEST_F(ChecksumsTest, AnEditedConfigJsonStillLoads) {
+  const fs::path config = ckpt_ / "config.json";
+  const std::string text = read_file(config);
+  const size_t at = text.find("\"torch_dtype\": \"float32\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    std::string edited = text;
+    edited.replace(at, std::string("\"torch_dtype\": \"float32\"").size(), "\"torch_dtype\": \"bfloat16\"");
+    write_file(config, edited);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_NE(read_file(config), text);
+  EXPECT_EQ(load(), "");
+}
+
 TEST_F(ChecksumsTest, ACheckpointWithoutChecksumsLoads) { EXPECT_EQ(load_without_checksums(), ""); }
 
 TEST_F(ChecksumsTest, MalformedOrIncompleteChecksumsAreRefused) {

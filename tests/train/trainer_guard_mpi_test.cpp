@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -131,7 +132,33 @@ TEST(TrainerGuard, TheDatasetSidecarIsChecked) {
 
   write_scratch_sidecar(train_prefix, 64, 63);
   write_scratch_sidecar(valid_prefix, 64, 63);
-  EXPECT_EQ(train(make_config(dir, with_valid), RunDirMode::fresh).steps_done, 4);
+  const TrainResult bare = train(make_config(dir, with_valid), RunDirMode::fresh);
+  EXPECT_EQ(bare.steps_done, 4);
+
+  // The same documents stored with their EOS (echo_prep --append-eos, as the sidecars say) train
+  // bit for bit alike: packed as stored, not with a second EOS after each document.
+  const std::string stored = echo::testing::make_scratch_datasets(
+      "echo_guard", "stored", 11, {"train", "valid"}, [](int, std::vector<int32_t>& doc) { doc.push_back(63); });
+  for (const char* split : {"/data/train", "/data/valid"})
+    write_scratch_sidecar(stored + split, 64, 63, std::string(64, 'a'), /*append_eos=*/true);
+  const std::vector<std::string> stored_valid = {"data.valid=" + stored + "/data/valid", "train.eval_interval=2"};
+  const TrainResult same = train(make_config(stored, stored_valid), RunDirMode::fresh);
+  EXPECT_EQ(same.last_loss, bare.last_loss);
+  sync();
+  // Every logged training and validation loss, in order (the timings differ).
+  const auto losses = [](const std::string& run_dir) {
+    std::vector<std::string> out;
+    std::istringstream lines(read_file(run_dir + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      for (const char* key : {"loss", "val_loss"})
+        if (j.contains(key)) out.push_back(std::string(key) + "=" + j[key].dump());
+    }
+    return out;
+  };
+  const auto bare_losses = losses(dir + "/run");
+  EXPECT_GE(bare_losses.size(), 6u);  // 4 steps, 2 validations
+  EXPECT_EQ(losses(stored + "/run"), bare_losses);
 }
 
 // optim.lr = 100 (the run, exact all-reduce): decay multiplies the weights by -9 a step

@@ -53,7 +53,8 @@ inline std::string make_scratch_datasets(const std::string& prefix, const std::s
 // tokenizer of `vocab` ids whose EOS is `eos`, once every rank is done with the old one; every
 // rank returns once it is in place.
 inline void write_scratch_sidecar(const std::string& prefix, int64_t vocab, int64_t eos,
-                                  const std::string& tokenizer_sha256 = std::string(64, 'a')) {
+                                  const std::string& tokenizer_sha256 = std::string(64, 'a'),
+                                  bool append_eos = false) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) {
     const auto ds = data::IndexedDataset::open(prefix);
@@ -63,6 +64,7 @@ inline void write_scratch_sidecar(const std::string& prefix, int64_t vocab, int6
     m.vocab_size = vocab;
     m.eos_id = eos;
     m.eos_source = "special added token \"<|test|>\"";
+    m.append_eos = append_eos;
     m.documents = ds.num_documents();
     m.tokens = ds.num_tokens();
     data::write_dataset_meta(prefix, m);

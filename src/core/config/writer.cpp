@@ -54,20 +54,20 @@ void write_effective_config(const Config& config, const std::string& path) {
   const fs::path target(path);
   std::error_code error;
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), error);
-  ECHO_INPUT_CHECK(!error, "cannot create the directory of '{}': {}", path, error.message());
+  ECHO_RUN_CHECK(!error, "cannot create the directory of '{}': {}", path, error.message());
   // Write a sibling temp file and rename it, so a reader never sees half a config.
   const fs::path temp = fs::path(path + ".tmp");
   {
     std::ofstream out(temp);
-    ECHO_INPUT_CHECK(out, "cannot open '{}' for writing", temp.string());
+    ECHO_RUN_CHECK(out, "cannot open '{}' for writing", temp.string());
     out << "# Effective echo configuration: every key, defaults included";
     if (!config.source.empty()) out << "; loaded from " << config.source;
     out << ".\n" << to_yaml(config);
     out.close();
-    ECHO_INPUT_CHECK(out, "cannot write '{}'", temp.string());
+    ECHO_RUN_CHECK(out, "cannot write '{}'", temp.string());
   }
   fs::rename(temp, target, error);
-  ECHO_INPUT_CHECK(!error, "cannot rename '{}' to '{}': {}", temp.string(), path, error.message());
+  ECHO_RUN_CHECK(!error, "cannot rename '{}' to '{}': {}", temp.string(), path, error.message());
 }
 
 }  // namespace echo::config

@@ -51,8 +51,11 @@ constexpr std::string_view kStepPrefix = "step_";
 constexpr std::string_view kTmpSuffix = ".tmp";
 constexpr const char* kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
 
+// The text an agreed error carries: an input or run error's message, or a bug's whole what(),
+// so that its "[check ... at file:line]" survives being re-raised as the save's or load's error.
 std::string error_text(const std::exception& e) {
-  if (const auto* err = dynamic_cast<const Error*>(&e)) return err->message();
+  if (const auto* err = dynamic_cast<const Error*>(&e); err && err->kind() != Error::Kind::internal)
+    return err->message();
   return e.what();
 }
 
@@ -352,7 +355,11 @@ std::string trainer_rel(const char* file) { return fmt::format("{}/{}", kTrainer
 std::optional<CheckpointChecksums> read_checksums(const fs::path& dir) {
   const fs::path path = dir / kTrainerDir / kChecksumsFile;
   std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
+  const bool exists = fs::exists(path, ec);
+  // Only a file that is not there means "written before checksums": one that cannot be looked at
+  // (a permission) must not load unverified.
+  ECHO_INPUT_CHECK(!ec, "cannot look for the checkpoint checksums '{}': {}", path.string(), ec.message());
+  if (!exists) return std::nullopt;
   return parse_checksums(read_text(path), path.string());
 }
 
@@ -640,16 +647,17 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     check_shards(params, opt, tp);
     const fs::path trainer_dir = trainer_files(dir);
     // Each file is checked against its checksums before it is parsed, so a corrupt one is named as
-    // such rather than by whatever its damage breaks. The JSON files are tiny: every rank hashes
-    // them; the tensors are split over the world (tensor i by world rank i % world size), and a
-    // mismatch found on any rank reaches every rank through the agreement below.
+    // such rather than by whatever its damage breaks. The trainer state is tiny: every rank hashes
+    // it; the tensors are split over the world (tensor i by world rank i % world size), and a
+    // mismatch found on any rank reaches every rank through the agreement below. config.json is
+    // hashed at save but not checked here: the load does not read it, and the folder is a Hugging
+    // Face one whose config.json a user may edit for transformers.
     const std::optional<CheckpointChecksums> sums = read_checksums(dir);
     verified = sums.has_value();
     ChecksumShare share{world.world.rank(), world.world.size(), 0};
     const std::string state_text = read_text(trainer_dir / kStateFile);
     if (sums) {
       verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
-      verify_file(*sums, ckpt_dir, kHfConfigFile, read_text(dir / kHfConfigFile));
     }
     meta = parse_state(trainer_dir / kStateFile, state_text, optimizer_step);
     model_file.emplace((dir / kModelFile).string());
