@@ -40,6 +40,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sha256.h"
+#include "core/text_file.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/split.h"
@@ -148,14 +149,7 @@ class WorkerPool {
   std::exception_ptr error_;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "cannot read input '{}': {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  ECHO_INPUT_CHECK(!in.bad(), "cannot read input '{}': {}", path, std::strerror(errno));
-  return text.str();
-}
+std::string read_file(const std::string& path) { return read_text_file(path, fmt::format("input '{}'", path)); }
 
 // 1-based line of byte `offset` in `text`.
 size_t line_of(std::string_view text, size_t offset) {

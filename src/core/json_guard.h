@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/text_file.h"
 
 namespace echo {
 
@@ -84,6 +85,11 @@ inline nlohmann::json parse_untrusted_json(std::string_view text, const std::str
   } catch (const nlohmann::json::exception& e) {
     ECHO_INPUT_FAIL("{} is not valid JSON: {}", what, e.what());
   }
+}
+
+// parse_untrusted_json of a whole file: "cannot read <what>: ..." when it cannot be read.
+inline nlohmann::json read_untrusted_json_file(const std::string& path, const std::string& what) {
+  return parse_untrusted_json(read_text_file(path, what), what);
 }
 
 }  // namespace echo

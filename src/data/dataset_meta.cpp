@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "core/error.h"
 #include "core/json_guard.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "data/indexed_dataset.h"
 
 namespace echo::data {
@@ -62,19 +62,6 @@ int64_t int_field(const Json& j, const char* key, int64_t lo, int64_t hi, const 
   ECHO_INPUT_CHECK(ok && x >= lo && x <= hi, "dataset sidecar '{}': \"{}\" must be an integer in [{}, {}], got {}; {}",
                    path, key, lo, hi, json_excerpt(v), kMalformedFix);
   return x;
-}
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "cannot read dataset sidecar '{}': {}", path, std::strerror(errno));
-  std::string text(kMaxDatasetMetaBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  ECHO_INPUT_CHECK(!in.bad(), "cannot read dataset sidecar '{}': {}", path, std::strerror(errno));
-  text.resize(static_cast<size_t>(in.gcount()));
-  ECHO_INPUT_CHECK(text.size() <= kMaxDatasetMetaBytes,
-                   "dataset sidecar '{}' is larger than {} bytes: not a sidecar echo_prep wrote; {}", path,
-                   kMaxDatasetMetaBytes, kMalformedFix);
-  return text;
 }
 
 // "tokenizer 'byte' (vocab 257, eos 256: <source>)", for messages.
@@ -168,7 +155,10 @@ std::optional<DatasetMeta> read_dataset_meta(const std::string& prefix) {
   if (!std::filesystem::exists(path, ec)) return std::nullopt;
   ECHO_INPUT_CHECK(std::filesystem::is_regular_file(path, ec), "dataset sidecar '{}' is not a regular file; {}", path,
                    kMalformedFix);
-  return parse_dataset_meta(read_small_file(path), path);
+  std::string why;
+  const std::optional<std::string> text = try_read_text_file(path, why, kMaxDatasetMetaBytes);
+  ECHO_INPUT_CHECK(text.has_value(), "cannot read dataset sidecar '{}': {}; {}", path, why, kMalformedFix);
+  return parse_dataset_meta(*text, path);
 }
 
 std::optional<DatasetMeta> check_dataset_meta(const IndexedDataset& ds, const std::string& role,

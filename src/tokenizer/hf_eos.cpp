@@ -2,10 +2,8 @@
 #include "tokenizer/hf_eos.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/json_guard.h"
@@ -41,11 +39,7 @@ std::string near_misses(const HfTokenizer& tok) {
 // tokenizer_config.json's eos_token: its text, or nullopt when the file names none.
 std::optional<std::string> configured_eos(const std::string& path) {
   const std::string what = fmt::format("tokenizer_config.json '{}'", path);
-  std::ifstream in(path, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "{} cannot be opened", what);
-  std::ostringstream text;
-  text << in.rdbuf();
-  const Json j = parse_untrusted_json(text.str(), what);
+  const Json j = read_untrusted_json_file(path, what);
   ECHO_INPUT_CHECK(j.is_object(), "{} is not a JSON object", what);
   if (!j.contains("eos_token") || j["eos_token"].is_null()) return std::nullopt;
   const Json& eos = j["eos_token"];

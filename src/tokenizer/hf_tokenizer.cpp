@@ -3,16 +3,13 @@
 #include "tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "core/text_file.h"
 
 namespace echo::tokenizer {
 namespace {
@@ -172,13 +169,9 @@ std::optional<Regex> added_token_matcher(const std::vector<HfTokenizer::AddedTok
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path, const std::string& eos_token) {
   const std::string origin = fmt::format("tokenizer.json '{}'", path);
-  std::ifstream in(path, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "{} cannot be opened: {}", origin, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  ECHO_INPUT_CHECK(!in.bad(), "{} cannot be read: {}", origin, std::strerror(errno));
+  const std::string text = read_text_file(path, origin);
   const std::filesystem::path beside = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  return from_json(text.str(), origin, EosRule{eos_token, beside.string()});
+  return from_json(text, origin, EosRule{eos_token, beside.string()});
 }
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text, const std::string& origin,

@@ -75,29 +75,61 @@ Resolved resolve_checkpoint(const std::string& path) {
       path);
 }
 
+// Where data.eos_id came from, for messages, and whether someone chose it: --set, a --config
+// that sets it, or the config an echo checkpoint recorded. An unchosen one is settled by
+// settle_eos once the data is known.
+struct EosChoice {
+  bool chosen = false;
+  std::string source;
+};
+
+constexpr const char* kRecordedEos = "data.eos_id of the checkpoint's recorded config";
+
 // The config to evaluate under, before the command line's layout and batch settings.
-// `eos_source` says where data.eos_id came from (--set, the config, or a Hugging Face folder's files).
-config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step, std::string& eos_source) {
+config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step, EosChoice& eos) {
   if (ckpt.ours) step = read_checkpoint_meta(ckpt.path).step;
-  const bool user_eos = config::overrides_set(req.overrides, "data.eos_id");
-  eos_source = user_eos ? "--set data.eos_id" : fmt::format("data.eos_id of the config '{}'", req.config_path);
-  if (!req.config_path.empty()) return config::load_config(req.config_path, req.overrides);
+  if (config::overrides_set(req.overrides, "data.eos_id")) eos = {true, "--set data.eos_id"};
+  if (!req.config_path.empty()) {
+    config::Config cfg = config::load_config(req.config_path, req.overrides);
+    if (!eos.chosen && config::config_file_sets(req.config_path, "data.eos_id"))
+      eos = {true, fmt::format("data.eos_id of the config '{}'", req.config_path)};
+    return cfg;
+  }
   if (ckpt.ours) {
     const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
     ECHO_INPUT_CHECK(!meta.config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
-    if (!user_eos) eos_source = "data.eos_id of the checkpoint's recorded config";
+    if (!eos.chosen) eos = {true, kRecordedEos};
     return config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)", req.overrides);
   }
-  config::Config hf = config_from_hf(ckpt.path);
-  // The user's --set data.eos_id wins; otherwise the folder must say (hf_config.h), since echo's
-  // default EOS is Qwen3's and silently wrong for any other vocabulary.
-  if (!user_eos) {
-    const HfEos eos = hf_eos_id(hf_folder_of(ckpt.path), hf.model.vocab_size);
-    hf.data.eos_id = eos.id;
-    eos_source = eos.source;
-  }
   // Through YAML, so the --set overrides pass the same checks as on a file.
-  return config::parse_config(config::to_yaml(hf), ckpt.path + "/config.json", req.overrides);
+  return config::parse_config(config::to_yaml(config_from_hf(ckpt.path)), ckpt.path + "/config.json",
+                              req.overrides);
+}
+
+// data.eos_id when no one chose it. First the EOS the data was prepared with (its sidecar): the
+// documents' separator is the data's, whatever a Hugging Face config.json says ends a generation
+// (Qwen3's chat models say <|im_end|>, their data is split by <|endoftext|>). Without a sidecar,
+// what the checkpoint says: an echo checkpoint's recorded config, a Hugging Face folder's files
+// (hf_config.h). Never echo's default silently: it is Qwen3's, wrong for any other vocabulary.
+void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const std::string& prefix) {
+  if (const auto meta = data::read_dataset_meta(prefix)) {
+    cfg.data.eos_id = static_cast<int>(meta->eos_id);
+    eos.source = fmt::format("the EOS the data was prepared with, {} in '{}'", meta->eos_source, meta->path);
+    return;
+  }
+  if (!ckpt.ours) {
+    const HfEos hf = hf_eos_id(hf_folder_of(ckpt.path), cfg.model.vocab_size);
+    cfg.data.eos_id = hf.id;
+    eos.source = hf.source;
+    return;
+  }
+  const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
+  ECHO_INPUT_CHECK(!meta.config_yaml.empty(),
+                   "neither the config, the evaluation data '{}' (no sidecar) nor the checkpoint '{}' (no recorded "
+                   "config) says which token is the EOS; pass --set data.eos_id=N",
+                   prefix, ckpt.path);
+  cfg.data.eos_id = config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)").data.eos_id;
+  eos.source = kRecordedEos;
 }
 
 void check_tp_divides(const config::ModelConfig& m, int tp) {
@@ -150,8 +182,8 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   EvalReport rep;
   rep.checkpoint = ckpt.path;
   rep.kind = ckpt.ours ? "echo" : "hf";
-  std::string eos_source;
-  config::Config cfg = base_config(req, ckpt, rep.step, eos_source);
+  EosChoice eos;
+  config::Config cfg = base_config(req, ckpt, rep.step, eos);
 
   // Layout and batches: the command line over the config.
   const int tp = req.tp > 0 ? req.tp : world_size;
@@ -184,9 +216,10 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                    "scripts/get_data.sh` for data/demo)",
                    prefix, prefix);
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
+  if (!eos.chosen) settle_eos(cfg, eos, ckpt, prefix);
   // The data's own tokenizer and EOS (data/dataset_meta.h): a checkpoint's or a Hugging Face
   // folder's EOS that is not the data's is refused, as the trainer refuses it.
-  const auto meta = data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos_source, cfg.model.vocab_size});
+  const auto meta = data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos.source, cfg.model.vocab_size});
   data::check_token_range(ds, cfg.model.vocab_size, "evaluation data '" + prefix + "'");
   ECHO_INPUT_CHECK(cfg.data.eos_id >= 0 && cfg.data.eos_id < cfg.model.vocab_size,
                    "'data.eos_id' = {} must lie in [0, 'model.vocab_size' = {})", cfg.data.eos_id,
@@ -211,7 +244,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
     logger->info("{} ({}{}): tp {} dp {}, all-reduce {}, {} x {} global batches of {} x {} tokens on {}, eos {} ({})",
                  ckpt.path, rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp,
                  comm::describe(*blocks), cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb,
-                 cfg.data.seq_len, prefix, cfg.data.eos_id, eos_source);
+                 cfg.data.seq_len, prefix, cfg.data.eos_id, eos.source);
 
   data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
   opts.eos_stored = meta && meta->append_eos;  // --append-eos data: packed as stored

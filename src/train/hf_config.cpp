@@ -3,14 +3,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
 namespace echo::train {
@@ -24,16 +23,8 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "cannot read '{}'", p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 Json read_object(const fs::path& file, const std::string& what) {
-  const Json j = parse_untrusted_json(read_text(file), what);
+  const Json j = read_untrusted_json_file(file.string(), what);
   ECHO_INPUT_CHECK(j.is_object(), "{} is not a JSON object", what);
   return j;
 }
@@ -65,6 +56,23 @@ class FolderTokenizer {
   std::optional<HfEos> eos_;
 };
 
+// A single eos_token_id that is not the folder's tokenizer.json EOS is kept (the folder's files
+// decide, in their order) but said: Qwen3's chat models name the chat-turn end <|im_end|> there,
+// while text prepared with their tokenizer separates documents by <|endoftext|>.
+void say_if_not_the_tokenizers(int64_t id, const std::string& source, FolderTokenizer& tokenizer) {
+  if (!tokenizer.exists()) return;
+  try {
+    const HfEos& tok = tokenizer.eos();
+    if (tok.id != id)
+      log::get("eval")->info(
+          "{} is not the EOS {} of {}: evaluating with {}; if the data's documents are separated by {}, pass "
+          "--set data.eos_id={} (data prepared by echo_prep says so itself in its sidecar)",
+          source, tok.id, tok.source, id, tok.id, tok.id);
+  } catch (const InputError& e) {  // only the comparison is lost: the EOS itself is config.json's
+    log::get("eval")->warn("could not compare with the folder's tokenizer: {}", e.message());
+  }
+}
+
 // `file`'s eos_token_id, or nullopt when it has none (absent or null).
 std::optional<HfEos> eos_of_file(const fs::path& file, int64_t vocab_size, FolderTokenizer& tokenizer) {
   const std::string what = fmt::format("'{}'", file.string());
@@ -89,8 +97,10 @@ std::optional<HfEos> eos_of_file(const fs::path& file, int64_t vocab_size, Folde
                      "{}: eos_token_id = {}: {} is outside the model's vocabulary [0, {}) (config.json vocab_size); {}",
                      what, shown, id, vocab_size, kPassEos);
   const std::string source = fmt::format("{} eos_token_id = {}", what, shown);
-  if (std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return id == ids[0]; }))
+  if (std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return id == ids[0]; })) {
+    say_if_not_the_tokenizers(ids[0], source, tokenizer);
     return HfEos{static_cast<int>(ids[0]), source};
+  }
   ECHO_INPUT_CHECK(tokenizer.exists(),
                    "{}: eos_token_id = {} lists several ids, and the folder has no tokenizer.json ('{}') to tell "
                    "which one separates documents (Qwen lists the chat-turn end <|im_end|> before <|endoftext|>); {}",

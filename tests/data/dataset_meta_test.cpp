@@ -6,13 +6,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
-#include "core/log.h"
+#include "../support/log_capture.h"
 #include "core/sha256.h"
 #include "data_test_util.h"
 
@@ -52,16 +50,7 @@ DatasetMeta make_dataset(const std::string& prefix, int64_t vocab, int64_t eos, 
   return m;
 }
 
-// Captures the "data" log (rank 0 of 1) for the life of the object.
-class LogCapture {
- public:
-  LogCapture() { log::init(0, 1, spdlog::level::info, {std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)}); }
-  ~LogCapture() { log::init(0, 1); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-};
+using echo::testing::LogCapture;
 
 TEST(DatasetMeta, WrittenAndReadBack) {
   ScratchDir dir;

@@ -274,5 +274,56 @@ TEST(Eval, TheDataSidecarIsCheckedAgainstTheCheckpoint) {
   EXPECT_EQ(eval(ckpt, run.tp, {}, stored).loss, unchecked);
 }
 
+// An EOS no one chose (a Hugging Face folder's files, a --config without data.eos_id) is the one
+// the data was prepared with when its sidecar says (Qwen3's chat config.json names <|im_end|>,
+// echo_prep's data is split by <|endoftext|>); without a sidecar, the checkpoint's, never echo's
+// default 151643 (out of range here: before, a --config without data.eos_id was refused for it).
+// A chosen one (--set, a config that sets it, our recorded config) is checked, not replaced.
+TEST(Eval, AnUnchosenEosIsTheDatasThenTheCheckpoints) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const std::string dir = echo::testing::make_scratch_datasets("echo_eval", "settle", 9, {"valid"});
+  const std::string data = dir + "/data/valid", hf = dir + "/hf";
+  const std::string with_eos = dir + "/with_eos.yaml", without_eos = dir + "/without_eos.yaml";
+  if (world_rank() == 0) {
+    fs::create_directories(hf);
+    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors");
+    fs::copy_file(ckpt + "/config.json", hf + "/config.json");  // eos_token_id 63
+    std::string yaml = config_text(run.dir);
+    std::ofstream(with_eos) << yaml;
+    const std::string key = ", eos_id: 63";
+    const size_t at = yaml.find(key);
+    EXPECT_NE(at, std::string::npos);  // not ASSERT: the other ranks wait at the barrier below
+    if (at != std::string::npos) yaml.erase(at, key.size());
+    std::ofstream(without_eos) << yaml;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto eval_with = [&](const std::string& checkpoint, const std::string& config, std::vector<std::string> set) {
+    EvalRequest req;
+    req.checkpoint = checkpoint;
+    req.config_path = config;
+    req.tp = run.tp;
+    req.overrides = std::move(set);
+    req.data = data;
+    return evaluate_checkpoint(req);
+  };
+  // The trained run's settings, which a Hugging Face folder does not carry.
+  const std::vector<std::string> layout = {"run.seed=7",           "data.seq_len=16",      "train.micro_batch=2",
+                                           "train.global_batch=8", "train.eval_batches=2", "comm.allreduce=echo",
+                                           "comm.group_size=32"};
+  EXPECT_EQ(eval_with(hf, "", layout).config.data.eos_id, 63);  // no sidecar: the folder's config.json
+  EXPECT_EQ(eval_with(ckpt, without_eos, {}).config.data.eos_id, 63);  // no sidecar: the recorded config's
+
+  echo::testing::write_scratch_sidecar(data, 64, 62);
+  const EvalReport from_data = eval_with(hf, "", layout);
+  EXPECT_EQ(from_data.config.data.eos_id, 62);
+  EXPECT_EQ(from_data.loss, eval_with(ckpt, "", {"data.eos_id=62"}).loss);
+  EXPECT_EQ(eval_with(ckpt, without_eos, {}).config.data.eos_id, 62);
+  expect_input_error([&] { eval_with(ckpt, with_eos, {}); },
+                     "'data.eos_id' = 63 (data.eos_id of the config '" + with_eos + "') is not the EOS the data");
+  expect_input_error([&] { eval_with(ckpt, "", {}); }, "(data.eos_id of the checkpoint's recorded config)");
+  expect_input_error([&] { eval_with(hf, "", {"data.eos_id=63", "data.seq_len=16"}); }, "(--set data.eos_id)");
+}
+
 }  // namespace
 }  // namespace echo::train

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/log_capture.h"
 #include "../support/test_util.h"
 
 namespace echo::train {
@@ -20,6 +21,7 @@ namespace fs = std::filesystem;
 using echo::testing::error_of;
 using echo::testing::kind_and_what_of;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Json = nlohmann::json;
 
 constexpr int64_t kVocab = 64;
@@ -71,6 +73,25 @@ TEST_F(HfFolderEos, IntegerFromConfigJson) {
               HasSubstr("input: '" + file("config.json") +
                         "': eos_token_id = 64: 64 is outside the model's "
                         "vocabulary [0, 64) (config.json vocab_size); pass --set data.eos_id=N"));
+}
+
+// Qwen3's chat models: config.json says <|im_end|>, the tokenizer's EOS is <|endoftext|>. The
+// file decides, and the log says how to pick the other.
+TEST_F(HfFolderEos, AnIntegerThatIsNotTheTokenizersIsKeptAndSaid) {
+  config(31);
+  write("tokenizer.json", tokenizer_json());
+  {
+    echo::testing::LogCapture log;
+    EXPECT_EQ(eos().id, 31);
+    EXPECT_THAT(log.text(), HasSubstr("'" + file("config.json") + "' eos_token_id = 31 is not the EOS 30 of "
+                                      "tokenizer.json '" + file("tokenizer.json") +
+                                      "': special added token \"<|endoftext|>\": evaluating with 31; if the "
+                                      "data's documents are separated by 30, pass --set data.eos_id=30"));
+  }
+  config(30);
+  echo::testing::LogCapture log;
+  EXPECT_EQ(eos().id, 30);
+  EXPECT_THAT(log.text(), Not(HasSubstr("is not the EOS")));
 }
 
 TEST_F(HfFolderEos, ListIsDecidedByTheFoldersTokenizer) {
@@ -158,6 +179,18 @@ TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {
   EXPECT_FALSE(config::overrides_set({"data.seq_len=8", "comm={bits: 8}"}, "data.eos_id"));
   EXPECT_FALSE(config::overrides_set({}, "data.eos_id"));
   EXPECT_THAT(error_of([] { config::overrides_set({"data.eos_id"}, "data.eos_id"); }), HasSubstr("malformed override"));
+}
+
+// echo_eval lets the data's sidecar settle an EOS no one chose: a config file's default is not a
+// choice.
+TEST_F(HfFolderEos, ConfigFileSetsOnlyWhatTheFileSays) {
+  const std::string yaml = write("c.yaml", "model: {vocab_size: 64}\ndata:\n  seq_len: 16\n  eos_id: 5\n");
+  EXPECT_TRUE(config::config_file_sets(yaml, "data.eos_id"));
+  EXPECT_TRUE(config::config_file_sets(yaml, "model.vocab_size"));
+  EXPECT_FALSE(config::config_file_sets(yaml, "model.hidden"));
+  EXPECT_FALSE(config::config_file_sets(write("d.yaml", "data: {seq_len: 16, eos_id: null}\n"), "data.eos_id"));
+  EXPECT_THAT(error_of([&] { config::config_file_sets(file("none.yaml"), "data.eos_id"); }),
+              HasSubstr(file("none.yaml") + ": cannot open config file: No such file or directory"));
 }
 
 }  // namespace

@@ -4,15 +4,13 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 #include "core/config/schema.h"
 #include "core/config/stages.h"
+#include "core/text_file.h"
 
 namespace echo::config {
 namespace {
@@ -48,6 +46,14 @@ struct DottedKeys {
     schema::visit(value, inner);
   }
 };
+
+// A config file's text, or the config loader's "path: cannot open config file: ..." error.
+std::string read_config_file(const std::string& path) {
+  std::string why;
+  std::optional<std::string> text = try_read_text_file(path, why);
+  if (!text) fail_at(path, fmt::format("cannot open config file: {}", why));
+  return std::move(*text);
+}
 
 }  // namespace
 
@@ -95,15 +101,11 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
-  // NOTE: an ifstream opens a directory without complaint and then reads nothing, which
-  // would silently give every default.
-  std::error_code ec;  // the non-throwing form: a name too long is the message below, not a filesystem_error
-  if (std::filesystem::is_directory(path, ec)) fail_at(path, "cannot open config file: it is a directory");
-  std::ifstream in(path);
-  if (!in) fail_at(path, fmt::format("cannot open config file: {}", std::strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path, overrides, world_size);
+  return parse_config(read_config_file(path), path, overrides, world_size);
+}
+
+bool config_file_sets(const std::string& path, const std::string& dotted_key) {
+  return tree_sets(parse_yaml(read_config_file(path), path), dotted_key);
 }
 
 void validate(const Config& config, int world_size) {

@@ -276,6 +276,10 @@ void write_effective_config(const Config& config, const std::string& path);
 // folder) yields to the user's. Throws as load_config does for a malformed override.
 bool overrides_set(const std::vector<std::string>& overrides, const std::string& dotted_key);
 
+// Whether the config file at `path` itself sets `dotted_key`, rather than leaving its default:
+// echo_eval's EOS comes from the data when no one chose it. Throws as load_config does.
+bool config_file_sets(const std::string& path, const std::string& dotted_key);
+
 // Every leaf key in dotted form ("comm.compensator.eta"), in file order.
 std::vector<std::string> known_keys();
 

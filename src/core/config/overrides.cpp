@@ -95,10 +95,7 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
   for (const std::string& text : overrides) apply_override(root, parse_override(text), origins);
 }
 
-bool overrides_set(const std::vector<std::string>& overrides, const std::string& dotted_key) {
-  YAML::Node root(YAML::NodeType::Map);
-  Origins origins("--set");
-  apply_overrides(root, overrides, origins);
+bool tree_sets(const YAML::Node& root, const std::string& dotted_key) {
   YAML::Node node;
   node.reset(root);
   for (const std::string& name : split_key(dotted_key, dotted_key)) {
@@ -109,6 +106,13 @@ bool overrides_set(const std::vector<std::string>& overrides, const std::string&
     node.reset(child);
   }
   return true;
+}
+
+bool overrides_set(const std::vector<std::string>& overrides, const std::string& dotted_key) {
+  YAML::Node root(YAML::NodeType::Map);
+  Origins origins("--set");
+  apply_overrides(root, overrides, origins);
+  return tree_sets(root, dotted_key);
 }
 
 }  // namespace echo::config

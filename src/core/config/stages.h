@@ -19,6 +19,9 @@ void check_top_level(const YAML::Node& root, const Origins& origins);
 // Applies each "a.b=c" to the tree in order, creating missing sections; records them in origins.
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, Origins& origins);
 
+// Whether the tree holds a non-null value at `dotted_key` ("data.eos_id"): set, not defaulted.
+bool tree_sets(const YAML::Node& root, const std::string& dotted_key);
+
 // Typed values from the tree: unknown or duplicate keys, non-mapping sections and values of
 // the wrong type are errors; absent keys keep their defaults. Records each key's line.
 Config read_config(const YAML::Node& root, Origins& origins);

@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "core/error.h"
 #include "core/json_guard.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "dist/mpi_check.h"
 #include "train/checkpoint/checksums.h"
 #include "train/checkpoint/safetensors.h"
@@ -108,13 +108,7 @@ void write_file_synced(const fs::path& path, const std::string& text) {
   fsync_path(path, false);
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  ECHO_INPUT_CHECK(in.good(), "cannot open '{}': {}", path.string(), std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& path) { return read_text_file(path.string(), fmt::format("'{}'", path.string())); }
 
 // The step of a "step_<digits>" directory name (nullopt for anything else, .tmp included).
 std::optional<int64_t> parse_step_dir(const std::string& name) {
@@ -725,7 +719,7 @@ HfCheckpoint open_hf(const std::string& path) {
     ck.tensors = index_of(*ck.files.back());
     return ck;
   }
-  nlohmann::json index = parse_untrusted_json(read_text(p), fmt::format("safetensors index '{}'", p.string()));
+  nlohmann::json index = read_untrusted_json_file(p.string(), fmt::format("safetensors index '{}'", p.string()));
   ECHO_INPUT_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
                    "safetensors index '{}' has no 'weight_map' object", p.string());
   std::map<std::string, const SafetensorsFile*> by_file;
@@ -804,7 +798,7 @@ std::optional<int64_t> hf_max_position_embeddings(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(config, ec)) return std::nullopt;
   const nlohmann::json j =
-      parse_untrusted_json(read_text(config), fmt::format("Hugging Face config '{}'", config.string()));
+      read_untrusted_json_file(config.string(), fmt::format("Hugging Face config '{}'", config.string()));
   if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
     return std::nullopt;
   return j["max_position_embeddings"].get<int64_t>();

@@ -1,0 +1,85 @@
+// core/text_file.h with POSIX open/fstat/read: the file type and size come from the descriptor
+// that is read, so what is checked is what is read.
+#include "core/text_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace echo {
+namespace {
+
+// Closes the descriptor on every return path.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+std::string too_large(std::size_t max_bytes) { return fmt::format("it is larger than {} bytes", max_bytes); }
+
+}  // namespace
+
+std::optional<std::string> try_read_text_file(const std::string& path, std::string& why, std::size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = std::strerror(errno);
+    return std::nullopt;
+  }
+  const FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    why = std::strerror(errno);
+    return std::nullopt;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    why = "it is a directory";
+    return std::nullopt;
+  }
+  // A regular file's size is known up front; a pipe or /proc file is read until its end, bounded
+  // all the same.
+  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    why = too_large(max_bytes);
+    return std::nullopt;
+  }
+  std::string text;
+  if (S_ISREG(st.st_mode)) text.reserve(static_cast<std::size_t>(st.st_size));
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      why = std::strerror(errno);
+      return std::nullopt;
+    }
+    if (got == 0) break;
+    if (static_cast<std::size_t>(got) > max_bytes - text.size()) {  // grew while read, or not a regular file
+      why = too_large(max_bytes);
+      return std::nullopt;
+    }
+    text.append(chunk, static_cast<std::size_t>(got));
+  }
+  return text;
+}
+
+std::string read_text_file(const std::string& path, const std::string& what, std::size_t max_bytes) {
+  std::string why;
+  std::optional<std::string> text = try_read_text_file(path, why, max_bytes);
+  ECHO_INPUT_CHECK(text.has_value(), "cannot read {}: {}", what, why);
+  return std::move(*text);
+}
+
+}  // namespace echo

@@ -1,0 +1,26 @@
+// Reading a whole small file (a config, tokenizer.json, a checkpoint's JSON, a dataset sidecar)
+// into memory, with one set of refusals for all of them. Why not an ifstream: it opens a
+// directory without complaint and then reads nothing, so a directory passed where a file was
+// meant reads as an empty file, and every caller restated the same checks.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace echo {
+
+inline constexpr std::size_t kAnyFileSize = std::numeric_limits<std::size_t>::max();
+
+// The file's bytes, or nullopt with `why` set to the reason in a few words ("No such file or
+// directory", "it is a directory", "it is larger than 65536 bytes"): for callers with their own
+// error format (the config loader's "path: message").
+std::optional<std::string> try_read_text_file(const std::string& path, std::string& why,
+                                              std::size_t max_bytes = kAnyFileSize);
+
+// The file's bytes; an InputError "cannot read <what>: <why>" otherwise, `what` naming the file
+// with its role ("tokenizer.json '/m/tokenizer.json'").
+std::string read_text_file(const std::string& path, const std::string& what, std::size_t max_bytes = kAnyFileSize);
+
+}  // namespace echo

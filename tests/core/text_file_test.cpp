@@ -1,0 +1,95 @@
+// read_text_file / try_read_text_file: every byte back (NULs and high bytes included), the size
+// bound at its exact edge, and each refusal (missing, a directory, too large, a non-regular file
+// past the bound) named; read_untrusted_json_file names the file in a parse error.
+#include "core/text_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/json_guard.h"
+#include "../support/test_util.h"
+
+namespace echo {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::kind_and_what_of;
+
+class TextFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("echo_text_file_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& bytes) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p.string();
+  }
+
+  fs::path dir_;
+};
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(gen());
+  return s;
+}
+
+TEST_F(TextFileTest, ReturnsEveryByte) {
+  // 200,003 bytes: more than the 64 KiB read chunk, not a multiple of it.
+  const std::string bytes = random_bytes(200003, static_cast<unsigned>(::getpid()));
+  ASSERT_NE(bytes.find('\0'), std::string::npos);
+  EXPECT_EQ(read_text_file(write("r.bin", bytes), "r"), bytes);
+  EXPECT_EQ(read_text_file(write("empty", ""), "empty"), "");
+}
+
+TEST_F(TextFileTest, TheBoundIsInclusive) {
+  const std::string bytes = random_bytes(1000, 7);
+  const std::string path = write("b.bin", bytes);
+  EXPECT_EQ(read_text_file(path, "b", 1000), bytes);
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(path, "sidecar 'b'", 999); }),
+            "input: cannot read sidecar 'b': it is larger than 999 bytes");
+}
+
+TEST_F(TextFileTest, RefusalsNameTheFileAndTheReason) {
+  const std::string missing = (dir_ / "missing.json").string();
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(missing, "tokenizer.json 'm'"); }),
+            "input: cannot read tokenizer.json 'm': No such file or directory");
+  // An ifstream would open the directory and read nothing: an empty file, silently.
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(dir_.string(), "config 'd'"); }),
+            "input: cannot read config 'd': it is a directory");
+  std::string why;
+  EXPECT_FALSE(try_read_text_file(std::string(5000, 'x'), why).has_value());
+  EXPECT_EQ(why, "File name too long");
+}
+
+TEST_F(TextFileTest, ANonRegularFileIsReadToItsEndAndBounded) {
+  // /proc files report size 0 and are read to their end: the bound applies to what is read.
+  const std::string whole = read_text_file("/proc/self/cmdline", "cmdline");
+  ASSERT_GT(whole.size(), 4u);
+  std::string why;
+  EXPECT_FALSE(try_read_text_file("/proc/self/cmdline", why, whole.size() - 1).has_value());
+  EXPECT_EQ(why, "it is larger than " + std::to_string(whole.size() - 1) + " bytes");
+}
+
+TEST_F(TextFileTest, JsonFileErrorsNameTheFile) {
+  EXPECT_EQ(read_untrusted_json_file(write("ok.json", R"({"a": [1, 2]})"), "x")["a"][1], 2);
+  const std::string message = kind_and_what_of([&] { read_untrusted_json_file(write("bad.json", "{\"a\": "), "state 's'"); });
+  EXPECT_EQ(message.rfind("input: state 's' is not valid JSON: ", 0), 0u) << message;
+  EXPECT_EQ(kind_and_what_of([&] { read_untrusted_json_file(dir_.string(), "state 'd'"); }),
+            "input: cannot read state 'd': it is a directory");
+}
+
+}  // namespace
+}  // namespace echo
