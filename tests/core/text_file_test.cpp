@@ -6,37 +6,21 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "core/json_guard.h"
+#include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 
 namespace echo {
 namespace {
 
-namespace fs = std::filesystem;
 using testing::kind_and_what_of;
 
 class TextFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("echo_text_file_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& bytes) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p.string();
-  }
-
-  fs::path dir_;
+  std::string write(const std::string& name, const std::string& bytes) { return dir_.write(name, bytes); }
+  echo::testing::ScratchDir dir_;
 };
 
 std::string random_bytes(std::size_t n, unsigned seed) {
@@ -63,11 +47,11 @@ TEST_F(TextFileTest, TheBoundIsInclusive) {
 }
 
 TEST_F(TextFileTest, RefusalsNameTheFileAndTheReason) {
-  const std::string missing = (dir_ / "missing.json").string();
+  const std::string missing = dir_.path("missing.json");
   EXPECT_EQ(kind_and_what_of([&] { read_text_file(missing, "tokenizer.json 'm'"); }),
             "input: cannot read tokenizer.json 'm': No such file or directory");
   // An ifstream would open the directory and read nothing: an empty file, silently.
-  EXPECT_EQ(kind_and_what_of([&] { read_text_file(dir_.string(), "config 'd'"); }),
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(dir_.str(), "config 'd'"); }),
             "input: cannot read config 'd': it is a directory");
   std::string why;
   EXPECT_FALSE(try_read_text_file(std::string(5000, 'x'), why).has_value());
@@ -87,7 +71,7 @@ TEST_F(TextFileTest, JsonFileErrorsNameTheFile) {
   EXPECT_EQ(read_untrusted_json_file(write("ok.json", R"({"a": [1, 2]})"), "x")["a"][1], 2);
   const std::string message = kind_and_what_of([&] { read_untrusted_json_file(write("bad.json", "{\"a\": "), "state 's'"); });
   EXPECT_EQ(message.rfind("input: state 's' is not valid JSON: ", 0), 0u) << message;
-  EXPECT_EQ(kind_and_what_of([&] { read_untrusted_json_file(dir_.string(), "state 'd'"); }),
+  EXPECT_EQ(kind_and_what_of([&] { read_untrusted_json_file(dir_.str(), "state 'd'"); }),
             "input: cannot read state 'd': it is a directory");
 }
 

@@ -29,8 +29,8 @@ class DataLoaderTest : public ::testing::Test {
     std::mt19937_64 gen(3);
     for (int i = 0; i < 60; ++i) lengths.push_back(gen() % 40);
     docs_ = random_documents(lengths, 1, 1000, 5);
-    write_dataset(dir_.prefix("train"), docs_);
-    ds_ = std::make_unique<IndexedDataset>(IndexedDataset::open(dir_.prefix("train")));
+    write_dataset(dir_.path("train"), docs_);
+    ds_ = std::make_unique<IndexedDataset>(IndexedDataset::open(dir_.path("train")));
     for (const auto& d : docs_) {
       stream_.insert(stream_.end(), d.begin(), d.end());
       stream_.push_back(kEos);
@@ -90,8 +90,8 @@ TEST_F(DataLoaderTest, PackingInsertsEosAfterEveryDocument) {
 TEST_F(DataLoaderTest, StoredEosIsNotAppendedAgain) {
   std::vector<std::vector<int32_t>> with_eos = docs_;
   for (auto& d : with_eos) d.push_back(kEos);
-  write_dataset(dir_.prefix("stored"), with_eos);
-  const IndexedDataset stored = IndexedDataset::open(dir_.prefix("stored"));
+  write_dataset(dir_.path("stored"), with_eos);
+  const IndexedDataset stored = IndexedDataset::open(dir_.path("stored"));
   LoaderOptions opt = options(4);
   opt.eos_stored = true;
   const DataLoader loader(stored, opt);
@@ -242,18 +242,18 @@ TEST_F(DataLoaderTest, Errors) {
   std::vector<int32_t> t, g;
   EXPECT_THAT(error_of([&] { loader.micro_batch(0, 2, 4, 2, t, g); }), HasSubstr("micro-batch 2 out of range [0, 2)"));
 
-  write_dataset(dir_.prefix("empty"), {});
-  const IndexedDataset empty = IndexedDataset::open(dir_.prefix("empty"));
+  write_dataset(dir_.path("empty"), {});
+  const IndexedDataset empty = IndexedDataset::open(dir_.path("empty"));
   EXPECT_THAT(error_of([&] { DataLoader(empty, options(1)); }),
-              HasSubstr(dir_.prefix("empty") + ": empty dataset (0 documents)"));
+              HasSubstr(dir_.path("empty") + ": empty dataset (0 documents)"));
 
   // 6 tokens in 2 documents -> stream of 8: one sample needs seq_len + 1 <= 8.
-  write_dataset(dir_.prefix("tiny"), {{1, 2, 3}, {4, 5, 6}});
-  const IndexedDataset tiny = IndexedDataset::open(dir_.prefix("tiny"));
+  write_dataset(dir_.path("tiny"), {{1, 2, 3}, {4, 5, 6}});
+  const IndexedDataset tiny = IndexedDataset::open(dir_.path("tiny"));
   opt.seq_len = 8;
   EXPECT_THAT(error_of([&] { DataLoader(tiny, opt); }),
-              HasSubstr(dir_.prefix("tiny") + ": too little data: 6 tokens in 2 documents pack (with EOS) into a "
-                                              "stream of 8 tokens, fewer than one sample of seq_len + 1 = 9 tokens"));
+              HasSubstr(dir_.path("tiny") + ": too little data: 6 tokens in 2 documents pack (with EOS) into a "
+                                            "stream of 8 tokens, fewer than one sample of seq_len + 1 = 9 tokens"));
   opt.seq_len = 7;
   opt.eos_id = 99;
   const DataLoader one(tiny, opt);

@@ -1,9 +1,8 @@
-// Helpers shared by the data tests: a scratch directory per test, raw file bytes, and the message
-// of the echo::Error a call throws.
+// Helpers shared by the data tests: a scratch directory per test (tests/support/scratch_dir.h), raw
+// file bytes, random documents written as a dataset, and the message of the echo::Error a call throws.
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -13,36 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "../support/scratch_dir.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "data/indexed_dataset.h"
-#include "../support/test_util.h"
 
 namespace echo::data::testing {
 
 using echo::testing::error_of;
 using echo::testing::kNoErrorThrown;
+using echo::testing::ScratchDir;
 
 namespace fs = std::filesystem;
-
-// A fresh directory named after the running test, removed on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / (std::string("echo_data_") + info->test_suite_name() + "_" + info->name() +
-                                         "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string prefix(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

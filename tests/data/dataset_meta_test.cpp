@@ -57,7 +57,7 @@ TEST(DatasetMeta, WrittenAndReadBack) {
   Random r;
   SCOPED_TRACE("seed " + std::to_string(r.seed));
   DatasetMeta m;
-  m.tokenizer = r.uniform(0, 1) ? "byte" : dir.prefix("tok dir");
+  m.tokenizer = r.uniform(0, 1) ? "byte" : dir.path("tok dir");
   m.tokenizer_sha256 = m.tokenizer == "byte" ? "" : sha256_hex(std::to_string(r.gen()));
   m.vocab_size = r.uniform(1, 1 << 20);
   m.eos_id = r.uniform(0, m.vocab_size - 1);
@@ -65,7 +65,7 @@ TEST(DatasetMeta, WrittenAndReadBack) {
   m.append_eos = r.uniform(0, 1) == 1;
   m.documents = static_cast<uint64_t>(r.uniform(0, int64_t{1} << 40));
   m.tokens = static_cast<uint64_t>(r.uniform(0, int64_t{1} << 50));
-  const std::string prefix = dir.prefix("train");
+  const std::string prefix = dir.path("train");
   write_dataset_meta(prefix, m);
   EXPECT_FALSE(fs::exists(dataset_meta_path(prefix) + ".tmp"));
   const auto got = read_dataset_meta(prefix);
@@ -82,7 +82,7 @@ TEST(DatasetMeta, WrittenAndReadBack) {
   const auto j = nlohmann::json::parse(dataset_meta_json(m));
   EXPECT_EQ(j["format"], "echo-dataset-meta");
   EXPECT_EQ(j["version"], 1);
-  EXPECT_FALSE(read_dataset_meta(dir.prefix("other")).has_value());
+  EXPECT_FALSE(read_dataset_meta(dir.path("other")).has_value());
 }
 
 TEST(DatasetMeta, AMatchingRunIsAccepted) {
@@ -90,8 +90,8 @@ TEST(DatasetMeta, AMatchingRunIsAccepted) {
   Random r;
   SCOPED_TRACE("seed " + std::to_string(r.seed));
   const int64_t vocab = r.uniform(2, 200000), eos = r.uniform(0, vocab - 1);
-  make_dataset(dir.prefix("train"), vocab, eos, r);
-  const auto ds = IndexedDataset::open(dir.prefix("train"));
+  make_dataset(dir.path("train"), vocab, eos, r);
+  const auto ds = IndexedDataset::open(dir.path("train"));
   LogCapture log;
   // A model with more rows than the tokenizer has ids (Qwen3: 151936 >= 151669) is fine.
   const auto meta = check_dataset_meta(ds, "data.train", {eos, "data.eos_id of the config", vocab + r.uniform(0, 300)});
@@ -103,11 +103,11 @@ TEST(DatasetMeta, AMatchingRunIsAccepted) {
 TEST(DatasetMeta, ADatasetWithoutSidecarIsAcceptedWithALogLine) {
   ScratchDir dir;
   Random r;
-  write_dataset(dir.prefix("megatron"), random_documents({3, 0, 9}, 0, 1000, r.gen()));
-  const auto ds = IndexedDataset::open(dir.prefix("megatron"));
+  write_dataset(dir.path("megatron"), random_documents({3, 0, 9}, 0, 1000, r.gen()));
+  const auto ds = IndexedDataset::open(dir.path("megatron"));
   LogCapture log;
   EXPECT_FALSE(check_dataset_meta(ds, "data.valid", {151643, "data.eos_id of the config", 151936}).has_value());
-  EXPECT_THAT(log.text(), HasSubstr("data.valid (" + dir.prefix("megatron") + "): no " + dir.prefix("megatron") +
+  EXPECT_THAT(log.text(), HasSubstr("data.valid (" + dir.path("megatron") + "): no " + dir.path("megatron") +
                                     ".meta.json (not made by echo_prep): the tokenizer and EOS it was made with "
                                     "cannot be checked; data.eos_id = 151643 (data.eos_id of the config)"));
 }
@@ -119,10 +119,10 @@ TEST(DatasetMeta, AnotherEosIsRefusedNamingBothAndTheFix) {
   Random r;
   SCOPED_TRACE("seed " + std::to_string(r.seed));
   const int64_t vocab = r.uniform(151644, 160000), eos = r.uniform(0, vocab - 1), run_eos = (eos + r.uniform(1, vocab - 1)) % vocab;
-  const DatasetMeta m = make_dataset(dir.prefix("train"), vocab, eos, r);
-  const auto ds = IndexedDataset::open(dir.prefix("train"));
+  const DatasetMeta m = make_dataset(dir.path("train"), vocab, eos, r);
+  const auto ds = IndexedDataset::open(dir.path("train"));
   const std::string msg = error_of([&] { check_dataset_meta(ds, "data.train", {run_eos, "--set data.eos_id", vocab}); });
-  EXPECT_THAT(msg, HasSubstr("data.train (" + dir.prefix("train") + ") was prepared with tokenizer "
+  EXPECT_THAT(msg, HasSubstr("data.train (" + dir.path("train") + ") was prepared with tokenizer "
                              "'/some/where/tokenizer.json' (vocab " + std::to_string(vocab) + ", eos " +
                              std::to_string(eos) + ": special added token \"<|endoftext|>\"), as its sidecar '" +
                              m.path + "' records"));
@@ -141,8 +141,8 @@ TEST(DatasetMeta, AModelSmallerThanTheTokenizerIsRefused) {
   Random r;
   SCOPED_TRACE("seed " + std::to_string(r.seed));
   const int64_t vocab = r.uniform(300, 200000), eos = r.uniform(0, 255), model_vocab = r.uniform(257, vocab - 1);
-  make_dataset(dir.prefix("v"), vocab, eos, r);
-  const auto ds = IndexedDataset::open(dir.prefix("v"));
+  make_dataset(dir.path("v"), vocab, eos, r);
+  const auto ds = IndexedDataset::open(dir.path("v"));
   const std::string msg = error_of([&] { check_dataset_meta(ds, "evaluation data", {eos, "x", model_vocab}); });
   EXPECT_THAT(msg, HasSubstr("'model.vocab_size' = " + std::to_string(model_vocab) + " is smaller than the vocabulary "
                              "of the tokenizer the data was prepared with (" + std::to_string(vocab) + ")"));
@@ -151,13 +151,15 @@ TEST(DatasetMeta, AModelSmallerThanTheTokenizerIsRefused) {
   // Both wrong (the byte quickstart's model on Qwen3 data): both said at once.
   const std::string both = error_of([&] { check_dataset_meta(ds, "data.train", {256, "x", 257}); });
   EXPECT_THAT(both, HasSubstr("'model.vocab_size' = 257 is smaller"));
-  if (eos != 256) EXPECT_THAT(both, HasSubstr("; and 'data.eos_id' = 256 (x) is not the EOS"));
+  if (eos != 256) {
+    EXPECT_THAT(both, HasSubstr("; and 'data.eos_id' = 256 (x) is not the EOS"));
+  }
 }
 
 TEST(DatasetMeta, ASidecarBesideOtherDataIsRefused) {
   ScratchDir dir;
   Random r;
-  const std::string prefix = dir.prefix("train");
+  const std::string prefix = dir.path("train");
   DatasetMeta m = make_dataset(prefix, 1000, 999, r);
   m.documents += static_cast<uint64_t>(r.uniform(1, 5));
   write_dataset_meta(prefix, m);
@@ -173,7 +175,7 @@ TEST(DatasetMeta, ASidecarBesideOtherDataIsRefused) {
 TEST(DatasetMeta, RewritingADatasetRemovesItsSidecar) {
   ScratchDir dir;
   Random r;
-  const std::string prefix = dir.prefix("train");
+  const std::string prefix = dir.path("train");
   make_dataset(prefix, 500, 3, r);
   ASSERT_TRUE(fs::exists(prefix + ".meta.json"));
   write_dataset(prefix, random_documents({4, 4}, 0, 500, r.gen()));
@@ -184,7 +186,7 @@ TEST(DatasetMeta, RewritingADatasetRemovesItsSidecar) {
 TEST(DatasetMeta, AMalformedSidecarIsRefusedNamingIt) {
   ScratchDir dir;
   Random r;
-  const std::string prefix = dir.prefix("train");
+  const std::string prefix = dir.path("train");
   const DatasetMeta good = make_dataset(prefix, 1000, 7, r);
   const std::string path = good.path;
   const auto good_json = nlohmann::json::parse(dataset_meta_json(good));
@@ -235,13 +237,13 @@ TEST(DatasetMeta, TrainAndValidOfTwoTokenizersAreRefused) {
   Random r;
   SCOPED_TRACE("seed " + std::to_string(r.seed));
   const int64_t vocab = r.uniform(300, 5000);
-  const DatasetMeta train = make_dataset(dir.prefix("train"), vocab, 256, r);
-  DatasetMeta valid = make_dataset(dir.prefix("valid"), vocab, 256, r);
+  const DatasetMeta train = make_dataset(dir.path("train"), vocab, 256, r);
+  DatasetMeta valid = make_dataset(dir.path("valid"), vocab, 256, r);
   valid.tokenizer = "tokenizer.json";  // the same file under another name: the same tokenizer
   EXPECT_NO_THROW(check_same_preparation(train, "data.train", valid, "data.valid"));
   valid.tokenizer_sha256 = sha256_hex("another file");
   std::string msg = error_of([&] { check_same_preparation(train, "data.train", valid, "data.valid"); });
-  EXPECT_THAT(msg, HasSubstr("data.train (" + dir.prefix("train") + ") and data.valid (" + dir.prefix("valid") +
+  EXPECT_THAT(msg, HasSubstr("data.train (" + dir.path("train") + ") and data.valid (" + dir.path("valid") +
                              ") were prepared with different tokenizers"));
   EXPECT_THAT(msg, HasSubstr("sha256 " + valid.tokenizer_sha256));
   EXPECT_THAT(msg, HasSubstr("re-prepare both with one echo_prep run"));

@@ -39,7 +39,7 @@ struct Bytes {
 
 TEST(IndexedDatasetTest, RoundTripRandomDocuments) {
   ScratchDir dir;
-  const std::string prefix = dir.prefix("rt");
+  const std::string prefix = dir.path("rt");
   std::vector<size_t> lengths = {1, 0, 50000, 1, 2};
   std::mt19937_64 gen(7);
   for (int i = 0; i < 40; ++i) lengths.push_back(1 + gen() % 300);
@@ -87,7 +87,7 @@ TEST(IndexedDatasetTest, RoundTripRandomDocuments) {
 // The expected files, written out byte by byte: [7, 8, 9] and [151935].
 TEST(IndexedDatasetTest, HeaderLayoutIsByteExact) {
   ScratchDir dir;
-  const std::string prefix = dir.prefix("two");
+  const std::string prefix = dir.path("two");
   write_dataset(prefix, {{7, 8, 9}, {151935}});
   const std::vector<uint8_t> expected_idx = {
       0x4D, 0x4D, 0x49, 0x44, 0x49, 0x44, 0x58, 0x00, 0x00,  // "MMIDIDX\0\0"
@@ -115,7 +115,7 @@ TEST(IndexedDatasetTest, HeaderLayoutIsByteExact) {
 // of them (a sentence-split document), document indices [0, 2, 3].
 TEST(IndexedDatasetTest, ReadsHandBuiltUint16Dataset) {
   ScratchDir dir;
-  const std::string prefix = dir.prefix("u16");
+  const std::string prefix = dir.path("u16");
   Bytes idx;
   idx.magic().put<uint64_t>(1).put<uint8_t>(8).put<uint64_t>(3).put<uint64_t>(3);
   idx.put<int32_t>(2).put<int32_t>(3).put<int32_t>(1);
@@ -153,12 +153,12 @@ class IndexedDatasetErrorTest : public ::testing::Test {
   }
 
   ScratchDir dir_;
-  std::string prefix_ = dir_.prefix("x");
+  std::string prefix_ = dir_.path("x");
 };
 
 TEST_F(IndexedDatasetErrorTest, MissingFiles) {
-  EXPECT_THAT(error_of([&] { IndexedDataset::open(dir_.prefix("nope")); }),
-              HasSubstr(dir_.prefix("nope") + ".idx: no such file"));
+  EXPECT_THAT(error_of([&] { IndexedDataset::open(dir_.path("nope")); }),
+              HasSubstr(dir_.path("nope") + ".idx: no such file"));
   testing::fs::remove(prefix_ + ".bin");
   EXPECT_THAT(open_error(), HasSubstr(prefix_ + ".bin: no such file"));
 }
@@ -218,7 +218,7 @@ TEST_F(IndexedDatasetErrorTest, BinLongerThanTheIndexSays) {
                               ".idx says 4 int32 tokens (16 bytes): the .bin and .idx do not belong together (mixed "
                               "up files, or the index names the wrong dtype)");
   // One document of int32 tokens whose index claims uint16 (with several, the pointers give it away).
-  const std::string one = dir_.prefix("one");
+  const std::string one = dir_.path("one");
   write_dataset(one, {{7, 8, 9, 10}});
   auto bytes = read_bytes(one + ".idx");
   bytes[17] = 8;  // dtype code: uint16, so the index covers only the first 8 bytes
@@ -265,7 +265,7 @@ TEST_F(IndexedDatasetErrorTest, OutOfRangeToken) {
 
 TEST(IndexedDatasetWriterTest, AbandonedWriterLeavesNoFiles) {
   ScratchDir dir;
-  const std::string prefix = dir.prefix("abandoned");
+  const std::string prefix = dir.path("abandoned");
   {
     IndexedDatasetWriter writer(prefix);
     const std::vector<int32_t> doc = {1, 2, 3};
@@ -285,8 +285,8 @@ TEST(IndexedDatasetWriterTest, AbandonedWriterLeavesNoFiles) {
   EXPECT_EQ(empty.num_documents(), 0u);
   EXPECT_EQ(empty.num_tokens(), 0u);
 
-  EXPECT_THAT(error_of([&] { IndexedDatasetWriter(dir.prefix("no/such/dir/x")); }),
-              HasSubstr(dir.prefix("no/such/dir/x") + ".bin.tmp: cannot create: No such file or directory"));
+  EXPECT_THAT(error_of([&] { IndexedDatasetWriter(dir.path("no/such/dir/x")); }),
+              HasSubstr(dir.path("no/such/dir/x") + ".bin.tmp: cannot create: No such file or directory"));
 }
 
 }  // namespace

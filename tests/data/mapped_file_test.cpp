@@ -21,7 +21,7 @@ using testing::ScratchDir;
 TEST(MappedFileDeathTest, ATruncatedBinNamesTheFileInsteadOfABareSigbus) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   ScratchDir dir;
-  const std::string prefix = dir.prefix("corpus");
+  const std::string prefix = dir.path("corpus");
   // 64 KiB of tokens, so the truncated tail spans whole pages.
   testing::write_dataset(prefix, testing::random_documents(std::vector<size_t>(16, 1024), 0, 1000, 5));
   auto read_after_truncation = [&] {
@@ -53,7 +53,7 @@ bool died_of_someone_elses_handling(int status) {
 TEST(MappedFileDeathTest, OtherBusErrorsKeepTheirDefaultAction) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   ScratchDir dir;
-  const std::string path = dir.prefix("f");
+  const std::string path = dir.path("f");
   testing::write_bytes(path, std::vector<uint8_t>(8192, 1));
   EXPECT_EXIT(
       {

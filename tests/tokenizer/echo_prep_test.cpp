@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "../support/scratch_dir.h"
 #include "core/sha256.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
@@ -56,29 +57,18 @@ class EchoPrep : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(fs::exists(echo_prep_path()))
         << echo_prep_path() << " is not built (cmake --build ... --target echo_prep)";
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("echo_prep_test_") + info->name() + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return (dir_ / name).string();
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Runs echo_prep with `args`; returns the exit status, keeps stderr in err_.
   int run(const std::string& args) {
     const std::string cmd =
-        echo_prep_path().string() + " " + args + " >" + path("stdout.txt") + " 2>" + path("stderr.txt");
+        echo_prep_path().string() + " " + args + " >" + dir_.path("stdout.txt") + " 2>" + dir_.path("stderr.txt");
     const int status = std::system(cmd.c_str());
-    err_ = slurp(path("stderr.txt"));
+    err_ = slurp(dir_.path("stderr.txt"));
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
-  fs::path dir_;
+  echo::testing::ScratchDir dir_;
   std::string err_;
 };
 
@@ -90,138 +80,145 @@ TEST_F(EchoPrep, JsonlSplitsDocumentsByTheKeyedHash) {
     jsonl += nlohmann::json{{"id", i}, {"text", texts.back()}}.dump() + "\n";
     if (i == 50) jsonl += "\n";  // blank lines are skipped
   }
-  const std::string in = write("in.jsonl", jsonl);
-  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("out/train") + " --valid-prefix " +
-                path("out/valid") + " --valid-fraction 0.25 --seed 9 --threads 2"),
+  const std::string in = dir_.write("in.jsonl", jsonl);
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("out/train") + " --valid-prefix " +
+                dir_.path("out/valid") + " --valid-fraction 0.25 --seed 9 --threads 2"),
             0)
       << err_;
   std::vector<std::string> want_train, want_valid;
   for (size_t i = 0; i < texts.size(); ++i)
     (data::is_valid_document(i, 0.25, 9) ? want_valid : want_train).push_back(texts[i]);
-  EXPECT_EQ(documents_of(path("out/train")), want_train);
-  EXPECT_EQ(documents_of(path("out/valid")), want_valid);
+  EXPECT_EQ(documents_of(dir_.path("out/train")), want_train);
+  EXPECT_EQ(documents_of(dir_.path("out/valid")), want_valid);
   EXPECT_FALSE(want_valid.empty());
   EXPECT_THAT(err_, HasSubstr("200 documents"));
 }
 
 TEST_F(EchoPrep, JsonArraysOfStringsOrObjects) {
   // nlp-corpus ships files holding one JSON array of sentences.
-  const std::string strings = write("doc-0.json", "[\n  \"First sentence.\",\n  \"Second one.\"\n]\n");
-  const std::string objects = write("objs.json", R"([{"text": "third"}, {"text": "fourth", "meta": 1}])");
-  ASSERT_EQ(run("--input " + strings + " " + objects + " --tokenizer byte --output-prefix " + path("train")), 0)
+  const std::string strings = dir_.write("doc-0.json", "[\n  \"First sentence.\",\n  \"Second one.\"\n]\n");
+  const std::string objects = dir_.write("objs.json", R"([{"text": "third"}, {"text": "fourth", "meta": 1}])");
+  ASSERT_EQ(run("--input " + strings + " " + objects + " --tokenizer byte --output-prefix " + dir_.path("train")), 0)
       << err_;
-  EXPECT_THAT(documents_of(path("train")), ::testing::ElementsAre("First sentence.", "Second one.", "third", "fourth"));
+  EXPECT_THAT(documents_of(dir_.path("train")),
+              ::testing::ElementsAre("First sentence.", "Second one.", "third", "fourth"));
 }
 
 TEST_F(EchoPrep, TextFilesAndTheirSplits) {
-  const std::string a = write("a.txt", "para one\nstill one\n\n\npara two\n");
-  const std::string b = write("b.txt", "");
-  ASSERT_EQ(run("--format text --input " + a + " " + b + " --tokenizer byte --output-prefix " + path("file")), 0)
+  const std::string a = dir_.write("a.txt", "para one\nstill one\n\n\npara two\n");
+  const std::string b = dir_.write("b.txt", "");
+  ASSERT_EQ(run("--format text --input " + a + " " + b + " --tokenizer byte --output-prefix " + dir_.path("file")), 0)
       << err_;
-  EXPECT_THAT(documents_of(path("file")), ::testing::ElementsAre("para one\nstill one\n\n\npara two\n"));
+  EXPECT_THAT(documents_of(dir_.path("file")), ::testing::ElementsAre("para one\nstill one\n\n\npara two\n"));
   EXPECT_THAT(err_, HasSubstr("1 empty, skipped"));
-  ASSERT_EQ(run("--format text --text-split paragraph --input " + a + " --tokenizer byte --output-prefix " + path("p")),
+  ASSERT_EQ(
+      run("--format text --text-split paragraph --input " + a + " --tokenizer byte --output-prefix " + dir_.path("p")),
+      0);
+  EXPECT_THAT(documents_of(dir_.path("p")), ::testing::ElementsAre("para one\nstill one", "para two"));
+  ASSERT_EQ(run("--format text --text-split line --input " + a + " --tokenizer byte --output-prefix " + dir_.path("l")),
             0);
-  EXPECT_THAT(documents_of(path("p")), ::testing::ElementsAre("para one\nstill one", "para two"));
-  ASSERT_EQ(run("--format text --text-split line --input " + a + " --tokenizer byte --output-prefix " + path("l")), 0);
-  EXPECT_THAT(documents_of(path("l")), ::testing::ElementsAre("para one", "still one", "para two"));
+  EXPECT_THAT(documents_of(dir_.path("l")), ::testing::ElementsAre("para one", "still one", "para two"));
 }
 
 TEST_F(EchoPrep, OutputDoesNotDependOnThreadsOrChunks) {
   std::string jsonl;
   for (int i = 0; i < 3000; ++i) jsonl += nlohmann::json{{"text", std::string(i % 97, 'a' + i % 26)}}.dump() + "\n";
-  const std::string in = write("in.jsonl", jsonl);
-  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t1") + " --threads 1"), 0) << err_;
-  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t3") + " --threads 3 --chunk-mb 1"), 0)
+  const std::string in = dir_.write("in.jsonl", jsonl);
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t1") + " --threads 1"), 0) << err_;
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t3") + " --threads 3 --chunk-mb 1"),
+            0)
       << err_;
-  EXPECT_EQ(slurp(path("t1.bin")), slurp(path("t3.bin")));
-  EXPECT_EQ(slurp(path("t1.idx")), slurp(path("t3.idx")));
+  EXPECT_EQ(slurp(dir_.path("t1.bin")), slurp(dir_.path("t3.bin")));
+  EXPECT_EQ(slurp(dir_.path("t1.idx")), slurp(dir_.path("t3.idx")));
 }
 
 TEST_F(EchoPrep, AppendEosStoresTheTokenizersEos) {
-  const std::string in = write("in.jsonl", "{\"text\": \"ab\"}\n");
-  ASSERT_EQ(run("--input " + in + " --tokenizer byte --append-eos --output-prefix " + path("e")), 0) << err_;
-  const auto ds = data::IndexedDataset::open(path("e"));
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"ab\"}\n");
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --append-eos --output-prefix " + dir_.path("e")), 0) << err_;
+  const auto ds = data::IndexedDataset::open(dir_.path("e"));
   EXPECT_THAT(std::vector<int32_t>(ds.document(0).begin(), ds.document(0).end()),
               ::testing::ElementsAre('a', 'b', 256));
 }
 
 TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
-  const std::string bad = write("bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
-  EXPECT_NE(run("--input " + bad + " --tokenizer byte --output-prefix " + path("x")), 0);
+  const std::string bad = dir_.write("bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
+  EXPECT_NE(run("--input " + bad + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr(bad + ":2: malformed JSON line"));
-  EXPECT_FALSE(fs::exists(path("x.idx")));
-  EXPECT_FALSE(fs::exists(path("x.meta.json")));
+  EXPECT_FALSE(fs::exists(dir_.path("x.idx")));
+  EXPECT_FALSE(fs::exists(dir_.path("x.meta.json")));
 
-  const std::string no_text = write("notext.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"body\": \"c\"}\n");
-  EXPECT_NE(run("--input " + no_text + " --tokenizer byte --output-prefix " + path("x")), 0);
+  const std::string no_text = dir_.write("notext.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"body\": \"c\"}\n");
+  EXPECT_NE(run("--input " + no_text + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr(no_text + ":3: no \"text\" field"));
 
-  const std::string not_string = write("num.jsonl", "{\"text\": 5}\n");
-  EXPECT_NE(run("--input " + not_string + " --tokenizer byte --output-prefix " + path("x")), 0);
+  const std::string not_string = dir_.write("num.jsonl", "{\"text\": 5}\n");
+  EXPECT_NE(run("--input " + not_string + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr(not_string + ":1: \"text\" is a number, not a string"));
 
-  const std::string bad_array = write("arr.json", "[\"a\",\n\"b\",\n]");
-  EXPECT_NE(run("--input " + bad_array + " --tokenizer byte --output-prefix " + path("x")), 0);
+  const std::string bad_array = dir_.write("arr.json", "[\"a\",\n\"b\",\n]");
+  EXPECT_NE(run("--input " + bad_array + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr(bad_array + ":3: malformed JSON array"));
 
-  EXPECT_NE(run("--input " + path("missing.jsonl") + " --tokenizer byte --output-prefix " + path("x")), 0);
-  EXPECT_THAT(err_, HasSubstr("input '" + path("missing.jsonl") + "' does not exist"));
+  EXPECT_NE(run("--input " + dir_.path("missing.jsonl") + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
+  EXPECT_THAT(err_, HasSubstr("input '" + dir_.path("missing.jsonl") + "' does not exist"));
 
-  const std::string ok = write("ok.jsonl", "{\"text\": \"a\"}\n");
-  EXPECT_NE(run("--input " + ok + " --tokenizer byte --output-prefix " + path("x") + " --valid-fraction 0.1"), 0);
+  const std::string ok = dir_.write("ok.jsonl", "{\"text\": \"a\"}\n");
+  EXPECT_NE(run("--input " + ok + " --tokenizer byte --output-prefix " + dir_.path("x") + " --valid-fraction 0.1"), 0);
   EXPECT_THAT(err_, HasSubstr("--valid-fraction needs --valid-prefix"));
 
-  EXPECT_NE(run("--input " + ok + " --tokenizer " + path("nope.json") + " --output-prefix " + path("x")), 0);
+  EXPECT_NE(run("--input " + ok + " --tokenizer " + dir_.path("nope.json") + " --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr("nope.json' does not exist"));
 }
 
 TEST_F(EchoPrep, PrefixesMustEndInAFileName) {
   // "dir/" used to write the hidden files dir/.bin and dir/.idx.
-  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
-  EXPECT_NE(run("--input " + in + " --tokenizer byte --output-prefix " + path("out") + "/"), 0);
-  EXPECT_THAT(err_,
-              HasSubstr("--output-prefix '" + path("out") + "/' has no file name: it would write '" + path("out") +
-                        "/.bin' and '" + path("out") + "/.idx'; give a name such as '" + path("out") + "/train'"));
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n");
+  EXPECT_NE(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("out") + "/"), 0);
+  EXPECT_THAT(err_, HasSubstr("--output-prefix '" + dir_.path("out") + "/' has no file name: it would write '" +
+                              dir_.path("out") + "/.bin' and '" + dir_.path("out") + "/.idx'; give a name such as '" +
+                              dir_.path("out") + "/train'"));
   EXPECT_THAT(err_, Not(HasSubstr("[at ")));  // an input error: no source location
-  EXPECT_FALSE(fs::exists(path("out") + "/.bin"));
-  EXPECT_NE(
-      run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --valid-prefix " + path("v") + "/.."),
-      0);
-  EXPECT_THAT(err_, HasSubstr("--valid-prefix '" + path("v") + "/..' has no file name"));
+  EXPECT_FALSE(fs::exists(dir_.path("out") + "/.bin"));
+  EXPECT_NE(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t") + " --valid-prefix " +
+                dir_.path("v") + "/.."),
+            0);
+  EXPECT_THAT(err_, HasSubstr("--valid-prefix '" + dir_.path("v") + "/..' has no file name"));
 }
 
 // --threads is a count of OS threads: 0, negative or absurd counts are refused by name (100000
 // used to start 100000 threads and exhaust the machine).
 TEST_F(EchoPrep, ThreadCountIsChecked) {
-  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n");
   for (const std::string n : {"0", "-3", "100000"}) {
-    EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --threads " + n), 105) << n;
+    EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t") + " --threads " + n), 105)
+        << n;
     EXPECT_THAT(err_, HasSubstr("--threads: Value " + n + " not in range 1 to 1024")) << n;
-    EXPECT_FALSE(fs::exists(path("t.idx")));
+    EXPECT_FALSE(fs::exists(dir_.path("t.idx")));
   }
-  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("t") + " --threads 2"), 0) << err_;
+  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t") + " --threads 2"), 0) << err_;
 }
 
 // An output file that cannot be written is the user's path problem: a plain message naming it,
 // not an internal error with a source location.
 TEST_F(EchoPrep, OutputPathErrorsArePlainMessages) {
-  const std::string in = write("in.jsonl", "{\"text\": \"a\"}\n");
-  fs::create_directories(path("d.bin"));  // the .bin's name is taken by a directory
-  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("d")), 1);
-  EXPECT_THAT(err_, HasSubstr("cannot rename " + path("d.bin.tmp") + " to " + path("d.bin") + ": Is a directory"));
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n");
+  fs::create_directories(dir_.path("d.bin"));  // the .bin's name is taken by a directory
+  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("d")), 1);
+  EXPECT_THAT(err_,
+              HasSubstr("cannot rename " + dir_.path("d.bin.tmp") + " to " + dir_.path("d.bin") + ": Is a directory"));
   EXPECT_THAT(err_, Not(HasSubstr("[check ")));
 }
 
 TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
   // Latin-1 text: "café" with é = E9, and a stray continuation byte; the second file is clean.
-  const std::string latin1 = write("latin1.txt", "caf\xe9 and \x80!");
-  const std::string clean = write("clean.txt", "fine");
-  ASSERT_EQ(run("--format text --input " + clean + " " + latin1 + " --tokenizer byte --output-prefix " + path("b")), 0)
+  const std::string latin1 = dir_.write("latin1.txt", "caf\xe9 and \x80!");
+  const std::string clean = dir_.write("clean.txt", "fine");
+  ASSERT_EQ(
+      run("--format text --input " + clean + " " + latin1 + " --tokenizer byte --output-prefix " + dir_.path("b")), 0)
       << err_;
   EXPECT_THAT(err_, HasSubstr("1 of 2 documents hold invalid UTF-8 (2 ill-formed sequences; the first in document "
                               "1): the byte tokenizer stored their raw bytes"));
-  EXPECT_THAT(documents_of(path("b")), ::testing::ElementsAre("fine", "caf\xe9 and \x80!"));
+  EXPECT_THAT(documents_of(dir_.path("b")), ::testing::ElementsAre("fine", "caf\xe9 and \x80!"));
 
   // A byte-level BPE tokenizer.json whose vocabulary is the 256 bytes: ill-formed sequences
   // become U+FFFD (EF BF BD), and the warning says so.
@@ -231,15 +228,16 @@ TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
       {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}})},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  const std::string tok_path = write("tokenizer.json", tok.dump());
-  ASSERT_EQ(run("--format text --input " + latin1 + " --tokenizer " + tok_path + " --output-prefix " + path("h")), 0)
+  const std::string tok_path = dir_.write("tokenizer.json", tok.dump());
+  ASSERT_EQ(run("--format text --input " + latin1 + " --tokenizer " + tok_path + " --output-prefix " + dir_.path("h")),
+            0)
       << err_;
   EXPECT_THAT(err_, HasSubstr("1 of 1 documents hold invalid UTF-8 (2 ill-formed sequences; the first in document "
                               "0): the tokenizer replaced each sequence with U+FFFD"));
-  EXPECT_THAT(documents_of(path("h")), ::testing::ElementsAre("caf\xef\xbf\xbd and \xef\xbf\xbd!"));
+  EXPECT_THAT(documents_of(dir_.path("h")), ::testing::ElementsAre("caf\xef\xbf\xbd and \xef\xbf\xbd!"));
 
   // Valid UTF-8 gives no warning.
-  ASSERT_EQ(run("--format text --input " + clean + " --tokenizer byte --output-prefix " + path("c")), 0) << err_;
+  ASSERT_EQ(run("--format text --input " + clean + " --tokenizer byte --output-prefix " + dir_.path("c")), 0) << err_;
   EXPECT_THAT(err_, Not(HasSubstr("invalid UTF-8")));
 }
 
@@ -259,26 +257,26 @@ TEST_F(EchoPrep, EosIsNeverGuessedFromAVocabPiece) {
         {"vocab", vocab},
         {"merges", nlohmann::json::array({nlohmann::json::array({"<", "/"}), nlohmann::json::array({"</", "s"}),
                                           nlohmann::json::array({"</s", ">"})})}}}};
-  const std::string tok_path = write("tokenizer.json", tok.dump());
-  const std::string in = write("in.jsonl", "{\"text\": \"a</s>b\"}\n");
+  const std::string tok_path = dir_.write("tokenizer.json", tok.dump());
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a</s>b\"}\n");
   const std::string base = "--input " + in + " --tokenizer " + tok_path + " --append-eos --output-prefix ";
-  EXPECT_EQ(run(base + path("x")), 1);
+  EXPECT_EQ(run(base + dir_.path("x")), 1);
   EXPECT_THAT(err_, HasSubstr("tokenizer.json '" + tok_path + "': no EOS token found"));
   EXPECT_THAT(err_, HasSubstr("\"</s>\" is only an ordinary vocab entry (id 258)"));
   EXPECT_THAT(err_, HasSubstr("there is no tokenizer_config.json beside it"));
   EXPECT_THAT(err_, HasSubstr("echo_prep --eos-token TEXT"));
-  EXPECT_FALSE(fs::exists(path("x.idx")));
+  EXPECT_FALSE(fs::exists(dir_.path("x.idx")));
 
-  ASSERT_EQ(run(base + path("o") + " --eos-token '</s>'"), 0) << err_;
+  ASSERT_EQ(run(base + dir_.path("o") + " --eos-token '</s>'"), 0) << err_;
   EXPECT_THAT(err_, HasSubstr("eos 258: --eos-token \"</s>\""));
-  const auto named = data::IndexedDataset::open(path("o"));
+  const auto named = data::IndexedDataset::open(dir_.path("o"));
   const auto doc = named.document(0);
   // The text's own "</s>" is the same id: why a vocab piece is no EOS unless the user says so.
   EXPECT_EQ(std::vector<int32_t>(doc.begin(), doc.end()), (std::vector<int32_t>{'a', 258, 'b', 258}));
 
-  write("tokenizer_config.json", R"({"eos_token": {"content": "</s>"}})");
-  ASSERT_EQ(run(base + path("c")), 0) << err_;
-  EXPECT_THAT(err_, HasSubstr("eos 258: eos_token of tokenizer_config.json '" + path("tokenizer_config.json") +
+  dir_.write("tokenizer_config.json", R"({"eos_token": {"content": "</s>"}})");
+  ASSERT_EQ(run(base + dir_.path("c")), 0) << err_;
+  EXPECT_THAT(err_, HasSubstr("eos 258: eos_token of tokenizer_config.json '" + dir_.path("tokenizer_config.json") +
                               "' = \"</s>\""));
 }
 
@@ -304,9 +302,9 @@ TEST_F(EchoPrep, SidecarRecordsTheByteTokenizer) {
   std::string jsonl;
   const int n = 20 + static_cast<int>(gen() % 200);
   for (int i = 0; i < n; ++i) jsonl += nlohmann::json{{"text", std::string(gen() % 50, 'a' + gen() % 26)}}.dump() + "\n";
-  const std::string in = write("in.jsonl", jsonl);
-  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("d/train") + " --valid-prefix " +
-                path("d/valid") + " --valid-fraction 0.3"),
+  const std::string in = dir_.write("in.jsonl", jsonl);
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("d/train") + " --valid-prefix " +
+                dir_.path("d/valid") + " --valid-fraction 0.3"),
             0)
       << err_;
   data::DatasetMeta want;
@@ -314,10 +312,10 @@ TEST_F(EchoPrep, SidecarRecordsTheByteTokenizer) {
   want.vocab_size = 257;
   want.eos_id = 256;
   want.eos_source = "<|endoftext|>";
-  expect_sidecar_matches(path("d/train"), want);
-  expect_sidecar_matches(path("d/valid"), want);
-  EXPECT_THAT(err_, HasSubstr("wrote " + path("d/train") + ".{bin,idx,meta.json}"));
-  const auto j = nlohmann::json::parse(slurp(path("d/train.meta.json")));
+  expect_sidecar_matches(dir_.path("d/train"), want);
+  expect_sidecar_matches(dir_.path("d/valid"), want);
+  EXPECT_THAT(err_, HasSubstr("wrote " + dir_.path("d/train") + ".{bin,idx,meta.json}"));
+  const auto j = nlohmann::json::parse(slurp(dir_.path("d/train.meta.json")));
   EXPECT_EQ(j["format"], "echo-dataset-meta");
   EXPECT_TRUE(j["tokenizer_sha256"].is_null());
 }
@@ -334,25 +332,25 @@ TEST_F(EchoPrep, SidecarRecordsAHuggingFaceTokenizerAndItsEos) {
                                               {{"id", top}, {"content", "<|other|>"}, {"special", true}}})},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  const std::string tok_path = write("tokenizer.json", tok.dump());
-  const std::string in = write("in.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"c\"}\n");
+  const std::string tok_path = dir_.write("tokenizer.json", tok.dump());
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"c\"}\n");
   // The directory as the spec: the sidecar hashes the tokenizer.json inside it.
-  ASSERT_EQ(run("--input " + in + " --tokenizer " + dir_.string() + " --append-eos --output-prefix " + path("h")), 0)
+  ASSERT_EQ(run("--input " + in + " --tokenizer " + dir_.str() + " --append-eos --output-prefix " + dir_.path("h")), 0)
       << err_;
   data::DatasetMeta want;
-  want.tokenizer = dir_.string();
+  want.tokenizer = dir_.str();
   want.tokenizer_sha256 = sha256_file_hex(tok_path);
   want.vocab_size = top + 1;
   want.eos_id = eos;
   want.eos_source = "special added token \"<|endoftext|>\"";
   want.append_eos = true;
-  expect_sidecar_matches(path("h"), want);
+  expect_sidecar_matches(dir_.path("h"), want);
   EXPECT_EQ(want.tokenizer_sha256, sha256_hex(slurp(tok_path)));
-  EXPECT_FALSE(fs::exists(path("h.meta.json.tmp")));
+  EXPECT_FALSE(fs::exists(dir_.path("h.meta.json.tmp")));
 
   // Prepared again over the same prefix with the byte tokenizer: the sidecar follows the data.
-  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + path("h")), 0) << err_;
-  const auto again = data::read_dataset_meta(path("h"));
+  ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("h")), 0) << err_;
+  const auto again = data::read_dataset_meta(dir_.path("h"));
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->eos_id, 256);
   EXPECT_EQ(again->vocab_size, 257);

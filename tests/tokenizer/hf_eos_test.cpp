@@ -7,9 +7,9 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -45,19 +45,8 @@ Json html_vocab(Json added_tokens = Json::array()) {
 
 class HfEos : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("echo_hf_eos_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return (dir_ / name).string();
-  }
-  std::string tokenizer_json(const Json& j) { return write("tokenizer.json", j.dump()); }
-  fs::path dir_;
+  std::string tokenizer_json(const Json& j) { return dir_.write("tokenizer.json", j.dump()); }
+  echo::testing::ScratchDir dir_;
 };
 
 TEST_F(HfEos, AnOrdinaryVocabEntryIsRefused) {
@@ -69,8 +58,8 @@ TEST_F(HfEos, AnOrdinaryVocabEntryIsRefused) {
                              "': no EOS token found: none of <|endoftext|>, "
                              "<|end_of_text|>, </s>, <eos> is a special added token; \"</s>\" is only an ordinary "
                              "vocab entry (id 6)"));
-  EXPECT_THAT(msg, HasSubstr("there is no tokenizer_config.json beside it ('" +
-                             (dir_ / "tokenizer_config.json").string() + "')"));
+  EXPECT_THAT(msg,
+              HasSubstr("there is no tokenizer_config.json beside it ('" + dir_.path("tokenizer_config.json") + "')"));
   EXPECT_THAT(msg, HasSubstr("echo_prep --eos-token TEXT"));
   // From text there is no file beside it to read.
   EXPECT_THAT(error_of([&] { HfTokenizer::from_json(html_vocab().dump(), "t.json"); }),
@@ -79,34 +68,34 @@ TEST_F(HfEos, AnOrdinaryVocabEntryIsRefused) {
 
 TEST_F(HfEos, TokenizerConfigNamesTheEos) {
   const std::string path = tokenizer_json(html_vocab());
-  const std::string config = write("tokenizer_config.json", R"({"eos_token": "</s>", "bos_token": null})");
+  const std::string config = dir_.write("tokenizer_config.json", R"({"eos_token": "</s>", "bos_token": null})");
   const auto tok = HfTokenizer::from_file(path);
   EXPECT_EQ(tok->eos_id(), 6);
   EXPECT_EQ(tok->eos_source(), "eos_token of tokenizer_config.json '" + config + "' = \"</s>\"");
   // transformers' AddedToken object form; the directory spec finds both files.
-  write("tokenizer_config.json", R"({"eos_token": {"__type": "AddedToken", "content": "h", "special": true}})");
-  EXPECT_EQ(load_tokenizer(dir_.string())->eos_id(), 7);
+  dir_.write("tokenizer_config.json", R"({"eos_token": {"__type": "AddedToken", "content": "h", "special": true}})");
+  EXPECT_EQ(load_tokenizer(dir_.str())->eos_id(), 7);
 }
 
 TEST_F(HfEos, TokenizerConfigErrorsNameTheFileKeyAndValue) {
   const std::string path = tokenizer_json(html_vocab());
-  const std::string config = (dir_ / "tokenizer_config.json").string();
-  write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
+  const std::string config = dir_.path("tokenizer_config.json");
+  dir_.write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
   EXPECT_THAT(error_of([&] { load_tokenizer(path); }), HasSubstr("eos_token of tokenizer_config.json '" + config +
                                                                  "' names the EOS \"<|im_end|>\", which is "
                                                                  "not a token of tokenizer.json '" +
                                                                  path + "'"));
-  write("tokenizer_config.json", R"({"eos_token": 5})");
+  dir_.write("tokenizer_config.json", R"({"eos_token": 5})");
   EXPECT_THAT(error_of([&] { load_tokenizer(path); }),
               HasSubstr("tokenizer_config.json '" + config + "': eos_token = 5 is neither a token's text"));
-  write("tokenizer_config.json", R"({"eos_token": {"content": ""}})");
+  dir_.write("tokenizer_config.json", R"({"eos_token": {"content": ""}})");
   EXPECT_THAT(error_of([&] { load_tokenizer(path); }), HasSubstr("eos_token = {\"content\": \"\"} is neither"));
-  write("tokenizer_config.json", R"({"model_max_length": 8})");
+  dir_.write("tokenizer_config.json", R"({"model_max_length": 8})");
   EXPECT_THAT(error_of([&] { load_tokenizer(path); }),
               HasSubstr("and tokenizer_config.json '" + config + "' names no eos_token"));
-  write("tokenizer_config.json", "[1]");
+  dir_.write("tokenizer_config.json", "[1]");
   EXPECT_THAT(error_of([&] { load_tokenizer(path); }), HasSubstr("'" + config + "' is not a JSON object"));
-  write("tokenizer_config.json", std::string(100000, '[') + std::string(100000, ']'));
+  dir_.write("tokenizer_config.json", std::string(100000, '[') + std::string(100000, ']'));
   EXPECT_THAT(kind_and_what_of([&] { load_tokenizer(path); }),
               HasSubstr("input: tokenizer_config.json '" + config + "' nests arrays/objects more than 128 deep"));
 }
@@ -118,7 +107,7 @@ TEST_F(HfEos, EosTokenOverride) {
   EXPECT_EQ(tok->eos_source(), "--eos-token \"</s>\"");
   // It wins over a special added token and over tokenizer_config.json.
   tokenizer_json(html_vocab(Json::array({added("<|endoftext|>", 8, true)})));
-  write("tokenizer_config.json", R"({"eos_token": "h"})");
+  dir_.write("tokenizer_config.json", R"({"eos_token": "h"})");
   EXPECT_EQ(load_tokenizer(path, "</s>")->eos_id(), 6);
   EXPECT_EQ(load_tokenizer(path)->eos_id(), 8);
   EXPECT_THAT(error_of([&] { load_tokenizer(path, "<nope>"); }),
@@ -142,7 +131,7 @@ TEST_F(HfEos, OnlySpecialAddedTokensCount) {
 TEST_F(HfEos, SpecialEndOfTextWinsOverQwensChatEosToken) {
   const std::string path =
       tokenizer_json(html_vocab(Json::array({added("<|endoftext|>", 8, true), added("<|im_end|>", 9, true)})));
-  write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
+  dir_.write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
   const auto tok = load_tokenizer(path);
   EXPECT_EQ(tok->eos_id(), 8);
   EXPECT_EQ(tok->eos_source(), "special added token \"<|endoftext|>\"");
@@ -158,12 +147,12 @@ TEST_F(HfEos, RealQwen3TokenizerKeepsEndOfText) {
     GTEST_SKIP() << real << " is missing (scripts/get_data.sh fetches it)";
   }
   // Beside Qwen3's own tokenizer_config.json, which names <|im_end|> (151645).
-  fs::create_symlink(fs::absolute(real), dir_ / "tokenizer.json");
-  write("tokenizer_config.json", R"({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})");
-  const auto tok = load_tokenizer(dir_.string());
+  fs::create_symlink(fs::absolute(real), dir_.path("tokenizer.json"));
+  dir_.write("tokenizer_config.json", R"({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})");
+  const auto tok = load_tokenizer(dir_.str());
   EXPECT_EQ(tok->eos_id(), 151643);
   EXPECT_EQ(tok->eos_source(), "special added token \"<|endoftext|>\"");
-  EXPECT_EQ(load_tokenizer(dir_.string(), "<|im_end|>")->eos_id(), 151645);
+  EXPECT_EQ(load_tokenizer(dir_.str(), "<|im_end|>")->eos_id(), 151645);
 }
 
 }  // namespace

@@ -6,12 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 #include "core/error.h"
 
@@ -22,7 +21,6 @@ using echo::testing::kind_and_what_of;
 using echo::testing::kNoErrorThrown;
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -190,46 +188,35 @@ TEST(HfTokenizer, DecodeRejectsUnknownIds) {
 
 class HfTokenizerFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("echo_hf_tokenizer_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path, std::ios::binary) << text;
-    return path.string();
-  }
-  fs::path dir_;
+  echo::testing::ScratchDir dir_;
 };
 
 TEST_F(HfTokenizerFile, LoadsFromFileAndDirectory) {
-  const std::string path = write("tokenizer.json", qwen_like().dump());
+  const std::string path = dir_.write("tokenizer.json", qwen_like().dump());
   EXPECT_THAT(load_tokenizer(path)->encode("hello world"), ElementsAre(11, 14, 2, 7));
-  EXPECT_THAT(load_tokenizer(dir_.string())->encode("hello world"), ElementsAre(11, 14, 2, 7));
+  EXPECT_THAT(load_tokenizer(dir_.str())->encode("hello world"), ElementsAre(11, 14, 2, 7));
 }
 
 TEST_F(HfTokenizerFile, ErrorsNameTheFile) {
-  const std::string missing = (dir_ / "nope.json").string();
+  const std::string missing = dir_.path("nope.json");
   EXPECT_THAT(error_of([&] { load_tokenizer(missing); }), HasSubstr("'" + missing + "' does not exist"));
   EXPECT_THAT(error_of([&] { load_tokenizer(""); }), HasSubstr("tokenizer spec is empty"));
 
-  const std::string bad_json = write("bad.json", "{\"model\": ");
+  const std::string bad_json = dir_.write("bad.json", "{\"model\": ");
   EXPECT_THAT(error_of([&] { load_tokenizer(bad_json); }), HasSubstr("'" + bad_json + "' is not valid JSON"));
 
-  const std::string not_tokenizer = write("other.json", "{\"hello\": 1}");
+  const std::string not_tokenizer = dir_.write("other.json", "{\"hello\": 1}");
   EXPECT_THAT(error_of([&] { load_tokenizer(not_tokenizer); }), HasSubstr("has no \"model\" object"));
 
   Json word_piece = qwen_like();
   word_piece["model"]["type"] = "WordPiece";
-  const std::string wp = write("wp.json", word_piece.dump());
+  const std::string wp = dir_.write("wp.json", word_piece.dump());
   EXPECT_THAT(error_of([&] { load_tokenizer(wp); }),
               HasSubstr("tokenizer.json '" + wp + "': model type \"WordPiece\" is not supported"));
 
   Json bad_merge = qwen_like();
   bad_merge["model"]["merges"].push_back(Json::array({"h", "q"}));
-  const std::string bm = write("bm.json", bad_merge.dump());
+  const std::string bm = dir_.write("bm.json", bad_merge.dump());
   EXPECT_THAT(error_of([&] { load_tokenizer(bm); }), HasSubstr("merge 10 (\"h\" \"q\") uses a token missing"));
 
   Json lowercase = qwen_like();

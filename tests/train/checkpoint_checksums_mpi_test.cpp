@@ -4,7 +4,8 @@
 // naming the file (and tensor) with nothing modified, although the same bytes load silently
 // without the checksums; a checkpoint written before checksums loads; a truncated, garbage or
 // incomplete checksums.json is refused; a corruption in rank 1's share is found by rank 1 alone
-// and reported identically on every rank; load_hf_weights verifies one of our checkpoints.
+// and reported identically on every rank; load_hf_weights verifies one of our checkpoints; with
+// data parallelism (tp < world) each tensor is still hashed by its world rank, not its tp rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -98,11 +99,12 @@ class ChecksumsTest : public CheckpointTest {
     save_reference(dir_, cfg_, ref_, world_size(), kStep);
     ckpt_ = checkpoint_dir(dir_, kStep);
   }
-  // Loads into a fresh, randomly initialised model; returns the error ("" when it loaded, after
-  // checking the values unless `corrupted`) and checks that a refused load left the model as it was.
-  std::string load(bool corrupted = false) {
-    dist::World world = dist::World::create(world_size());
-    Shard s(cfg_, world_size(), world.layout.tp_rank);
+  // Loads into a fresh, randomly initialised model at tp (dp = world / tp); returns the error (""
+  // when it loaded, after checking the values unless `corrupted`) and checks that a refused load
+  // left the model as it was.
+  std::string load(bool corrupted = false, int tp = world_size()) {
+    dist::World world = dist::World::create(tp);
+    Shard s(cfg_, tp, world.layout.tp_rank);
     s.params.init(999);
     const auto before = snapshot(s);
     const std::string msg = error_of([&] { load_checkpoint(ckpt_, s.params, &s.opt, world); });
@@ -270,6 +272,75 @@ TEST_F(ChecksumsTest, HuggingFaceLoadOfOurCheckpointVerifiesTheModel) {
                        "' in model.safetensors does not match its checksum"),
               std::string::npos)
         << msg;
+  }
+}
+
+// With data parallelism the hashing is still split over the world, not over a tensor-parallel
+// group: at each tp below the world size (np 2: tp 1; np 4: tp 1 and 2), the tensor in data
+// position k of the load (the model file's, then the optimizer file's counted on from them) is
+// hashed by world rank k % P alone. A changed tensor in each rank's share (the last of its share
+// in each file) is found by that rank, so the agreed error names it and is reported by it, the
+// same on every rank. For a rank >= tp this is not the lowest rank with the same tp rank, the one
+// a share by tp rank would name.
+TEST_F(ChecksumsTest, WithDataParallelismEachTensorIsHashedByItsWorldRank) {
+  const int P = world_size();
+  const fs::path model = ckpt_ / "model.safetensors", opt = ckpt_ / "trainer" / "optimizer.safetensors";
+  const std::vector<std::string> model_names = SafetensorsFile(model.string()).names();
+  const std::vector<std::string> opt_names = SafetensorsFile(opt.string()).names();
+  const size_t num_model = model_names.size(), np = static_cast<size_t>(P);
+  ASSERT_GE(num_model, np);
+  // NOTE: only then does the optimizer case tell items counted on from the model file's from
+  // items counted from 0 again.
+  EXPECT_NE(num_model % np, 0u) << "pick a config whose model tensor count does not divide by " << P;
+  // The last of `names` (its items counted on from `first_item`) in world rank `rank`'s share.
+  auto last_of_share = [&](const std::vector<std::string>& names, size_t first_item, int rank) {
+    size_t i = names.size() - 1;
+    while ((first_item + i) % np != static_cast<size_t>(rank)) --i;
+    return names.at(i);
+  };
+  for (int tp = 1; tp < P; tp *= 2) {
+    if (P % tp) continue;
+    SCOPED_TRACE(fmt::format("loaded at tp = {}, dp = {}", tp, P / tp));
+    EXPECT_EQ(load(false, tp), "");
+    for (int rank = 0; rank < P; ++rank) {
+      const std::pair<fs::path, std::string> targets[] = {{model, last_of_share(model_names, 0, rank)},
+                                                          {opt, last_of_share(opt_names, num_model, rank)}};
+      for (const auto& [path, tensor] : targets) {
+        SCOPED_TRACE(fmt::format("tensor '{}' (rank {}'s)", tensor, rank));
+        const uint64_t at = middle_of(path, tensor);
+        flip_byte(path, at, 0x01);
+        const std::string msg = load(/*corrupted=*/true, tp);
+        flip_byte(path, at, 0x01);  // back as saved
+        EXPECT_NE(msg.find(fmt::format("tensor '{}' in {} does not match its checksum", tensor,
+                                       fs::relative(path, ckpt_).string())),
+                  std::string::npos)
+            << msg;
+        EXPECT_NE(msg.find(fmt::format("(reported by rank {} of {})", rank, P)), std::string::npos) << msg;
+      }
+    }
+    EXPECT_EQ(load(false, tp), "");  // every byte is back
+  }
+}
+
+// load_hf_weights splits its hashing over the world too: with data parallelism, the last rank's
+// tensor is found by the last rank (not by the lowest rank with its tp rank).
+TEST_F(ChecksumsTest, HuggingFaceLoadWithDataParallelismHashesByWorldRank) {
+  const int P = world_size();
+  const fs::path model = ckpt_ / "model.safetensors";
+  const std::string tensor = SafetensorsFile(model.string()).names().at(static_cast<size_t>(P - 1));
+  flip_byte(model, middle_of(model, tensor), 0x01);
+  for (int tp = 1; tp < P; tp *= 2) {
+    if (P % tp) continue;
+    SCOPED_TRACE(fmt::format("loaded at tp = {}, dp = {}", tp, P / tp));
+    dist::World world = dist::World::create(tp);
+    Shard s(cfg_, tp, world.layout.tp_rank);
+    const std::string msg = error_of([&] { load_hf_weights(ckpt_.string(), s.params, world); });
+    EXPECT_NE(msg.find("cannot load Hugging Face weights: '" + ckpt_.string() + "': tensor '" + tensor +
+                       "' in model.safetensors does not match its checksum"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(fmt::format("(reported by rank {} of {})", P - 1, P)), std::string::npos) << msg;
+    EXPECT_TRUE(same_on_every_rank(msg));
   }
 }
 

@@ -1,14 +1,18 @@
 // Checkpoint checksums without MPI: the XXH3-64 helper against xxHash's published test vectors,
-// trainer/checksums.json written and parsed back, and malformed files refused naming the problem.
+// trainer/checksums.json written and parsed back, malformed files refused naming the problem, and
+// the split of a load's hashing over ranks (each tensor once, by rank item % P).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../support/scratch_dir.h"
 #include "../support/test_data.h"
 #include "../support/test_util.h"
 #include "train/checkpoint/checksums.h"
@@ -104,9 +108,9 @@ TEST(ChecksumsTest, MalformedJsonIsRefusedNamingTheProblem) {
   }
 }
 
-// verify_safetensors on a real file: every rank's share together covers every tensor once, a
-// changed tensor is found by exactly the rank whose share holds it, and a listing that differs
-// from the file is refused naming the tensor.
+// verify_safetensors on a real file: a changed tensor is found by exactly the rank whose share
+// holds it (the whole partition is checked in the next test), and a listing that differs from the
+// file is refused naming the tensor.
 TEST(ChecksumsTest, VerifySplitsTensorsOverRanksAndNamesMismatches) {
   char tmpl[] = "/tmp/echo_checksums_test_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -160,6 +164,80 @@ TEST(ChecksumsTest, VerifySplitsTensorsOverRanksAndNamesMismatches) {
                 .find("has no entry for other.safetensors"),
             std::string::npos);
   fs::remove_all(dir);
+}
+
+// The whole partition of a load's hashing, for many world sizes and tensor counts: every item is
+// hashed by exactly one rank, rank (first_item + k) % P for the tensor in data position k, and the
+// item count verify_safetensors returns carries the count on into the next file (a model file
+// then an optimizer file, as a load does). Whether a rank hashed a tensor shows as whether it
+// finds that tensor's stored checksum changed.
+TEST(ChecksumsTest, EveryTensorIsHashedOnceByRankItemModP) {
+  echo::testing::ScratchDir dir;
+  std::mt19937_64 gen(20240611);  // fixed: the same cases each run
+  struct Case {
+    int num_ranks;
+    size_t num_first, num_second, first_item;
+  };
+  std::vector<Case> cases = {{1, 3, 2, 0}, {2, 1, 1, 0},   {2, 5, 4, 0}, {3, 2, 7, 1},
+                             {4, 3, 3, 0}, {4, 25, 50, 0}, {5, 2, 1, 3}, {8, 3, 5, 6}};  // P > n: idle ranks
+  for (int i = 0; i < 12; ++i) {
+    std::uniform_int_distribution<int> ranks(1, 9);
+    std::uniform_int_distribution<size_t> count(1, 13), first(0, 20);
+    cases.push_back({ranks(gen), count(gen), count(gen), first(gen)});
+  }
+  int file_idx = 0;
+  // A file of `n` small tensors of different sizes, named in the reverse of data order.
+  auto make_file = [&](size_t n) {
+    const std::string path = dir.path(fmt::format("f{}.safetensors", file_idx++));
+    std::vector<StTensorSpec> specs;
+    std::vector<std::vector<float>> values;
+    for (size_t t = 0; t < n; ++t) {
+      const int64_t cols = 1 + static_cast<int64_t>((t * 5) % 7);
+      specs.push_back({fmt::format("w{:02}", n - 1 - t), StDtype::f32, {2, cols}});
+      values.push_back(echo::testing::random_normal(static_cast<size_t>(2 * cols), 7, file_idx * 1000 + t));
+    }
+    write_safetensors(path, specs, {values.begin(), values.end()});
+    return path;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(
+        fmt::format("{} ranks, {} + {} tensors from item {}", c.num_ranks, c.num_first, c.num_second, c.first_item));
+    const SafetensorsFile first(make_file(c.num_first)), second(make_file(c.num_second));
+    CheckpointChecksums sums;
+    sums.safetensors["a.safetensors"] = checksum_safetensors(first);
+    sums.safetensors["b.safetensors"] = checksum_safetensors(second);
+    // Which ranks find item k of the load (both files, data order) changed.
+    std::vector<std::vector<int>> found;
+    for (const auto& [rel, file] : {std::pair{"a.safetensors", &first}, std::pair{"b.safetensors", &second}}) {
+      for (const auto& name : file->names()) {
+        CheckpointChecksums changed = sums;
+        changed.safetensors[rel].tensors.at(name) ^= 0x100;
+        std::vector<int> ranks;
+        for (int rank = 0; rank < c.num_ranks; ++rank) {
+          ChecksumShare share{rank, c.num_ranks, c.first_item};
+          const std::string msg = error_of([&] {
+            share.first_item += verify_safetensors(changed, "d", "a.safetensors", first, share);
+            verify_safetensors(changed, "d", "b.safetensors", second, share);
+          });
+          if (msg == echo::testing::kNoErrorThrown) continue;
+          EXPECT_NE(msg.find(fmt::format("tensor '{}' in {} does not match its checksum", name, rel)),
+                    std::string::npos)
+              << msg;
+          ranks.push_back(rank);
+        }
+        found.push_back(ranks);
+      }
+    }
+    ASSERT_EQ(found.size(), c.num_first + c.num_second);
+    for (size_t k = 0; k < found.size(); ++k)
+      EXPECT_EQ(found[k], std::vector<int>{static_cast<int>((c.first_item + k) % c.num_ranks)}) << "item " << k;
+    // Unchanged, every rank passes and counts the file's tensors.
+    for (int rank = 0; rank < c.num_ranks; ++rank) {
+      EXPECT_EQ(verify_safetensors(sums, "d", "a.safetensors", first, {rank, c.num_ranks, c.first_item}), c.num_first);
+      EXPECT_EQ(verify_safetensors(sums, "d", "b.safetensors", second, {rank, c.num_ranks, c.first_item + 7}),
+                c.num_second);
+    }
+  }
 }
 
 }  // namespace

@@ -7,17 +7,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../support/log_capture.h"
+#include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 
 namespace echo::train {
 namespace {
 
-namespace fs = std::filesystem;
 using echo::testing::error_of;
 using echo::testing::kind_and_what_of;
 using ::testing::HasSubstr;
@@ -42,35 +40,23 @@ std::string tokenizer_json(bool special = true) {
 
 class HfFolderEos : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("echo_hf_config_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   // config.json with eos_token_id = `eos` (none when null).
   void config(const Json& eos) {
     Json j = {{"model_type", "qwen3"}, {"vocab_size", kVocab}};
     if (!eos.is_null()) j["eos_token_id"] = eos;
-    write("config.json", j.dump());
+    dir_.write("config.json", j.dump());
   }
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return (dir_ / name).string();
-  }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-  HfEos eos() const { return hf_eos_id(dir_.string(), kVocab); }
-  fs::path dir_;
+  HfEos eos() const { return hf_eos_id(dir_.str(), kVocab); }
+  echo::testing::ScratchDir dir_;
 };
 
 TEST_F(HfFolderEos, IntegerFromConfigJson) {
   config(63);
   EXPECT_EQ(eos().id, 63);
-  EXPECT_EQ(eos().source, "'" + file("config.json") + "' eos_token_id = 63");
+  EXPECT_EQ(eos().source, "'" + dir_.path("config.json") + "' eos_token_id = 63");
   config(64);
   EXPECT_THAT(kind_and_what_of([&] { eos(); }),
-              HasSubstr("input: '" + file("config.json") +
+              HasSubstr("input: '" + dir_.path("config.json") +
                         "': eos_token_id = 64: 64 is outside the model's "
                         "vocabulary [0, 64) (config.json vocab_size); pass --set data.eos_id=N"));
 }
@@ -79,12 +65,12 @@ TEST_F(HfFolderEos, IntegerFromConfigJson) {
 // file decides, and the log says how to pick the other.
 TEST_F(HfFolderEos, AnIntegerThatIsNotTheTokenizersIsKeptAndSaid) {
   config(31);
-  write("tokenizer.json", tokenizer_json());
+  dir_.write("tokenizer.json", tokenizer_json());
   {
     echo::testing::LogCapture log;
     EXPECT_EQ(eos().id, 31);
-    EXPECT_THAT(log.text(), HasSubstr("'" + file("config.json") + "' eos_token_id = 31 is not the EOS 30 of "
-                                      "tokenizer.json '" + file("tokenizer.json") +
+    EXPECT_THAT(log.text(), HasSubstr("'" + dir_.path("config.json") + "' eos_token_id = 31 is not the EOS 30 of "
+                                      "tokenizer.json '" + dir_.path("tokenizer.json") +
                                       "': special added token \"<|endoftext|>\": evaluating with 31; if the "
                                       "data's documents are separated by 30, pass --set data.eos_id=30"));
   }
@@ -97,14 +83,15 @@ TEST_F(HfFolderEos, AnIntegerThatIsNotTheTokenizersIsKeptAndSaid) {
 TEST_F(HfFolderEos, ListIsDecidedByTheFoldersTokenizer) {
   // Qwen3's order: the chat end first, the document separator second.
   config(Json::array({31, 30}));
-  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("'" + file("config.json") +
-                                                  "': eos_token_id = [31, 30] lists several ids, and the folder has "
-                                                  "no tokenizer.json ('" +
-                                                  file("tokenizer.json") + "') to tell which one separates documents"));
-  write("tokenizer.json", tokenizer_json());
+  EXPECT_THAT(error_of([&] { eos(); }),
+              HasSubstr("'" + dir_.path("config.json") +
+                        "': eos_token_id = [31, 30] lists several ids, and the folder has "
+                        "no tokenizer.json ('" +
+                        dir_.path("tokenizer.json") + "') to tell which one separates documents"));
+  dir_.write("tokenizer.json", tokenizer_json());
   const HfEos e = eos();
   EXPECT_EQ(e.id, 30);
-  EXPECT_THAT(e.source, HasSubstr("eos_token_id = [31, 30], the EOS of tokenizer.json '" + file("tokenizer.json") +
+  EXPECT_THAT(e.source, HasSubstr("eos_token_id = [31, 30], the EOS of tokenizer.json '" + dir_.path("tokenizer.json") +
                                   "': special added token \"<|endoftext|>\""));
   // One distinct id needs no tokenizer.
   config(Json::array({5, 5}));
@@ -114,7 +101,7 @@ TEST_F(HfFolderEos, ListIsDecidedByTheFoldersTokenizer) {
   EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("eos_token_id = [31, 2] does not hold the EOS 30 of tokenizer.json"));
   // A tokenizer without a certain EOS: its refusal, and the way around it.
   config(Json::array({31, 30}));
-  write("tokenizer.json", tokenizer_json(false));
+  dir_.write("tokenizer.json", tokenizer_json(false));
   const std::string msg = error_of([&] { eos(); });
   EXPECT_THAT(msg, HasSubstr("no EOS token found"));
   EXPECT_THAT(msg, HasSubstr("; to evaluate without it, pass --set data.eos_id=N"));
@@ -122,11 +109,11 @@ TEST_F(HfFolderEos, ListIsDecidedByTheFoldersTokenizer) {
 
 TEST_F(HfFolderEos, GenerationConfigWhenConfigJsonHasNone) {
   config(nullptr);
-  write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": 9})");
+  dir_.write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": 9})");
   EXPECT_EQ(eos().id, 9);
-  EXPECT_EQ(eos().source, "'" + file("generation_config.json") + "' eos_token_id = 9");
-  write("tokenizer.json", tokenizer_json());
-  write("generation_config.json", R"({"eos_token_id": [31, 30]})");
+  EXPECT_EQ(eos().source, "'" + dir_.path("generation_config.json") + "' eos_token_id = 9");
+  dir_.write("tokenizer.json", tokenizer_json());
+  dir_.write("generation_config.json", R"({"eos_token_id": [31, 30]})");
   EXPECT_EQ(eos().id, 30);
   // config.json's own value comes first.
   config(7);
@@ -135,11 +122,12 @@ TEST_F(HfFolderEos, GenerationConfigWhenConfigJsonHasNone) {
 
 TEST_F(HfFolderEos, TokenizerJsonWhenNeitherConfigSays) {
   config(nullptr);
-  write("tokenizer.json", tokenizer_json());
+  dir_.write("tokenizer.json", tokenizer_json());
   EXPECT_EQ(eos().id, 30);
-  EXPECT_EQ(eos().source, "tokenizer.json '" + file("tokenizer.json") + "': special added token \"<|endoftext|>\"");
-  EXPECT_THAT(error_of([&] { hf_eos_id(dir_.string(), 16); }),
-              HasSubstr("the EOS 30 of tokenizer.json '" + file("tokenizer.json") +
+  EXPECT_EQ(eos().source,
+            "tokenizer.json '" + dir_.path("tokenizer.json") + "': special added token \"<|endoftext|>\"");
+  EXPECT_THAT(error_of([&] { hf_eos_id(dir_.str(), 16); }),
+              HasSubstr("the EOS 30 of tokenizer.json '" + dir_.path("tokenizer.json") +
                         "': special added token \"<|endoftext|>\" is outside the model's vocabulary [0, 16)"));
 }
 
@@ -147,18 +135,18 @@ TEST_F(HfFolderEos, NothingSaysSoItIsRefused) {
   config(nullptr);
   EXPECT_THAT(
       kind_and_what_of([&] { eos(); }),
-      HasSubstr("input: Hugging Face folder '" + dir_.string() +
+      HasSubstr("input: Hugging Face folder '" + dir_.str() +
                 "' does not say which token is the EOS (no "
                 "eos_token_id in config.json, no generation_config.json, no tokenizer.json), and echo's default "
                 "(Qwen3's 151643) would be a guess; pass --set data.eos_id=N"));
-  write("generation_config.json", R"({"eos_token_id": null})");
+  dir_.write("generation_config.json", R"({"eos_token_id": null})");
   EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("(no eos_token_id in config.json, no eos_token_id in "
                                                   "generation_config.json, no tokenizer.json)"));
 }
 
 TEST_F(HfFolderEos, MalformedValuesNameTheFileKeyAndValue) {
   config("</s>");
-  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("'" + file("config.json") +
+  EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("'" + dir_.path("config.json") +
                                                   "': eos_token_id = \"</s>\" is neither "
                                                   "a token id nor a list of them; pass --set data.eos_id=N"));
   config(Json::array());
@@ -168,9 +156,9 @@ TEST_F(HfFolderEos, MalformedValuesNameTheFileKeyAndValue) {
   config(-1);
   EXPECT_THAT(error_of([&] { eos(); }), HasSubstr("eos_token_id = -1: -1 is outside"));
   config(nullptr);
-  write("generation_config.json", std::string(100000, '[') + std::string(100000, ']'));
-  EXPECT_THAT(kind_and_what_of([&] { eos(); }),
-              HasSubstr("input: '" + file("generation_config.json") + "' nests arrays/objects more than 128 deep"));
+  dir_.write("generation_config.json", std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_THAT(kind_and_what_of([&] { eos(); }), HasSubstr("input: '" + dir_.path("generation_config.json") +
+                                                          "' nests arrays/objects more than 128 deep"));
 }
 
 TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {
@@ -184,13 +172,13 @@ TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {
 // echo_eval lets the data's sidecar settle an EOS no one chose: a config file's default is not a
 // choice.
 TEST_F(HfFolderEos, ConfigFileSetsOnlyWhatTheFileSays) {
-  const std::string yaml = write("c.yaml", "model: {vocab_size: 64}\ndata:\n  seq_len: 16\n  eos_id: 5\n");
+  const std::string yaml = dir_.write("c.yaml", "model: {vocab_size: 64}\ndata:\n  seq_len: 16\n  eos_id: 5\n");
   EXPECT_TRUE(config::config_file_sets(yaml, "data.eos_id"));
   EXPECT_TRUE(config::config_file_sets(yaml, "model.vocab_size"));
   EXPECT_FALSE(config::config_file_sets(yaml, "model.hidden"));
-  EXPECT_FALSE(config::config_file_sets(write("d.yaml", "data: {seq_len: 16, eos_id: null}\n"), "data.eos_id"));
-  EXPECT_THAT(error_of([&] { config::config_file_sets(file("none.yaml"), "data.eos_id"); }),
-              HasSubstr(file("none.yaml") + ": cannot open config file: No such file or directory"));
+  EXPECT_FALSE(config::config_file_sets(dir_.write("d.yaml", "data: {seq_len: 16, eos_id: null}\n"), "data.eos_id"));
+  EXPECT_THAT(error_of([&] { config::config_file_sets(dir_.path("none.yaml"), "data.eos_id"); }),
+              HasSubstr(dir_.path("none.yaml") + ": cannot open config file: No such file or directory"));
 }
 
 }  // namespace
