@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace echo::testing {
 
@@ -19,6 +21,16 @@ namespace echo::testing {
 class ScratchDir {
  public:
   ScratchDir() {
+    // A death test in the threadsafe style re-runs the test body in a child that dies without
+    // running destructors, so a directory of its own would be left behind: the child works in
+    // its parent's, which the parent removes.
+    if (!GTEST_FLAG_GET(internal_run_death_test).empty()) {
+      if (const char* parents = std::getenv(kParentDirVariable)) {
+        root_ = parents;
+        owned_ = false;
+        return;
+      }
+    }
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string name = info ? std::string(info->test_suite_name()) + "_" + info->name() : "no_test";
     for (char& c : name)  // a parameterised test's "Suite/Name/0" is one folder, not three
@@ -31,10 +43,11 @@ class ScratchDir {
     if (::mkdtemp(tmpl.data()) == nullptr)
       throw std::filesystem::filesystem_error("mkdtemp", tmpl, std::error_code(errno, std::generic_category()));
     root_ = tmpl;
+    ::setenv(kParentDirVariable, root_.c_str(), 1);
   }
   ~ScratchDir() {
     std::error_code ec;
-    std::filesystem::remove_all(root_, ec);
+    if (owned_) std::filesystem::remove_all(root_, ec);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
@@ -55,7 +68,23 @@ class ScratchDir {
   }
 
  private:
+  static constexpr const char* kParentDirVariable = "ECHO_TEST_SCRATCH_DIR";
   std::filesystem::path root_;
+  bool owned_ = true;
 };
+
+// Removes `path` with everything in it when the process exits normally (after main returns):
+// for a directory the ranks of an MPI test share, which must outlive every test that uses it.
+inline void remove_at_exit(const std::filesystem::path& path) {
+  struct Removals {
+    std::vector<std::filesystem::path> paths;
+    ~Removals() {
+      std::error_code ec;
+      for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+    }
+  };
+  static Removals removals;
+  removals.paths.push_back(path);
+}
 
 }  // namespace echo::testing

@@ -15,11 +15,13 @@
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "../support/mpi_util.h"
+#include "../support/scratch_dir.h"
 
 namespace echo::testing {
 
 // Rank 0 creates <tmp>/<prefix>_<tag>_<pid>/data/<split>.{bin,idx} for each split (60 documents
 // over ids 0..56 from `seed`; `edit(doc_idx, doc)` may change a document) and broadcasts the path.
+// The directory is removed when the test program exits.
 inline std::string make_scratch_datasets(const std::string& prefix, const std::string& tag, uint64_t seed,
                                          const std::vector<std::string>& splits,
                                          const std::function<void(int, std::vector<int32_t>&)>& edit = {}) {
@@ -29,6 +31,7 @@ inline std::string make_scratch_datasets(const std::string& prefix, const std::s
     dir = fs::temp_directory_path() / (prefix + "_" + tag + "_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir + "/data");
+    remove_at_exit(dir);
     std::mt19937_64 gen(seed);
     for (const std::string& split : splits) {
       data::IndexedDatasetWriter w(dir + "/data/" + split);
