@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -10,10 +11,12 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "data/indexed_dataset.h"
 #include "../support/test_util.h"
 
@@ -42,6 +45,17 @@ class ScratchDir {
 
  private:
   fs::path path_;
+};
+
+// Captures the "data" log (rank 0 of 1) for the life of the object.
+class LogCapture {
+ public:
+  LogCapture() { log::init(0, 1, spdlog::level::info, {std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)}); }
+  ~LogCapture() { log::init(0, 1); }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
 };
 
 inline std::vector<uint8_t> read_bytes(const std::string& path) {

@@ -6,7 +6,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
@@ -22,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::error_of;
+using testing::LogCapture;
 using testing::random_documents;
 using testing::ScratchDir;
 using testing::write_dataset;
@@ -51,17 +51,6 @@ DatasetMeta make_dataset(const std::string& prefix, int64_t vocab, int64_t eos, 
   m.path = dataset_meta_path(prefix);
   return m;
 }
-
-// Captures the "data" log (rank 0 of 1) for the life of the object.
-class LogCapture {
- public:
-  LogCapture() { log::init(0, 1, spdlog::level::info, {std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)}); }
-  ~LogCapture() { log::init(0, 1); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-};
 
 TEST(DatasetMeta, WrittenAndReadBack) {
   ScratchDir dir;
@@ -168,16 +157,46 @@ TEST(DatasetMeta, AModelSmallerThanTheTokenizerIsRefused) {
 TEST(DatasetMeta, ASidecarBesideOtherDataIsRefused) {
   ScratchDir dir;
   Random r;
+  SCOPED_TRACE("seed " + std::to_string(r.seed));
   const std::string prefix = dir.prefix("train");
   DatasetMeta m = make_dataset(prefix, 1000, 999, r);
+  const uint64_t docs = m.documents, tokens = m.tokens;
   m.documents += static_cast<uint64_t>(r.uniform(1, 5));
   write_dataset_meta(prefix, m);
   const auto ds = IndexedDataset::open(prefix);
   const std::string msg = error_of([&] { check_dataset_meta(ds, "data.train", {999, "x", 1000}); });
-  EXPECT_THAT(msg, HasSubstr("its sidecar '" + prefix + ".meta.json' describes " + std::to_string(m.documents) +
-                             " documents"));
-  EXPECT_THAT(msg, HasSubstr("the dataset was rewritten after echo_prep wrote the sidecar"));
+  EXPECT_THAT(msg, HasSubstr("data.train (" + prefix + "): its sidecar '" + prefix +
+                             ".meta.json' does not describe this data: it says " + std::to_string(m.documents) +
+                             " documents and " + std::to_string(tokens) + " tokens, but " + prefix + ".idx holds " +
+                             std::to_string(docs) + " documents and " + std::to_string(tokens) + " tokens"));
+  EXPECT_THAT(msg, HasSubstr("or the sidecar was made or edited by hand"));
   EXPECT_THAT(msg, HasSubstr("delete the file to use the dataset unchecked"));
+}
+
+// The review's case: a hand-made sidecar claiming 0 documents and 0 tokens. The message used to
+// say the dataset "was rewritten after echo_prep wrote the sidecar", which it was not.
+TEST(DatasetMeta, AHandMadeSidecarOfZeroTokensIsRefusedSayingWhatIsWrong) {
+  ScratchDir dir;
+  Random r;
+  SCOPED_TRACE("seed " + std::to_string(r.seed));
+  const std::string prefix = dir.prefix("train");
+  DatasetMeta m = make_dataset(prefix, 1000, 999, r);
+  const uint64_t docs = m.documents, tokens = m.tokens;
+  const auto ds = IndexedDataset::open(prefix);
+  for (const uint64_t claimed_docs : {uint64_t{0}, docs}) {
+    m.documents = claimed_docs;
+    m.tokens = 0;
+    write_dataset_meta(prefix, m);
+    const std::string msg = error_of([&] { check_dataset_meta(ds, "data.train", {999, "x", 1000}); });
+    if (tokens == 0 && claimed_docs == docs) {
+      EXPECT_EQ(msg, testing::kNoErrorThrown) << "a true claim";
+      continue;
+    }
+    EXPECT_THAT(msg, HasSubstr("does not describe this data: it says " + std::to_string(claimed_docs) +
+                               " documents and 0 tokens, but " + prefix + ".idx holds " + std::to_string(docs) +
+                               " documents and " + std::to_string(tokens) + " tokens (the data was rewritten after "
+                               "echo_prep wrote the sidecar, or the sidecar was made or edited by hand)"));
+  }
 }
 
 // The writer replaces a dataset whole: the old data's sidecar goes with it.
