@@ -211,6 +211,65 @@ TEST(DatasetMeta, RewritingADatasetRemovesItsSidecar) {
   EXPECT_EQ(IndexedDataset::open(prefix).num_documents(), 2u);
 }
 
+// finalize() when a rename fails (injected: the tests run as root, so permissions cannot refuse
+// one; a vanished temporary file or a directory in the way can). A sidecar must never sit beside
+// data it does not describe, and old data that stays must keep its sidecar (before, the sidecar
+// was removed first, so a failed .bin rename left the old data unverified).
+TEST(DatasetMeta, AFailedRenameInFinalizeKeepsTheOldDataWithItsSidecar) {
+  ScratchDir dir;
+  Random r;
+  SCOPED_TRACE("seed " + std::to_string(r.seed));
+  const std::string prefix = dir.prefix("train");
+  const DatasetMeta old = make_dataset(prefix, 500, 3, r);
+  const auto old_sidecar = testing::read_bytes(old.path);
+  const auto old_idx = testing::read_bytes(prefix + ".idx");
+  const auto new_docs = random_documents({3, 1, 4}, 0, 500, r.gen());
+  // The old data must still be usable, and verified, as it was.
+  const auto expect_old_data_verified = [&] {
+    EXPECT_EQ(testing::read_bytes(old.path), old_sidecar);
+    EXPECT_EQ(testing::read_bytes(prefix + ".idx"), old_idx);
+    const auto ds = IndexedDataset::open(prefix);
+    EXPECT_TRUE(check_dataset_meta(ds, "data.train", {3, "x", 500}).has_value());
+    EXPECT_FALSE(fs::exists(old.path + ".old"));
+  };
+  {  // the .bin rename fails: the sidecar, moved aside, goes back
+    IndexedDatasetWriter w(prefix);
+    for (const auto& d : new_docs) w.add_document(d);
+    fs::remove(prefix + ".bin.tmp");
+    const std::string msg = echo::testing::kind_and_what_of([&] { w.finalize(); });
+    EXPECT_EQ(msg, "run: cannot rename " + prefix + ".bin.tmp to " + prefix + ".bin: No such file or directory");
+  }
+  expect_old_data_verified();
+  {  // the sidecar cannot be moved aside (a directory at the aside name): nothing changes
+    fs::create_directories(old.path + ".old/x");
+    IndexedDatasetWriter w(prefix);
+    for (const auto& d : new_docs) w.add_document(d);
+    const std::string msg = echo::testing::kind_and_what_of([&] { w.finalize(); });
+    EXPECT_THAT(msg, HasSubstr("run: cannot move the old sidecar " + old.path + " aside to " + old.path + ".old: "));
+    fs::remove_all(old.path + ".old");
+  }
+  expect_old_data_verified();
+  EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
+  EXPECT_FALSE(fs::exists(prefix + ".idx.tmp"));
+  {  // the .idx rename fails (a directory in the way) after the new .bin is in place: no sidecar
+    fs::remove(prefix + ".idx");
+    fs::create_directories(prefix + ".idx/x");
+    IndexedDatasetWriter w(prefix);
+    for (const auto& d : new_docs) w.add_document(d);
+    const std::string msg = echo::testing::kind_and_what_of([&] { w.finalize(); });
+    EXPECT_THAT(msg, HasSubstr("run: cannot rename " + prefix + ".idx.tmp to " + prefix + ".idx: "));
+    EXPECT_THAT(msg, HasSubstr(prefix + ".bin is already the new data's, so the dataset is unusable until it is "
+                                        "written again"));
+    EXPECT_FALSE(fs::exists(old.path));
+    EXPECT_FALSE(fs::exists(old.path + ".old"));
+    fs::remove_all(prefix + ".idx");
+  }
+  write_dataset(prefix, new_docs);  // and a rerun succeeds, leaving no sidecar of the old data
+  EXPECT_EQ(IndexedDataset::open(prefix).num_documents(), new_docs.size());
+  EXPECT_FALSE(fs::exists(old.path));
+  EXPECT_FALSE(fs::exists(old.path + ".old"));
+}
+
 TEST(DatasetMeta, AMalformedSidecarIsRefusedNamingIt) {
   ScratchDir dir;
   Random r;
