@@ -6,7 +6,9 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "data/dataset_meta.h"
 #include "data/sample_permutation.h"
+#include "data/stored_eos.h"
 
 namespace echo::data {
 
@@ -28,8 +30,21 @@ DataLoader::DataLoader(const IndexedDataset& ds, LoaderOptions opt)
              ds.prefix(), opt_.dp_rank, opt_.dp_size);
   ECHO_CHECK(opt_.eos_id >= 0, "{}: data loader: eos_id must be a token id >= 0, got {}", ds.prefix(), opt_.eos_id);
   ECHO_INPUT_CHECK(ds.num_documents() > 0, "{}: empty dataset (0 documents)", ds.prefix());
+  if (opt_.eos_stored) {
+    // Packed as stored, a document without its EOS runs into the next one unseparated; a sampled
+    // check (one token per document looked at) catches a sidecar that claims what is not so.
+    if (const auto missing = find_document_without_eos(ds, opt_.eos_id))
+      ECHO_INPUT_FAIL(
+          "{}: the documents are taken to end in the EOS {} (its sidecar {} says \"append_eos\": true), but "
+          "document {} of {} {}: packed as stored, it would run into the next document without a separator; "
+          "re-prepare the data with echo_prep, or delete the sidecar to have the EOS appended after each document",
+          ds.prefix(), opt_.eos_id, dataset_meta_path(ds.prefix()), missing->document, ds.num_documents(),
+          describe_missing_eos(*missing));
+  }
   stream_length_ = static_cast<uint64_t>(ds.num_tokens()) + (opt_.eos_stored ? 0 : ds.num_documents());
   const uint64_t seq_len = static_cast<uint64_t>(opt_.seq_len);
+  // NOTE: stream_length_ >= 1, so this cannot wrap: appending gives each of the >= 1 documents an
+  // EOS, and stored, the first document (always checked above) ends in one.
   num_samples_ = (stream_length_ - 1) / seq_len;
   ECHO_INPUT_CHECK(
       num_samples_ >= 1,

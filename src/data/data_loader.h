@@ -35,9 +35,10 @@ struct LoaderOptions {
   // Appended after every document, unless eos_stored.
   int32_t eos_id = 0;
   int dp_rank = 0, dp_size = 1;
-  // The documents already end in eos_id (echo_prep --append-eos, as its sidecar records; set by
-  // echo_train and echo_eval from the sidecar only, so a Megatron --append-eod dataset, which has
-  // none, still gets a second EOS): the stream is the stored tokens as they are.
+  // The documents already end in eos_id (echo_prep --append-eos, Megatron's --append-eod): the
+  // stream is the stored tokens as they are. echo_train and echo_eval set it by one rule
+  // (data/stored_eos.h); the constructor refuses it, naming the document, when a sampled
+  // document does not end in eos_id.
   bool eos_stored = false;
 };
 

@@ -173,9 +173,12 @@ std::optional<DatasetMeta> check_dataset_meta(const IndexedDataset& ds, const st
   }
   const DatasetMeta& m = *meta;
   // A sidecar beside other data (the .bin/.idx rewritten by another tool) vouches for nothing.
+  // NOTE: the cause is not guessed: echo_prep writes the counts it wrote, so a mismatch is either
+  // data rewritten by another tool or a sidecar made or edited by hand (a 0 is typical of those).
   ECHO_INPUT_CHECK(m.documents == ds.num_documents() && m.tokens == ds.num_tokens(),
-                   "{} ({}): its sidecar '{}' describes {} documents and {} tokens, but {}.idx holds {} documents and "
-                   "{} tokens: the dataset was rewritten after echo_prep wrote the sidecar; {}",
+                   "{} ({}): its sidecar '{}' does not describe this data: it says {} documents and {} tokens, but "
+                   "{}.idx holds {} documents and {} tokens (the data was rewritten after echo_prep wrote the sidecar, "
+                   "or the sidecar was made or edited by hand); {}",
                    role, ds.prefix(), m.path, m.documents, m.tokens, ds.prefix(), ds.num_documents(), ds.num_tokens(),
                    kMalformedFix);
   std::vector<std::string> problems;

@@ -30,9 +30,10 @@ enum class TokenDtype : uint8_t {
 const char* token_dtype_name(uint8_t code);
 
 // Writes prefix.bin.tmp and prefix.idx.tmp; finalize() writes the index and renames both (the
-// .bin first, the .idx last, so a reader that finds the new .idx also finds its .bin), after
-// removing a sidecar PREFIX.meta.json of the data it replaces (data/dataset_meta.h). A writer
-// destroyed before finalize() removes its temporary files.
+// .bin first, the .idx last, so a reader that finds the new .idx also finds its .bin). A sidecar
+// PREFIX.meta.json of the data it replaces (data/dataset_meta.h) is moved aside before and
+// dropped after the .bin rename, and put back if that rename fails: never beside new data, and
+// kept with old data that stays. A writer destroyed before finalize() removes its temporary files.
 class IndexedDatasetWriter {
  public:
   explicit IndexedDatasetWriter(std::string prefix);

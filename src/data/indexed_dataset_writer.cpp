@@ -47,11 +47,6 @@ void close_checked(std::FILE* f, const std::string& path) {
   ECHO_RUN_CHECK(std::fclose(f) == 0, "{}: close failed: {}", path, std::strerror(errno));
 }
 
-void rename_checked(const std::string& from, const std::string& to) {
-  ECHO_RUN_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename {} to {}: {}", from, to,
-                   std::strerror(errno));
-}
-
 }  // namespace
 
 void IndexedDatasetWriter::FileCloser::operator()(std::FILE* f) const {
@@ -133,13 +128,31 @@ void IndexedDatasetWriter::finalize() {
       idx.get(), lengths_.size() + 1, [](size_t i) { return static_cast<int64_t>(i); }, idx_tmp);
   close_checked(idx.release(), idx_tmp);
 
-  // A sidecar at this prefix describes the data being replaced: its EOS and tokenizer would be
-  // taken for the new data's (echo_prep writes the new one after finalize).
-  const std::string meta = dataset_meta_path(prefix_);
-  ECHO_RUN_CHECK(std::remove(meta.c_str()) == 0 || errno == ENOENT, "cannot remove the old sidecar {}: {}", meta,
+  // A sidecar at this prefix describes the data being replaced: left beside the new data, its EOS
+  // and tokenizer would be taken for the new data's (echo_prep writes the new one after this).
+  // NOTE: the order keeps the sidecar with its data. It is first renamed aside (atomic, no
+  // copy), so no moment has new data beside it; if the .bin rename then fails the old data is
+  // untouched and the sidecar goes back, so it stays verified. Only once the new .bin is in place
+  // is the old sidecar's data gone for good and the aside copy dropped. A crash between the steps
+  // leaves at worst the old data unverified with PREFIX.meta.json.old beside it, never wrong.
+  const std::string meta = dataset_meta_path(prefix_), meta_aside = meta + ".old";
+  bool aside = std::rename(meta.c_str(), meta_aside.c_str()) == 0;
+  ECHO_RUN_CHECK(aside || errno == ENOENT, "cannot move the old sidecar {} aside to {}: {}", meta, meta_aside,
                  std::strerror(errno));
-  rename_checked(bin_tmp, prefix_ + ".bin");
-  rename_checked(idx_tmp, prefix_ + ".idx");
+  if (std::rename(bin_tmp.c_str(), (prefix_ + ".bin").c_str()) != 0) {
+    const int err = errno;
+    if (aside && std::rename(meta_aside.c_str(), meta.c_str()) != 0)
+      ECHO_RUN_FAIL(
+          "cannot rename {} to {}.bin: {}; and the old data's sidecar could not be put back from {} to {} "
+          "({}): rename it back by hand",
+          bin_tmp, prefix_, std::strerror(err), meta_aside, meta, std::strerror(errno));
+    ECHO_RUN_FAIL("cannot rename {} to {}.bin: {}", bin_tmp, prefix_, std::strerror(err));
+  }
+  if (aside) std::remove(meta_aside.c_str());  // best effort: nothing reads a .old sidecar
+  ECHO_RUN_CHECK(std::rename(idx_tmp.c_str(), (prefix_ + ".idx").c_str()) == 0,
+                 "cannot rename {} to {}.idx: {}; {}.bin is already the new data's, so the dataset is unusable until "
+                 "it is written again",
+                 idx_tmp, prefix_, std::strerror(errno), prefix_);
   finalized_ = true;
 }
 

@@ -15,7 +15,7 @@
 
 namespace echo::data {
 
-MappedFile MappedFile::open(const std::string& path) {
+MappedFile MappedFile::open(const std::string& path, Access access) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -36,7 +36,10 @@ MappedFile MappedFile::open(const std::string& path) {
   file.path_ = path;
   file.size_ = static_cast<size_t>(st.st_size);
   if (file.size_ > 0) {
-    void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, fd, 0);
+    // NOTE: MAP_POPULATE reads ahead what is not cached and maps all of it, so it is only for a
+    // file about to be read whole; a random reader would pay for pages it never touches.
+    const int flags = MAP_SHARED | (access == Access::whole_file ? MAP_POPULATE : 0);
+    void* p = ::mmap(nullptr, file.size_, PROT_READ, flags, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);

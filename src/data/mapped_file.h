@@ -12,9 +12,15 @@ namespace echo::data {
 
 class MappedFile {
  public:
+  // How the mapping will be read. random: pages are mapped as they are touched, which suits the
+  // training loader's scattered sample reads. whole_file: read once from start to end (checksum
+  // hashing); the pages are mapped while opening (MAP_POPULATE), one kernel pass instead of a
+  // page fault per folio during the read.
+  enum class Access { random, whole_file };
+
   // Maps `path` read-only. Throws echo::Error "<path>: no such file" when it is missing, and
   // "<path>: ..." with the reason for any other failure (not a regular file, permission, mmap).
-  static MappedFile open(const std::string& path);
+  static MappedFile open(const std::string& path, Access access = Access::random);
 
   MappedFile() = default;
   ~MappedFile();

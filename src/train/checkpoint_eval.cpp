@@ -17,6 +17,7 @@
 #include "data/data_loader.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
+#include "data/stored_eos.h"
 #include "dist/world.h"
 #include "model/qwen3_model.h"
 #include "model/tp_ops.h"
@@ -247,7 +248,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                  cfg.data.seq_len, prefix, cfg.data.eos_id, eos.source);
 
   data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
-  opts.eos_stored = meta && meta->append_eos;  // --append-eos data: packed as stored
+  opts.eos_stored = data::decide_eos_stored(ds, meta, cfg.data.eos_id, "evaluation data");
   const data::DataLoader loader(ds, opts);
   const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
   std::vector<int32_t> tokens, targets;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/dataset_meta.h"
+#include "data/stored_eos.h"
 #include "dist/mpi_check.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
@@ -141,9 +142,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
                    cfg.data.eos_id, cfg.model.vocab_size);
-  // Data prepared with --append-eos already ends each document in the EOS: packed as stored.
+  // Documents that already end in the EOS (the sidecar says so, or, without one, every sampled
+  // document does) are packed as stored.
   data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
-  opts.eos_stored = train_meta && train_meta->append_eos;
+  opts.eos_stored = data::decide_eos_stored(*train_data_, train_meta, cfg.data.eos_id, "data.train");
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
     valid_data_.emplace(open_dataset("data.valid", cfg.data.valid));
@@ -151,7 +153,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     if (train_meta && valid_meta) data::check_same_preparation(*train_meta, "data.train", *valid_meta, "data.valid");
     data::check_token_range(*valid_data_, cfg.model.vocab_size, "data.valid");
     data::LoaderOptions valid_opts = opts;
-    valid_opts.eos_stored = valid_meta && valid_meta->append_eos;
+    valid_opts.eos_stored = data::decide_eos_stored(*valid_data_, valid_meta, cfg.data.eos_id, "data.valid");
     valid_loader_.emplace(*valid_data_, valid_opts);
   }
 

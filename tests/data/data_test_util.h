@@ -9,9 +9,11 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../support/log_capture.h"
 #include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 #include "core/error.h"
@@ -21,6 +23,7 @@ namespace echo::data::testing {
 
 using echo::testing::error_of;
 using echo::testing::kNoErrorThrown;
+using echo::testing::LogCapture;
 using echo::testing::ScratchDir;
 
 namespace fs = std::filesystem;

@@ -20,6 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::error_of;
+using testing::LogCapture;
 using testing::random_documents;
 using testing::ScratchDir;
 using testing::write_dataset;
@@ -49,8 +50,6 @@ DatasetMeta make_dataset(const std::string& prefix, int64_t vocab, int64_t eos, 
   m.path = dataset_meta_path(prefix);
   return m;
 }
-
-using echo::testing::LogCapture;
 
 TEST(DatasetMeta, WrittenAndReadBack) {
   ScratchDir dir;
@@ -159,16 +158,46 @@ TEST(DatasetMeta, AModelSmallerThanTheTokenizerIsRefused) {
 TEST(DatasetMeta, ASidecarBesideOtherDataIsRefused) {
   ScratchDir dir;
   Random r;
+  SCOPED_TRACE("seed " + std::to_string(r.seed));
   const std::string prefix = dir.path("train");
   DatasetMeta m = make_dataset(prefix, 1000, 999, r);
+  const uint64_t docs = m.documents, tokens = m.tokens;
   m.documents += static_cast<uint64_t>(r.uniform(1, 5));
   write_dataset_meta(prefix, m);
   const auto ds = IndexedDataset::open(prefix);
   const std::string msg = error_of([&] { check_dataset_meta(ds, "data.train", {999, "x", 1000}); });
-  EXPECT_THAT(msg, HasSubstr("its sidecar '" + prefix + ".meta.json' describes " + std::to_string(m.documents) +
-                             " documents"));
-  EXPECT_THAT(msg, HasSubstr("the dataset was rewritten after echo_prep wrote the sidecar"));
+  EXPECT_THAT(msg, HasSubstr("data.train (" + prefix + "): its sidecar '" + prefix +
+                             ".meta.json' does not describe this data: it says " + std::to_string(m.documents) +
+                             " documents and " + std::to_string(tokens) + " tokens, but " + prefix + ".idx holds " +
+                             std::to_string(docs) + " documents and " + std::to_string(tokens) + " tokens"));
+  EXPECT_THAT(msg, HasSubstr("or the sidecar was made or edited by hand"));
   EXPECT_THAT(msg, HasSubstr("delete the file to use the dataset unchecked"));
+}
+
+// The review's case: a hand-made sidecar claiming 0 documents and 0 tokens. The message used to
+// say the dataset "was rewritten after echo_prep wrote the sidecar", which it was not.
+TEST(DatasetMeta, AHandMadeSidecarOfZeroTokensIsRefusedSayingWhatIsWrong) {
+  ScratchDir dir;
+  Random r;
+  SCOPED_TRACE("seed " + std::to_string(r.seed));
+  const std::string prefix = dir.path("train");
+  DatasetMeta m = make_dataset(prefix, 1000, 999, r);
+  const uint64_t docs = m.documents, tokens = m.tokens;
+  const auto ds = IndexedDataset::open(prefix);
+  for (const uint64_t claimed_docs : {uint64_t{0}, docs}) {
+    m.documents = claimed_docs;
+    m.tokens = 0;
+    write_dataset_meta(prefix, m);
+    const std::string msg = error_of([&] { check_dataset_meta(ds, "data.train", {999, "x", 1000}); });
+    if (tokens == 0 && claimed_docs == docs) {
+      EXPECT_EQ(msg, testing::kNoErrorThrown) << "a true claim";
+      continue;
+    }
+    EXPECT_THAT(msg, HasSubstr("does not describe this data: it says " + std::to_string(claimed_docs) +
+                               " documents and 0 tokens, but " + prefix + ".idx holds " + std::to_string(docs) +
+                               " documents and " + std::to_string(tokens) + " tokens (the data was rewritten after "
+                               "echo_prep wrote the sidecar, or the sidecar was made or edited by hand)"));
+  }
 }
 
 // The writer replaces a dataset whole: the old data's sidecar goes with it.
@@ -181,6 +210,65 @@ TEST(DatasetMeta, RewritingADatasetRemovesItsSidecar) {
   write_dataset(prefix, random_documents({4, 4}, 0, 500, r.gen()));
   EXPECT_FALSE(fs::exists(prefix + ".meta.json"));
   EXPECT_EQ(IndexedDataset::open(prefix).num_documents(), 2u);
+}
+
+// finalize() when a rename fails (injected: the tests run as root, so permissions cannot refuse
+// one; a vanished temporary file or a directory in the way can). A sidecar must never sit beside
+// data it does not describe, and old data that stays must keep its sidecar (before, the sidecar
+// was removed first, so a failed .bin rename left the old data unverified).
+TEST(DatasetMeta, AFailedRenameInFinalizeKeepsTheOldDataWithItsSidecar) {
+  ScratchDir dir;
+  Random r;
+  SCOPED_TRACE("seed " + std::to_string(r.seed));
+  const std::string prefix = dir.path("train");
+  const DatasetMeta old = make_dataset(prefix, 500, 3, r);
+  const auto old_sidecar = testing::read_bytes(old.path);
+  const auto old_idx = testing::read_bytes(prefix + ".idx");
+  const auto new_docs = random_documents({3, 1, 4}, 0, 500, r.gen());
+  // The old data must still be usable, and verified, as it was.
+  const auto expect_old_data_verified = [&] {
+    EXPECT_EQ(testing::read_bytes(old.path), old_sidecar);
+    EXPECT_EQ(testing::read_bytes(prefix + ".idx"), old_idx);
+    const auto ds = IndexedDataset::open(prefix);
+    EXPECT_TRUE(check_dataset_meta(ds, "data.train", {3, "x", 500}).has_value());
+    EXPECT_FALSE(fs::exists(old.path + ".old"));
+  };
+  {  // the .bin rename fails: the sidecar, moved aside, goes back
+    IndexedDatasetWriter w(prefix);
+    for (const auto& d : new_docs) w.add_document(d);
+    fs::remove(prefix + ".bin.tmp");
+    const std::string msg = echo::testing::kind_and_what_of([&] { w.finalize(); });
+    EXPECT_EQ(msg, "run: cannot rename " + prefix + ".bin.tmp to " + prefix + ".bin: No such file or directory");
+  }
+  expect_old_data_verified();
+  {  // the sidecar cannot be moved aside (a directory at the aside name): nothing changes
+    fs::create_directories(old.path + ".old/x");
+    IndexedDatasetWriter w(prefix);
+    for (const auto& d : new_docs) w.add_document(d);
+    const std::string msg = echo::testing::kind_and_what_of([&] { w.finalize(); });
+    EXPECT_THAT(msg, HasSubstr("run: cannot move the old sidecar " + old.path + " aside to " + old.path + ".old: "));
+    fs::remove_all(old.path + ".old");
+  }
+  expect_old_data_verified();
+  EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
+  EXPECT_FALSE(fs::exists(prefix + ".idx.tmp"));
+  {  // the .idx rename fails (a directory in the way) after the new .bin is in place: no sidecar
+    fs::remove(prefix + ".idx");
+    fs::create_directories(prefix + ".idx/x");
+    IndexedDatasetWriter w(prefix);
+    for (const auto& d : new_docs) w.add_document(d);
+    const std::string msg = echo::testing::kind_and_what_of([&] { w.finalize(); });
+    EXPECT_THAT(msg, HasSubstr("run: cannot rename " + prefix + ".idx.tmp to " + prefix + ".idx: "));
+    EXPECT_THAT(msg, HasSubstr(prefix + ".bin is already the new data's, so the dataset is unusable until it is "
+                                        "written again"));
+    EXPECT_FALSE(fs::exists(old.path));
+    EXPECT_FALSE(fs::exists(old.path + ".old"));
+    fs::remove_all(prefix + ".idx");
+  }
+  write_dataset(prefix, new_docs);  // and a rerun succeeds, leaving no sidecar of the old data
+  EXPECT_EQ(IndexedDataset::open(prefix).num_documents(), new_docs.size());
+  EXPECT_FALSE(fs::exists(old.path));
+  EXPECT_FALSE(fs::exists(old.path + ".old"));
 }
 
 TEST(DatasetMeta, AMalformedSidecarIsRefusedNamingIt) {

@@ -4,8 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <csignal>
+#include <fstream>
 #include <numeric>
+#include <random>
 
 #include "data/data_loader.h"
 #include "data/fault_names.h"
@@ -41,6 +44,52 @@ TEST(MappedFileDeathTest, ATruncatedBinNamesTheFileInsteadOfABareSigbus) {
   EXPECT_EXIT(read_after_truncation(), ::testing::ExitedWithCode(kFaultExitCode),
               // The death test re-runs this body in a child, whose scratch directory has its pid.
               "bus error reading the memory-mapped file '.*/corpus\\.bin'");
+}
+
+// Resident KiB of the mapping that starts at `addr`, from /proc/self/smaps ("Rss:"), or -1.
+long mapping_rss_kib(const void* addr) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t want = reinterpret_cast<uintptr_t>(addr);
+  bool in_it = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.find('-') != std::string::npos && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find(':') > line.find(' ')) {
+      in_it = std::stoull(line.substr(0, line.find('-')), nullptr, 16) == want;
+      continue;
+    }
+    if (in_it && line.rfind("Rss:", 0) == 0) return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
+// Access::whole_file (MAP_POPULATE, for checksums) maps the same bytes as the default, for
+// random contents and sizes around page boundaries, and an empty file as empty; its pages are
+// mapped up front (resident before any read), the default's only when touched.
+TEST(MappedFileTest, WholeFileAccessMapsTheSameBytes) {
+  ScratchDir dir;
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 gen(seed);
+  for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4097}, size_t{(1 << 20) + 3}}) {
+    std::vector<uint8_t> bytes(size);
+    for (auto& b : bytes) b = static_cast<uint8_t>(gen());
+    const std::string path = dir.path("f" + std::to_string(size));
+    testing::write_bytes(path, bytes);
+    const MappedFile whole = MappedFile::open(path, MappedFile::Access::whole_file);
+    const MappedFile random = MappedFile::open(path);
+    ASSERT_EQ(whole.size(), size);
+    ASSERT_EQ(random.size(), size);
+    if (size == 0) {
+      EXPECT_EQ(whole.data(), nullptr);
+      continue;
+    }
+    if (size > (1 << 20)) {
+      EXPECT_GE(mapping_rss_kib(whole.data()), 1024) << "whole_file: populated";
+      EXPECT_EQ(mapping_rss_kib(random.data()), 0) << "random: nothing mapped before a read";
+    }
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), whole.data())) << size;
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), random.data())) << size;
+  }
 }
 
 // A SIGBUS that is not a read of a registered mapping is left alone: it goes to the handler that

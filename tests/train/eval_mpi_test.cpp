@@ -262,16 +262,18 @@ TEST(Eval, TheDataSidecarIsCheckedAgainstTheCheckpoint) {
   echo::testing::write_scratch_sidecar(data, 64, 63);
   EXPECT_EQ(eval(ckpt, run.tp, {}, data).loss, unchecked);
 
-  // The same documents stored with their EOS (echo_prep --append-eos, as the sidecar says) are
-  // packed as stored: the same stream, so bit for bit the same loss; without the sidecar's word the
-  // loader appends a second EOS after each document and the loss moves.
+  // The same documents stored with their EOS are packed as stored: the same stream, so bit for
+  // bit the same loss. Without a sidecar (Megatron's --append-eod) because every checked document
+  // ends in the EOS; with one because it says append_eos. A sidecar that says the EOS was not
+  // stored is taken at its word: a second EOS after each document, and the loss moves.
   const std::string stored_dir = echo::testing::make_scratch_datasets(
       "echo_eval", "stored", 5, {"valid"}, [](int, std::vector<int32_t>& doc) { doc.push_back(63); });
   const std::string stored = stored_dir + "/data/valid";
-  const double doubled = eval(ckpt, run.tp, {}, stored).loss;
-  EXPECT_NE(doubled, unchecked);
+  EXPECT_EQ(eval(ckpt, run.tp, {}, stored).loss, unchecked);
   echo::testing::write_scratch_sidecar(stored, 64, 63, std::string(64, 'a'), /*append_eos=*/true);
   EXPECT_EQ(eval(ckpt, run.tp, {}, stored).loss, unchecked);
+  echo::testing::write_scratch_sidecar(stored, 64, 63, std::string(64, 'a'), /*append_eos=*/false);
+  EXPECT_NE(eval(ckpt, run.tp, {}, stored).loss, unchecked);
 }
 
 // An EOS no one chose (a Hugging Face folder's files, a --config without data.eos_id) is the one

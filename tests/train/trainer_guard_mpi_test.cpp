@@ -135,20 +135,25 @@ TEST(TrainerGuard, TheDatasetSidecarIsChecked) {
   const TrainResult bare = train(make_config(dir, with_valid), RunDirMode::fresh);
   EXPECT_EQ(bare.steps_done, 4);
 
-  // The same documents stored with their EOS (echo_prep --append-eos, as the sidecars say) train
-  // bit for bit alike: packed as stored, not with a second EOS after each document.
+  // The same documents stored with their EOS train bit for bit alike: packed as stored, not with a
+  // second EOS after each document. Without sidecars (Megatron's --append-eod) because every
+  // checked document ends in the EOS; then with sidecars that say append_eos (echo_prep).
   const std::string stored = echo::testing::make_scratch_datasets(
       "echo_guard", "stored", 11, {"train", "valid"}, [](int, std::vector<int32_t>& doc) { doc.push_back(63); });
+  const std::vector<std::string> stored_valid = {"data.valid=" + stored + "/data/valid", "train.eval_interval=2"};
+  const TrainResult detected = train(make_config(stored, stored_valid), RunDirMode::fresh);
+  EXPECT_EQ(detected.last_loss, bare.last_loss);
+  sync();
+  const auto detected_metrics = read_file(stored + "/run/metrics.jsonl");
   for (const char* split : {"/data/train", "/data/valid"})
     write_scratch_sidecar(stored + split, 64, 63, std::string(64, 'a'), /*append_eos=*/true);
-  const std::vector<std::string> stored_valid = {"data.valid=" + stored + "/data/valid", "train.eval_interval=2"};
-  const TrainResult same = train(make_config(stored, stored_valid), RunDirMode::fresh);
+  const TrainResult same = train(make_config(stored, stored_valid), RunDirMode::overwrite);
   EXPECT_EQ(same.last_loss, bare.last_loss);
   sync();
   // Every logged training and validation loss, in order (the timings differ).
-  const auto losses = [](const std::string& run_dir) {
+  const auto losses = [](const std::string& metrics_jsonl) {
     std::vector<std::string> out;
-    std::istringstream lines(read_file(run_dir + "/metrics.jsonl"));
+    std::istringstream lines(metrics_jsonl);
     for (std::string line; std::getline(lines, line);) {
       const auto j = nlohmann::json::parse(line);
       for (const char* key : {"loss", "val_loss"})
@@ -156,9 +161,10 @@ TEST(TrainerGuard, TheDatasetSidecarIsChecked) {
     }
     return out;
   };
-  const auto bare_losses = losses(dir + "/run");
+  const auto bare_losses = losses(read_file(dir + "/run/metrics.jsonl"));
   EXPECT_GE(bare_losses.size(), 6u);  // 4 steps, 2 validations
-  EXPECT_EQ(losses(stored + "/run"), bare_losses);
+  EXPECT_EQ(losses(read_file(stored + "/run/metrics.jsonl")), bare_losses);
+  EXPECT_EQ(losses(detected_metrics), bare_losses) << "without sidecars";
 }
 
 // optim.lr = 100 (the run, exact all-reduce): decay multiplies the weights by -9 a step

@@ -540,9 +540,10 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
       // Hashed from the files as written (mapped back, still in the page cache), so the sums
       // cover what is on disk; the JSON files from the text just written, which is the same.
       CheckpointChecksums sums;
-      sums.safetensors[kModelFile] = checksum_safetensors(SafetensorsFile((tmp_dir / kModelFile).string()));
+      constexpr auto kWhole = data::MappedFile::Access::whole_file;  // every byte hashed once
+      sums.safetensors[kModelFile] = checksum_safetensors(SafetensorsFile((tmp_dir / kModelFile).string(), kWhole));
       sums.safetensors[trainer_rel(kOptimizerFile)] =
-          checksum_safetensors(SafetensorsFile((tmp_dir / kTrainerDir / kOptimizerFile).string()));
+          checksum_safetensors(SafetensorsFile((tmp_dir / kTrainerDir / kOptimizerFile).string(), kWhole));
       sums.files[kHfConfigFile] = xxh3_64(config_text);
       sums.files[trainer_rel(kStateFile)] = xxh3_64(state_text);
       write_file_synced(tmp_dir / kTrainerDir / kChecksumsFile, checksums_json(sums));

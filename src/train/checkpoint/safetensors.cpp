@@ -106,9 +106,9 @@ int64_t StTensorInfo::numel() const {
 
 // ---- reader -------------------------------------------------------------------------------------
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Access access) : path_(path) {
   try {
-    file_ = data::MappedFile::open(path);
+    file_ = data::MappedFile::open(path, access);
   } catch (const Error& e) {
     ECHO_INPUT_FAIL("cannot open safetensors file '{}': {}", path, e.message());
   }

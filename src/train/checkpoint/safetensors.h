@@ -45,8 +45,9 @@ using StMetadata = std::map<std::string, std::string>;
 // two tensors overlap. Every error names the file (and the tensor).
 class SafetensorsFile {
  public:
-  // Movable, not copyable (the mapping is owned). Throws echo::Error naming the file.
-  explicit SafetensorsFile(const std::string& path);
+  // Movable, not copyable (the mapping is owned). Throws echo::Error naming the file. `access`:
+  // whole_file when every byte is about to be read once (checksums), see data::MappedFile.
+  explicit SafetensorsFile(const std::string& path, data::MappedFile::Access access = data::MappedFile::Access::random);
 
   const std::string& path() const { return path_; }
   const StMetadata& metadata() const { return metadata_; }
