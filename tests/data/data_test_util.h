@@ -28,6 +28,13 @@ using echo::testing::ScratchDir;
 
 namespace fs = std::filesystem;
 
+// A fresh seed per run (print it with SCOPED_TRACE): a test must hold for any sizes it draws.
+struct Random {
+  uint64_t seed = std::random_device{}();
+  std::mt19937_64 gen{seed};
+  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
+};
+
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -22,15 +22,9 @@ using ::testing::HasSubstr;
 using testing::error_of;
 using testing::LogCapture;
 using testing::random_documents;
+using testing::Random;
 using testing::ScratchDir;
 using testing::write_dataset;
-
-// A fresh seed per run, printed on failure: the tests hold for any vocabulary and EOS.
-struct Random {
-  uint64_t seed = std::random_device{}();
-  std::mt19937_64 gen{seed};
-  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
-};
 
 // A random dataset at `prefix` over ids below `vocab` and the sidecar echo_prep would write for it.
 DatasetMeta make_dataset(const std::string& prefix, int64_t vocab, int64_t eos, Random& r) {

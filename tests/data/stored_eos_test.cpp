@@ -16,15 +16,9 @@ using testing::error_of;
 using ::testing::HasSubstr;
 using testing::LogCapture;
 using testing::random_documents;
+using testing::Random;
 using testing::ScratchDir;
 using testing::write_dataset;
-
-// A fresh seed per run, printed on failure: the tests hold for any sizes and EOS.
-struct Random {
-  uint64_t seed = std::random_device{}();
-  std::mt19937_64 gen{seed};
-  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
-};
 
 // `num_docs` random documents of 1..30 ids in [0, 1000) other than `eos`, each ending in `eos`.
 std::vector<std::vector<int32_t>> documents_ending_in(int32_t eos, size_t num_docs, Random& r) {
