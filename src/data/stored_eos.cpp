@@ -39,7 +39,18 @@ std::string describe_missing_eos(const MissingEos& m) {
 
 bool decide_eos_stored(const IndexedDataset& ds, const std::optional<DatasetMeta>& meta, int32_t eos_id,
                        const std::string& role) {
-  if (meta) return meta->append_eos;
+  if (meta) {
+    // Obeyed, but said: text whose documents end in the EOS's own spelling (a literal
+    // "<|endoftext|>" in the JSONL) is tokenized to the EOS, so the loader adds a second one.
+    if (!meta->append_eos && ds.num_documents() > 0 && !find_document_without_eos(ds, eos_id))
+      ECHO_WARN("data",
+                "{} ({}): all {} documents checked (of {}) already end in data.eos_id = {}, but its sidecar '{}' says "
+                "the EOS was not stored (\"append_eos\": false), so a second one is packed after each; if the text "
+                "itself ends in the EOS token, remove it from the documents and run echo_prep again",
+                role, ds.prefix(), eos_check_documents(ds.num_documents()).size(), ds.num_documents(), eos_id,
+                meta->path);
+    return meta->append_eos;
+  }
   // NOTE: documents of a dataset without the EOS end in ordinary text, so all of up to 4096
   // sampled ones ending in eos_id means the EOS is stored; appending would put two in a row.
   if (ds.num_documents() == 0 || find_document_without_eos(ds, eos_id)) return false;

@@ -14,6 +14,7 @@ namespace {
 
 using testing::error_of;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::LogCapture;
 using testing::random_documents;
 using testing::Random;
@@ -178,9 +179,14 @@ TEST(StoredEos, WithoutASidecarDataEndingInTheEosIsPackedAsStored) {
                           ") already end in data.eos_id = " + std::to_string(eos)));
     EXPECT_THAT(log.text(), HasSubstr("packed as stored, without a second EOS after each"));
     EXPECT_FALSE(decide_eos_stored(ds, std::nullopt, eos + 1, "data.train")) << "another EOS: appended";
-    // The sidecar's word decides, whatever the tokens.
+    // The sidecar's word decides, whatever the tokens; a sidecar that says the EOS was not stored
+    // over documents that all end in it (a literal "<|endoftext|>" in the text) is obeyed, and said.
     write_sidecar(prefix, ds, eos, false);
+    EXPECT_THAT(log.text(), Not(HasSubstr("second one")));
     EXPECT_FALSE(decide_eos_stored(ds, read_dataset_meta(prefix), eos, "data.train"));
+    EXPECT_THAT(log.text(), HasSubstr("already end in data.eos_id = " + std::to_string(eos) + ", but its sidecar '" +
+                                      prefix + ".meta.json' says the EOS was not stored (\"append_eos\": false), so a "
+                                      "second one is packed after each"));
     write_sidecar(prefix, ds, eos, true);
     EXPECT_TRUE(decide_eos_stored(ds, read_dataset_meta(prefix), eos, "data.train"));
     std::filesystem::remove(prefix + ".meta.json");
