@@ -65,7 +65,8 @@ int eval_main(int argc, char** argv) {
     std::ofstream f(json_path);
     ECHO_INPUT_CHECK(f.good(), "--json {}: cannot open for writing", json_path);
     f << train::eval_report_json(r) << "\n";
-    ECHO_RUN_CHECK(f.good(), "--json {}: write failed", json_path);
+    f.close();  // NOTE: a full disk shows only when the buffer is written out
+    ECHO_RUN_CHECK(!f.fail(), "--json {}: write failed: {}", json_path, std::strerror(errno));
   }
   return 0;
 }

@@ -34,7 +34,9 @@ std::string too_large(std::size_t max_bytes) { return fmt::format("it is larger 
 }  // namespace
 
 std::optional<std::string> try_read_text_file(const std::string& path, std::string& why, std::size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // NOTE: O_NONBLOCK so that a FIFO is refused below instead of blocking in open() until some
+  // writer appears; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     why = std::strerror(errno);
     return std::nullopt;
@@ -49,24 +51,29 @@ std::optional<std::string> try_read_text_file(const std::string& path, std::stri
     why = "it is a directory";
     return std::nullopt;
   }
-  // A regular file's size is known up front; a pipe or /proc file is read until its end, bounded
-  // all the same.
-  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+  // A FIFO would wait for a writer, /dev/zero never ends: only regular files are read.
+  if (!S_ISREG(st.st_mode)) {
+    why = "it is not a regular file";
+    return std::nullopt;
+  }
+  // The size is known up front; a /proc file says 0 and is read until its end, bounded all the
+  // same.
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
     why = too_large(max_bytes);
     return std::nullopt;
   }
   std::string text;
-  if (S_ISREG(st.st_mode)) text.reserve(static_cast<std::size_t>(st.st_size));
+  text.reserve(static_cast<std::size_t>(st.st_size));
   char chunk[1 << 16];
   for (;;) {
     const ssize_t got = ::read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got < 0) {
       why = std::strerror(errno);
       return std::nullopt;
     }
     if (got == 0) break;
-    if (static_cast<std::size_t>(got) > max_bytes - text.size()) {  // grew while read, or not a regular file
+    if (static_cast<std::size_t>(got) > max_bytes - text.size()) {  // grew while read, or a /proc file
       why = too_large(max_bytes);
       return std::nullopt;
     }

@@ -16,7 +16,9 @@
 namespace echo::data {
 
 MappedFile MappedFile::open(const std::string& path, Access access) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // NOTE: O_NONBLOCK so that a FIFO reaches the regular-file check below instead of blocking in
+  // open() until some writer appears; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) ECHO_INPUT_FAIL("{}: no such file", path);

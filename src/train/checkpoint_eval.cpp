@@ -168,7 +168,8 @@ void write_batch_npy(const std::string& path, const std::vector<int32_t>& tokens
   f << header;
   f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
   f.write(reinterpret_cast<const char*>(targets.data()), static_cast<std::streamsize>(targets.size() * 4));
-  ECHO_RUN_CHECK(f.good(), "--dump-batch {}: write failed", path);
+  f.close();  // NOTE: a full disk shows only when the buffer is written out
+  ECHO_RUN_CHECK(!f.fail(), "--dump-batch {}: write failed: {}", path, std::strerror(errno));
 }
 
 }  // namespace

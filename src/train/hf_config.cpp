@@ -112,6 +112,20 @@ std::optional<HfEos> eos_of_file(const fs::path& file, int64_t vocab_size, Folde
   return HfEos{tok.id, fmt::format("{}, the EOS of {}", source, tok.source)};
 }
 
+// Keys that change the forward pass in ways echo's Qwen3 does not implement: read as the plain
+// model they would give a wrong loss with no error.
+void refuse_unsupported_architecture(const Json& j, const std::string& what) {
+  auto unsupported = [&](const char* key, const std::string& why) {
+    ECHO_INPUT_FAIL("{}: '{}' = {} {}; echo implements Qwen3 without it and would compute another model", what, key,
+                    json_excerpt(j[key]), why);
+  };
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) unsupported("rope_scaling", "scales RoPE");
+  if (j.contains("attention_bias") && j["attention_bias"] != false) unsupported("attention_bias", "adds q/k/v/o biases");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu") unsupported("hidden_act", "is not silu (SwiGLU's)");
+  if (j.contains("use_sliding_window") && j["use_sliding_window"] != false)
+    unsupported("use_sliding_window", "limits attention to a window");
+}
+
 }  // namespace
 
 std::string hf_folder_of(const std::string& weights_path) {
@@ -157,9 +171,11 @@ config::Config config_from_hf(const std::string& weights_path) {
   if (j.contains("rope_theta") && j["rope_theta"].is_number()) m.rope_base = j["rope_theta"].get<double>();
   if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) m.norm_eps = j["rms_norm_eps"].get<double>();
   // transformers' Qwen3Config default is untied; the released small models set it true.
-  m.tie_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
-                         ? j["tie_word_embeddings"].get<bool>()
-                         : false;
+  if (j.contains("tie_word_embeddings"))
+    ECHO_INPUT_CHECK(j["tie_word_embeddings"].is_boolean(), "{}: 'tie_word_embeddings' = {} is not true or false",
+                     what, json_excerpt(j["tie_word_embeddings"]));
+  m.tie_embeddings = j.value("tie_word_embeddings", false);
+  refuse_unsupported_architecture(j, what);
   return cfg;
 }
 

@@ -4,6 +4,7 @@
 #include "core/text_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <random>
@@ -58,8 +59,18 @@ TEST_F(TextFileTest, RefusalsNameTheFileAndTheReason) {
   EXPECT_EQ(why, "File name too long");
 }
 
-TEST_F(TextFileTest, ANonRegularFileIsReadToItsEndAndBounded) {
-  // /proc files report size 0 and are read to their end: the bound applies to what is read.
+TEST_F(TextFileTest, OnlyRegularFilesAreRead) {
+  // A FIFO without a writer used to block in open(); /dev/zero used to fill the memory.
+  const std::string fifo = dir_.path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(fifo, "config 'f'"); }),
+            "input: cannot read config 'f': it is not a regular file");
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file("/dev/zero", "tokenizer.json 'z'"); }),
+            "input: cannot read tokenizer.json 'z': it is not a regular file");
+}
+
+TEST_F(TextFileTest, AProcFileIsReadToItsEndAndBounded) {
+  // /proc files are regular but report size 0: read to their end, the bound applies to what is read.
   const std::string whole = read_text_file("/proc/self/cmdline", "cmdline");
   ASSERT_GT(whole.size(), 4u);
   std::string why;

@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
@@ -311,7 +312,18 @@ TEST(DatasetMeta, AMalformedSidecarIsRefusedNamingIt) {
   }
   fs::remove(path);
   fs::create_directories(path);
-  EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }), HasSubstr("'" + path + "' is not a regular file"));
+  EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }),
+              HasSubstr("cannot read dataset sidecar '" + path + "': it is a directory"));
+  fs::remove(path);
+  // A symbolic link that leads nowhere is a sidecar that cannot be read, not an absent one (which
+  // would leave the data unchecked).
+  fs::create_symlink(dir.path("nowhere.meta.json"), path);
+  EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }),
+              HasSubstr("cannot read dataset sidecar '" + path + "': No such file or directory"));
+  fs::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);  // refused at once, not waited on for a writer
+  EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }),
+              HasSubstr("cannot read dataset sidecar '" + path + "': it is not a regular file"));
 }
 
 TEST(DatasetMeta, TrainAndValidOfTwoTokenizersAreRefused) {

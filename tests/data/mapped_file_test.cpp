@@ -1,6 +1,7 @@
 // A dataset file truncated while it is mapped: the read that faults names the file and exits
 // with kFaultExitCode (a bare SIGBUS before); a bus error elsewhere still takes its usual course.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,6 +66,17 @@ long mapping_rss_kib(const void* addr) {
 // Access::whole_file (MAP_POPULATE, for checksums) maps the same bytes as the default, for
 // random contents and sizes around page boundaries, and an empty file as empty; its pages are
 // mapped up front (resident before any read), the default's only when touched.
+// A FIFO at a dataset's or a checkpoint's name used to block open() until a writer came (a hang
+// of the run); /dev/zero is refused the same way.
+TEST(MappedFileTest, OnlyRegularFilesAreMapped) {
+  ScratchDir dir;
+  const std::string fifo = dir.path("x.idx");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    EXPECT_EQ(echo::testing::kind_and_what_of([&] { MappedFile::open(path); }), "input: " + path + ": not a regular file");
+  }
+}
+
 TEST(MappedFileTest, WholeFileAccessMapsTheSameBytes) {
   ScratchDir dir;
   const uint64_t seed = std::random_device{}();

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/mpi_util.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
@@ -274,6 +275,36 @@ TEST(Eval, TheDataSidecarIsCheckedAgainstTheCheckpoint) {
   EXPECT_EQ(eval(ckpt, run.tp, {}, stored).loss, unchecked);
   echo::testing::write_scratch_sidecar(stored, 64, 63, std::string(64, 'a'), /*append_eos=*/false);
   EXPECT_NE(eval(ckpt, run.tp, {}, stored).loss, unchecked);
+}
+
+// --dump-batch writes rank 0's last micro-batch as .npy (2, micro_batch, seq_len) int32; a write
+// the disk refuses (/dev/full: the error shows only when the buffer is written out) is a run
+// error naming the file, where it used to exit 0 with an empty file.
+TEST(Eval, DumpBatchWritesTheBatchOrSaysItCouldNot) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  EvalRequest req;
+  req.checkpoint = ckpt;
+  req.tp = run.tp;
+  req.dump_batch = run.dir + "/batch.npy";
+  evaluate_checkpoint(req);
+  if (world_rank() == 0) {
+    std::ifstream in(req.dump_batch, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 10u);
+    EXPECT_EQ(bytes.substr(0, 6), "\x93NUMPY");
+    const size_t header = 10 + static_cast<uint8_t>(bytes[8]) + 256 * static_cast<uint8_t>(bytes[9]);
+    EXPECT_NE(bytes.find("'shape': (2, 2, 16)"), std::string::npos);
+    EXPECT_EQ(bytes.size(), header + 2 * 2 * 16 * 4);
+  }
+  req.dump_batch = "/dev/full";
+  const std::string error = echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); });
+  if (world_rank() == 0) {
+    EXPECT_EQ(error.rfind("run: --dump-batch /dev/full: write failed: No space left on device", 0), 0u) << error;
+  } else {
+    EXPECT_EQ(error, echo::testing::kNoErrorThrown);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // An EOS no one chose (a Hugging Face folder's files, a --config without data.eos_id) is the one

@@ -161,6 +161,32 @@ TEST_F(HfFolderEos, MalformedValuesNameTheFileKeyAndValue) {
                                                           "' nests arrays/objects more than 128 deep"));
 }
 
+// config.json keys that change the forward pass echo does not implement are refused, not read as
+// the plain model (a wrong loss, exit 0, before); the values a Qwen3 release writes pass.
+TEST_F(HfFolderEos, ConfigJsonOfAnotherArchitectureIsRefused) {
+  const Json qwen3 = {{"model_type", "qwen3"},       {"vocab_size", kVocab},          {"hidden_size", 32},
+                      {"intermediate_size", 48},     {"num_hidden_layers", 2},        {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},    {"head_dim", 8},                 {"hidden_act", "silu"},
+                      {"rope_scaling", nullptr},     {"attention_bias", false},       {"use_sliding_window", false},
+                      {"tie_word_embeddings", true}};
+  dir_.write("config.json", qwen3.dump());
+  EXPECT_TRUE(config_from_hf(dir_.str()).model.tie_embeddings);
+  const std::string what = "Hugging Face config '" + dir_.path("config.json") + "': ";
+  const std::pair<Json, std::string> cases[] = {
+      {{{"rope_scaling", {{"type", "yarn"}, {"factor", 4}}}}, "'rope_scaling' = {\"factor\": 4, \"type\": \"yarn\"} scales RoPE"},
+      {{{"attention_bias", true}}, "'attention_bias' = true adds q/k/v/o biases"},
+      {{{"hidden_act", "gelu"}}, "'hidden_act' = \"gelu\" is not silu"},
+      {{{"use_sliding_window", true}}, "'use_sliding_window' = true limits attention"},
+      {{{"tie_word_embeddings", "true"}}, "'tie_word_embeddings' = \"true\" is not true or false"},
+  };
+  for (const auto& [change, needle] : cases) {
+    Json j = qwen3;
+    j.update(change);
+    dir_.write("config.json", j.dump());
+    EXPECT_THAT(kind_and_what_of([&] { config_from_hf(dir_.str()); }), HasSubstr("input: " + what + needle)) << needle;
+  }
+}
+
 TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {
   EXPECT_TRUE(config::overrides_set({"comm.bits=8", "data.eos_id=5"}, "data.eos_id"));
   EXPECT_TRUE(config::overrides_set({"data={eos_id: 5, seq_len: 8}"}, "data.eos_id"));

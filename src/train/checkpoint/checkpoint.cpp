@@ -284,7 +284,7 @@ void check_targets(const TensorFiles& files, const std::vector<Target>& targets,
   if (problems.empty()) return;
   std::string msg = problems.front();
   if (problems.size() > 1) msg += fmt::format(" (and {} more problems)", problems.size() - 1);
-  ECHO_FAIL("{}", msg);
+  ECHO_INPUT_FAIL("{}", msg);
 }
 
 // What a loaded tensor may hold. Weights: finite and within kMaxSaneWeight, what the trainer
@@ -636,8 +636,8 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   std::vector<Target> model_targets, opt_targets;
   bool verified = false;
   try {
-    ECHO_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", ckpt_dir);
-    ECHO_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
+    ECHO_INPUT_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", ckpt_dir);
+    ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
                kCompleteFile);
     check_shards(params, opt, tp);
     const fs::path trainer_dir = trainer_files(dir);
@@ -712,7 +712,7 @@ HfCheckpoint open_hf(const std::string& path) {
     else if (fs::exists(p / "model.safetensors", ec))
       p /= "model.safetensors";
     else
-      ECHO_FAIL("'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
+      ECHO_INPUT_FAIL("'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
   }
   ck.source = p.string();
   if (p.extension() != ".json") {
@@ -733,7 +733,7 @@ HfCheckpoint open_hf(const std::string& path) {
       ck.files.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / rel).string()));
       it = by_file.emplace(rel, ck.files.back().get()).first;
     }
-    ECHO_CHECK(it->second->contains(name), "safetensors index '{}' maps tensor '{}' to '{}', which does not hold it",
+    ECHO_INPUT_CHECK(it->second->contains(name), "safetensors index '{}' maps tensor '{}' to '{}', which does not hold it",
                p.string(), name, it->second->path());
     ck.tensors[name] = it->second;
   }
@@ -765,7 +765,7 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
     verify_if_ours(ck, comm);
     targets = param_targets(params);
     const bool tied = summarize(params).tie_embeddings;
-    ECHO_CHECK(tied || ck.tensors.count("lm_head.weight"),
+    ECHO_INPUT_CHECK(tied || ck.tensors.count("lm_head.weight"),
                "'{}' has no lm_head.weight but the model has tie_embeddings = false (a tied checkpoint? set "
                "model.tie_embeddings: true)",
                ck.source);
