@@ -164,12 +164,18 @@ std::optional<DatasetMeta> read_dataset_meta(const std::string& prefix) {
 std::optional<DatasetMeta> check_dataset_meta(const IndexedDataset& ds, const std::string& role,
                                               const TokenSettings& run) {
   std::optional<DatasetMeta> meta = read_dataset_meta(ds.prefix());
+  check_dataset_meta(ds, role, run, meta);
+  return meta;
+}
+
+void check_dataset_meta(const IndexedDataset& ds, const std::string& role, const TokenSettings& run,
+                        const std::optional<DatasetMeta>& meta) {
   if (!meta) {
     ECHO_INFO("data",
               "{} ({}): no {} (not made by echo_prep): the tokenizer and EOS it was made with cannot be checked; "
               "data.eos_id = {} ({}) is trusted to be its EOS",
               role, ds.prefix(), dataset_meta_path(ds.prefix()), run.eos_id, run.eos_source);
-    return meta;
+    return;
   }
   const DatasetMeta& m = *meta;
   // A sidecar beside other data (the .bin/.idx rewritten by another tool) vouches for nothing.
@@ -198,7 +204,6 @@ std::optional<DatasetMeta> check_dataset_meta(const IndexedDataset& ds, const st
                    ds.prefix(), describe(m), m.path, fmt::join(problems, "; and "));
   ECHO_INFO("data", "{} ({}): prepared with {}; data.eos_id and model.vocab_size agree", role, ds.prefix(),
             describe(m));
-  return meta;
 }
 
 void check_same_preparation(const DatasetMeta& a, const std::string& role_a, const DatasetMeta& b,

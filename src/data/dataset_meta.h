@@ -65,6 +65,9 @@ struct TokenSettings {
 // EOS cannot be checked and returns nullopt.
 std::optional<DatasetMeta> check_dataset_meta(const IndexedDataset& ds, const std::string& role,
                                               const TokenSettings& run);
+// The same checks of a sidecar already read (read_dataset_meta(ds.prefix())).
+void check_dataset_meta(const IndexedDataset& ds, const std::string& role, const TokenSettings& run,
+                        const std::optional<DatasetMeta>& meta);
 
 // Refuses two datasets of one run (train and valid) prepared with different tokenizers or EOS.
 void check_same_preparation(const DatasetMeta& a, const std::string& role_a, const DatasetMeta& b,

@@ -2,6 +2,7 @@
 // data loader as the trainer does, load the weights, and run the shared validation loop.
 #include "train/checkpoint_eval.h"
 
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <cmath>
@@ -33,6 +34,8 @@ namespace fs = std::filesystem;
 struct Resolved {
   std::string path;
   bool ours = false;  // an echo checkpoint (COMPLETE, trainer state); else Hugging Face weights
+  std::optional<CheckpointMeta> meta;  // ours: its trainer state, read once
+  std::vector<std::string> newer_unfinished;  // of a run directory: newer steps without COMPLETE
 };
 
 bool is_file(const fs::path& p) {
@@ -56,14 +59,16 @@ Resolved resolve_checkpoint(const std::string& path) {
     ECHO_INPUT_CHECK(weights, "checkpoint '{}' is a file but neither a .safetensors nor a .index.json", path);
     return {path, false};
   }
-  if (is_file(p / "COMPLETE")) return {path, true};
+  if (is_file(p / "COMPLETE")) return {path, true, read_checkpoint_meta(path)};
   if (is_dir(p / "checkpoints")) {
     const auto latest = latest_checkpoint(path);
     ECHO_INPUT_CHECK(latest.has_value(),
                      "run directory '{}' has no complete checkpoint (none under {}/checkpoints carries a COMPLETE "
                      "marker)",
                      path, path);
-    return {*latest, true};
+    Resolved r{*latest, true, read_checkpoint_meta(*latest)};
+    r.newer_unfinished = unfinished_checkpoints(path, r.meta->step);
+    return r;
   }
   ECHO_INPUT_CHECK(!is_file(p / "trainer" / "trainer_state.json") && !is_file(p / "trainer_state.json"),
                    "checkpoint '{}' is incomplete (no COMPLETE marker: its save was interrupted); evaluate an earlier "
@@ -87,8 +92,7 @@ struct EosChoice {
 constexpr const char* kRecordedEos = "data.eos_id of the checkpoint's recorded config";
 
 // The config to evaluate under, before the command line's layout and batch settings.
-config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t& step, EosChoice& eos) {
-  if (ckpt.ours) step = read_checkpoint_meta(ckpt.path).step;
+config::Config base_config(const EvalRequest& req, const Resolved& ckpt, EosChoice& eos) {
   if (config::overrides_set(req.overrides, "data.eos_id")) eos = {true, "--set data.eos_id"};
   if (!req.config_path.empty()) {
     config::Config cfg = config::load_config(req.config_path, req.overrides);
@@ -97,10 +101,9 @@ config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t
     return cfg;
   }
   if (ckpt.ours) {
-    const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
-    ECHO_INPUT_CHECK(!meta.config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
+    ECHO_INPUT_CHECK(!ckpt.meta->config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
     if (!eos.chosen) eos = {true, kRecordedEos};
-    return config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)", req.overrides);
+    return config::parse_config(ckpt.meta->config_yaml, ckpt.path + " (its recorded config)", req.overrides);
   }
   // Through YAML, so the --set overrides pass the same checks as on a file.
   return config::parse_config(config::to_yaml(config_from_hf(ckpt.path)), ckpt.path + "/config.json",
@@ -112,10 +115,11 @@ config::Config base_config(const EvalRequest& req, const Resolved& ckpt, int64_t
 // (Qwen3's chat models say <|im_end|>, their data is split by <|endoftext|>). Without a sidecar,
 // what the checkpoint says: an echo checkpoint's recorded config, a Hugging Face folder's files
 // (hf_config.h). Never echo's default silently: it is Qwen3's, wrong for any other vocabulary.
-void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const std::string& prefix) {
-  if (const auto meta = data::read_dataset_meta(prefix)) {
-    cfg.data.eos_id = static_cast<int>(meta->eos_id);
-    eos.source = fmt::format("the EOS the data was prepared with, {} in '{}'", meta->eos_source, meta->path);
+void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const std::string& prefix,
+                const std::optional<data::DatasetMeta>& data_meta) {
+  if (data_meta) {
+    cfg.data.eos_id = static_cast<int>(data_meta->eos_id);
+    eos.source = fmt::format("the EOS the data was prepared with, {} in '{}'", data_meta->eos_source, data_meta->path);
     return;
   }
   if (!ckpt.ours) {
@@ -124,12 +128,12 @@ void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const
     eos.source = hf.source;
     return;
   }
-  const CheckpointMeta meta = read_checkpoint_meta(ckpt.path);
-  ECHO_INPUT_CHECK(!meta.config_yaml.empty(),
+  const std::string& recorded = ckpt.meta->config_yaml;
+  ECHO_INPUT_CHECK(!recorded.empty(),
                    "neither the config, the evaluation data '{}' (no sidecar) nor the checkpoint '{}' (no recorded "
                    "config) says which token is the EOS; pass --set data.eos_id=N",
                    prefix, ckpt.path);
-  cfg.data.eos_id = config::parse_config(meta.config_yaml, ckpt.path + " (its recorded config)").data.eos_id;
+  cfg.data.eos_id = config::parse_config(recorded, ckpt.path + " (its recorded config)").data.eos_id;
   eos.source = kRecordedEos;
 }
 
@@ -184,8 +188,13 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   EvalReport rep;
   rep.checkpoint = ckpt.path;
   rep.kind = ckpt.ours ? "echo" : "hf";
+  if (ckpt.ours) rep.step = ckpt.meta->step;
+  // The latest complete step is the right one to evaluate, but a newer damaged one must not go unseen.
+  if (!ckpt.newer_unfinished.empty() && rank == 0)
+    logger->warn("evaluating {}, the latest complete checkpoint of {}: {} is newer but has no COMPLETE marker",
+                 ckpt.path, req.checkpoint, fmt::join(ckpt.newer_unfinished, ", "));
   EosChoice eos;
-  config::Config cfg = base_config(req, ckpt, rep.step, eos);
+  config::Config cfg = base_config(req, ckpt, eos);
 
   // Layout and batches: the command line over the config.
   const int tp = req.tp > 0 ? req.tp : world_size;
@@ -218,10 +227,11 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                    "scripts/get_data.sh` for data/demo)",
                    prefix, prefix);
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
-  if (!eos.chosen) settle_eos(cfg, eos, ckpt, prefix);
+  const std::optional<data::DatasetMeta> meta = data::read_dataset_meta(prefix);
+  if (!eos.chosen) settle_eos(cfg, eos, ckpt, prefix, meta);
   // The data's own tokenizer and EOS (data/dataset_meta.h): a checkpoint's or a Hugging Face
   // folder's EOS that is not the data's is refused, as the trainer refuses it.
-  const auto meta = data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos.source, cfg.model.vocab_size});
+  data::check_dataset_meta(ds, "evaluation data", {cfg.data.eos_id, eos.source, cfg.model.vocab_size}, meta);
   data::check_token_range(ds, cfg.model.vocab_size, "evaluation data '" + prefix + "'");
   ECHO_INPUT_CHECK(cfg.data.eos_id >= 0 && cfg.data.eos_id < cfg.model.vocab_size,
                    "'data.eos_id' = {} must lie in [0, 'model.vocab_size' = {})", cfg.data.eos_id,

@@ -75,6 +75,37 @@ data::IndexedDataset open_dataset(const std::string& key, const std::string& pre
   return data::IndexedDataset::open(prefix);
 }
 
+// The checkpoint a --resume continues from, and its trainer state.
+struct ResumePoint {
+  std::string dir;
+  CheckpointMeta meta;
+};
+
+// The latest complete checkpoint of run_dir, or nullopt for a run that has none and nothing
+// else: a step directory without its COMPLETE marker is damage, and is refused by name when it
+// is newer than what would be resumed (or when nothing would be), since starting from an earlier
+// step retrains its steps, drops their metrics and, at that step's save, overwrites it.
+std::optional<ResumePoint> find_resume_point(const std::string& run_dir) {
+  const auto ckpt = latest_checkpoint(run_dir);
+  if (!ckpt) {
+    const auto unfinished = unfinished_checkpoints(run_dir);
+    ECHO_INPUT_CHECK(unfinished.empty(),
+                     "cannot resume the run in {}: it has no complete checkpoint, only {} without a {} marker "
+                     "(not fully written, or damaged); move it away to start over from step 0 with --resume, "
+                     "or pass --overwrite to replace the run",
+                     run_dir, fmt::join(unfinished, ", "), "COMPLETE");
+    return std::nullopt;
+  }
+  ResumePoint point{*ckpt, read_checkpoint_meta(*ckpt)};
+  const auto newer = unfinished_checkpoints(run_dir, point.meta.step);
+  ECHO_INPUT_CHECK(newer.empty(),
+                   "cannot resume the run in {}: {} is newer than its latest complete checkpoint {} but has no {} "
+                   "marker (not fully written, or damaged); move it away to resume from step {}, or pass "
+                   "--overwrite to replace the run",
+                   run_dir, fmt::join(newer, ", "), point.dir, "COMPLETE", point.meta.step);
+  return point;
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode)
@@ -87,6 +118,13 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world, run_lock_);
+  // What start-up can refuse from files alone (the checkpoint to resume, the data) is checked
+  // before the model is allocated: with the default config that takes a minute and gigabytes.
+  const std::optional<ResumePoint> resume_from =
+      mode == RunDirMode::resume && has_run ? find_resume_point(cfg.run.out_dir) : std::nullopt;
+  if (mode == RunDirMode::resume && has_run && !resume_from)
+    logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
+  open_data();
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
@@ -130,6 +168,41 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   }
   optimizer_ = std::make_unique<AdamW>(model_->params());
 
+  if (resume_from) {
+    // The model and data must be the checkpoint's; refused before any tensor is read.
+    const auto changed = check_resume_config(resume_from->meta.config_yaml, cfg_, resume_from->dir);
+    if (L.rank == 0)
+      for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
+    const CheckpointMeta meta = load_checkpoint(resume_from->dir, model_->params(), optimizer_.get(), world);
+    start_step_ = meta.step;
+    last_saved_step_ = meta.step;
+    logger->info("resumed from {} at step {}", resume_from->dir, start_step_);
+  }
+  if (L.rank == 0) {
+    // --overwrite: the old run goes only now that start-up has succeeded.
+    if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
+    const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
+    // A resume continues the history from its checkpoint: lines logged after it (by the run that
+    // died) would be repeated.
+    if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
+    metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
+    config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+  }
+  peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();
+  logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
+            num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, comm::describe(*blocks_), num_micro_, cfg.train.micro_batch,
+            cfg.data.seq_len);
+  logger->info("MFU is measured against the {}", peak_.description);
+  logger->info("memory per rank, planned: {}", memory_plan_.describe());
+  // From here on a step's MPI collectives are watched: a peer that stops arriving ends the job
+  // after comm.peer_timeout_s instead of leaving it hung (start-up and saves are not watched).
+  dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
+}
+
+// The training (and validation) data, checked against the config and the sidecar echo_prep wrote.
+void Trainer::open_data() {
+  const config::Config& cfg = cfg_;
+  const auto& L = world_.layout;
   const int per_step = cfg.train.micro_batch * L.dp;
   num_micro_ = cfg.train.global_batch / per_step;
   train_data_.emplace(open_dataset("data.train", cfg.data.train));
@@ -156,47 +229,6 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     valid_opts.eos_stored = data::decide_eos_stored(*valid_data_, valid_meta, cfg.data.eos_id, "data.valid");
     valid_loader_.emplace(*valid_data_, valid_opts);
   }
-
-  if (mode == RunDirMode::resume && has_run) {
-    if (auto ckpt = latest_checkpoint(cfg.run.out_dir)) {
-      // The model and data must be the checkpoint's; refused before any tensor is read.
-      const auto changed = check_resume_config(read_checkpoint_meta(*ckpt).config_yaml, cfg_, *ckpt);
-      if (L.rank == 0)
-        for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
-      const CheckpointMeta meta = load_checkpoint(*ckpt, model_->params(), optimizer_.get(), world);
-      start_step_ = meta.step;
-      last_saved_step_ = meta.step;
-      logger->info("resumed from {} at step {}", *ckpt, start_step_);
-    } else {
-      // Starting over would drop the run's metrics and, at the first save, delete these.
-      const auto unfinished = unfinished_checkpoints(cfg.run.out_dir);
-      ECHO_INPUT_CHECK(unfinished.empty(),
-                       "cannot resume the run in {}: it has no complete checkpoint, only {} without a {} marker "
-                       "(not fully written, or damaged); move it away to start over from step 0 with --resume, "
-                       "or pass --overwrite to replace the run",
-                       cfg.run.out_dir, fmt::join(unfinished, ", "), "COMPLETE");
-      logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
-    }
-  }
-  if (L.rank == 0) {
-    // --overwrite: the old run goes only now that start-up has succeeded.
-    if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
-    const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
-    // A resume continues the history from its checkpoint: lines logged after it (by the run that
-    // died) would be repeated.
-    if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
-    metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
-    config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
-  }
-  peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();
-  logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
-            num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, comm::describe(*blocks_), num_micro_, cfg.train.micro_batch,
-            cfg.data.seq_len);
-  logger->info("MFU is measured against the {}", peak_.description);
-  logger->info("memory per rank, planned: {}", memory_plan_.describe());
-  // From here on a step's MPI collectives are watched: a peer that stops arriving ends the job
-  // after comm.peer_timeout_s instead of leaving it hung (start-up and saves are not watched).
-  dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
 }
 
 double Trainer::train_step(int64_t step, bool telemetry) {

@@ -36,6 +36,7 @@ class Trainer {
  private:
   double train_step(int64_t step, bool telemetry);
   double evaluate();
+  void open_data();
   void save(int64_t steps_done);
   void log_telemetry(int64_t step);
   // "the last good checkpoint <dir> is kept", for the messages of a step that went bad.

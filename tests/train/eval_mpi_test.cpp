@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "../support/log_capture.h"
 #include "../support/mpi_util.h"
 #include "../support/test_util.h"
 #include "core/error.h"
@@ -106,6 +107,33 @@ TEST(Eval, CheckpointReproducesTheValLossTheTrainerLogged) {
   const EvalReport latest = eval(run.dir + "/run", run.tp);
   EXPECT_EQ(latest.step, 6);
   EXPECT_EQ(latest.loss, eval(checkpoint_dir(run.dir + "/run", 6), run.tp).loss);
+}
+
+// A run directory whose newest step lost its COMPLETE marker: the latest complete step is
+// evaluated, and the log says which newer one was passed over.
+TEST(Eval, ARunDirectoryNamesANewerUnfinishedCheckpoint) {
+  const TrainedRun& run = trained_run();
+  const std::string copy = run.dir + "/damaged_run";
+  if (world_rank() == 0) {
+    fs::copy(run.dir + "/run", copy, fs::copy_options::recursive);
+    fs::remove(fs::path(checkpoint_dir(copy, 6)) / "COMPLETE");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::string log;
+  EvalReport r;
+  {
+    const echo::testing::LogCapture capture;
+    r = eval(copy, run.tp);
+    log = capture.text();
+  }
+  EXPECT_EQ(r.step, 3);
+  EXPECT_EQ(r.checkpoint, checkpoint_dir(copy, 3));
+  if (world_rank() == 0) {
+    const std::string expected = "evaluating " + checkpoint_dir(copy, 3) + ", the latest complete checkpoint of " +
+                                 copy + ": " + checkpoint_dir(copy, 6) + " is newer but has no COMPLETE marker";
+    EXPECT_NE(log.find(expected), std::string::npos) << log;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(Eval, ExactAllReduceAgreesAcrossTp) {

@@ -92,6 +92,21 @@ TEST(TrainerGuard, TokenIdsAreCheckedAgainstTheTrueVocabulary) {
   EXPECT_EQ(train(make_config(dir), RunDirMode::fresh).steps_done, 4);
 }
 
+// The data is checked before the model is built and loaded: with the default config that costs a
+// minute and gigabytes, which a typo in data.train used to cost before its error. Here the model
+// step that would fail is run.init_from (a folder that does not exist); the data's error comes first.
+TEST(TrainerGuard, TheDataIsCheckedBeforeTheModelIsBuilt) {
+  const std::string dir = scratch_dir("order");
+  const std::string missing_init = "run.init_from=" + dir + "/no_such_model";
+  const std::string model_error = echo::testing::kind_and_what_of([&] {
+    train(make_config(dir, {missing_init}), RunDirMode::fresh);
+  });
+  EXPECT_NE(model_error.find(dir + "/no_such_model"), std::string::npos) << model_error;
+  sync();
+  expect_error([&] { train(make_config(dir, {missing_init, "data.train=" + dir + "/data/typo"}), RunDirMode::fresh); },
+               "/data/typo.idx does not exist");
+}
+
 // The sidecar echo_prep writes beside a dataset (data/dataset_meta.h): a data.eos_id or a
 // model.vocab_size of another tokenizer is refused in words (before, either trained silently on
 // the wrong separator while the id lay inside the vocabulary), a malformed sidecar is refused
@@ -295,6 +310,35 @@ TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
                    "/checkpoints is not a directory");
   sync();
   EXPECT_EQ(read_file(metrics), before);
+}
+
+// The newest step directory without its COMPLETE marker, beside an older complete one, is refused
+// by name: resuming from the older one would retrain those steps, drop their metrics and, at that
+// step's save, overwrite the damaged directory (which once happened silently).
+TEST(TrainerGuard, AResumeDoesNotPassOverANewerUnfinishedCheckpoint) {
+  const std::string dir = scratch_dir("newer_unfinished");
+  const auto cfg = make_config(dir);  // checkpoints at steps 2 and 4
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  const std::string older = checkpoint_dir(cfg.run.out_dir, 2), newer = checkpoint_dir(cfg.run.out_dir, 4);
+  if (world_rank() == 0) fs::remove(newer + "/COMPLETE");
+  sync();
+  const std::string msg = echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::resume); });
+  EXPECT_EQ(msg, "input: cannot resume the run in " + cfg.run.out_dir + ": " + newer +
+                     " is newer than its latest complete checkpoint " + older +
+                     " but has no COMPLETE marker (not fully written, or damaged); move it away to resume from step "
+                     "2, or pass --overwrite to replace the run");
+  sync();
+  EXPECT_EQ(read_file(metrics), before) << "the refused --resume must keep the metrics";
+  EXPECT_TRUE(fs::exists(newer + "/model.safetensors"));
+  sync();  // every rank has looked before rank 0 moves it
+  // Moved away, as the message says: the run resumes from step 2 and trains to 4.
+  if (world_rank() == 0) fs::rename(newer, dir + "/step_4.damaged");
+  sync();
+  EXPECT_EQ(train(cfg, RunDirMode::resume).steps_done, 4);
+  sync();
+  EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), newer);
 }
 
 // Checkpoint faults are the user's input: plain messages, no "[at file:line]", and a trainer state

@@ -597,7 +597,7 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return best->second.string();
 }
 
-std::vector<std::string> unfinished_checkpoints(const std::string& run_dir) {
+std::vector<std::string> unfinished_checkpoints(const std::string& run_dir, int64_t newer_than) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   std::vector<std::string> found;
   std::error_code ec;
@@ -606,7 +606,8 @@ std::vector<std::string> unfinished_checkpoints(const std::string& run_dir) {
   ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
-    if (parse_step_dir(it->path().filename().string()) && !is_complete(it->path())) found.push_back(it->path().string());
+    const auto step = parse_step_dir(it->path().filename().string());
+    if (step && *step > newer_than && !is_complete(it->path())) found.push_back(it->path().string());
   }
   ECHO_INPUT_CHECK(!ec, "cannot list the checkpoints in {}: {}", root.string(), ec.message());
   std::sort(found.begin(), found.end());

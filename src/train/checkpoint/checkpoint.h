@@ -23,10 +23,13 @@
 // i % world size. A checkpoint without checksums.json (written before they existed) loads with a
 // warning that it cannot be verified.
 //
-// Atomicity: everything is written into step_<N>.tmp, synced, then (after the world agrees that
-// the write succeeded) renamed to step_<N> and the COMPLETE marker is written and synced. A crash
-// at any point leaves either a .tmp directory or a directory without COMPLETE, both ignored by
-// latest_checkpoint and refused by load_checkpoint, and removed by the next successful save.
+// Atomicity: everything is written into step_<N>.tmp, synced, the COMPLETE marker last; then
+// (after the world agrees that the write succeeded) the directory is renamed to step_<N>. A crash
+// at any point leaves a .tmp directory, which latest_checkpoint ignores and the next successful
+// save removes. A step_<N> without COMPLETE is therefore damage (or the work of an older echo that
+// wrote the marker after the rename): it is ignored by latest_checkpoint and refused by
+// load_checkpoint, and a --resume refuses to pass over one newer than the latest complete
+// checkpoint, whose step a later save would overwrite.
 //
 // Failure handling: errors are agreed over the world communicator (an all-reduce of a flag and a
 // broadcast of the first failing rank's message), so a failure on one rank (a full disk on the
@@ -77,9 +80,9 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
 // The step directories under run_dir/checkpoints that carry no COMPLETE marker (.tmp ones, which a
-// save in progress leaves, excluded), sorted. Throws an echo::InputError when run_dir/checkpoints
-// exists but cannot be listed. Not collective.
-std::vector<std::string> unfinished_checkpoints(const std::string& run_dir);
+// save in progress leaves, excluded) and whose step is above `newer_than`, sorted. Throws an
+// echo::InputError when run_dir/checkpoints exists but cannot be listed. Not collective.
+std::vector<std::string> unfinished_checkpoints(const std::string& run_dir, int64_t newer_than = -1);
 
 // The trainer state of a complete checkpoint (either layout), without loading any tensor; for the
 // resume checks that must run before the model is touched. Checks trainer_state.json against
