@@ -241,8 +241,8 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
   // The max precedes the tiles: it names no tile.
   const std::string tile = fault.stage == cuda::kP2pStageGroupMax ? "" : fmt::format(" (tile {})", fault.tile);
   switch (fault.fault) {
-    case cuda::kP2pTimeout:
-      ECHO_FAIL(
+    case cuda::kP2pTimeout:  // a run error, as the shm transport's (peer_flags.cpp)
+      ECHO_RUN_FAIL(
           "cuda_ipc all-reduce at {}: timed out after {:.1f} s in the {} stage{} waiting for rank {} "
           "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
           where, static_cast<double>(fault.waited_ns) * 1e-9, stage, tile, fault.peer, peer_timeout_s_);

@@ -56,10 +56,11 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
     if (polls % 64 == 0) {
       if (mine) check_same_call(peer_header, *mine, peer, ctx);
       const double waited = std::chrono::duration<double>(clock::now() - start).count();
-      ECHO_CHECK(ctx.timeout_s <= 0 || waited < ctx.timeout_s,
-                 "shm all-reduce at {}: timed out after {:.1f} s in the {} stage waiting for rank {} (comm.peer_timeout_s "
-                 "= {}); that rank stopped, crashed or made a different call",
-                 ctx.site, waited, stage, peer, ctx.timeout_s);
+      // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
+      ECHO_RUN_CHECK(ctx.timeout_s <= 0 || waited < ctx.timeout_s,
+                     "shm all-reduce at {}: timed out after {:.1f} s in the {} stage waiting for rank {} "
+                     "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
+                     ctx.site, waited, stage, peer, ctx.timeout_s);
     }
     // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:
     // yield at once, and sleep once the wait is long.
