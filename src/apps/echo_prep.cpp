@@ -15,6 +15,9 @@
 // with its source so data.eos_id of the training config can be set to it. Beside each dataset
 // goes PREFIX.meta.json (data/dataset_meta.h), recording the tokenizer, its vocabulary and that
 // EOS, so that echo_train and echo_eval refuse a data.eos_id or model.vocab_size that does not fit.
+// Refused before anything is written: an input that is one of the files the run writes, two
+// prefixes that are one, a --valid-fraction of 0 or 1; a split that leaves one side without a
+// document writes the other side and then fails (fail_empty_split).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +42,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/same_file.h"
 #include "core/sha256.h"
 #include "core/text_file.h"
 #include "data/dataset_meta.h"
@@ -317,6 +321,52 @@ void check_prefix(const std::string& option, const std::string& prefix) {
                    prefix, prefix, prefix, (std::filesystem::path(prefix) / "train").lexically_normal().string());
 }
 
+// Every file of the dataset at `prefix`, each with the option that named the prefix.
+struct OutputFile {
+  std::string path;
+  std::string option;  // "--output-prefix 'data/train'"
+};
+std::vector<OutputFile> files_of(const std::string& option, const std::string& prefix) {
+  std::vector<OutputFile> files;
+  for (std::string& path : data::IndexedDatasetWriter::files_written(prefix))
+    files.push_back({std::move(path), fmt::format("{} '{}'", option, prefix)});
+  return files;
+}
+
+// The two prefixes must not share a file under two spellings ("d/x" and "d/./x", a symlinked
+// directory): both writers would write one .bin.tmp, and the second rename leaves one half of the
+// split without its sidecar.
+void check_prefixes_differ(const Options& o) {
+  for (const OutputFile& train : files_of("--output-prefix", o.output_prefix))
+    for (const OutputFile& valid : files_of("--valid-prefix", o.valid_prefix))
+      ECHO_INPUT_CHECK(!same_file(train.path, valid.path),
+                       "--output-prefix '{}' and --valid-prefix '{}' name the same files ('{}' is '{}'): the "
+                       "validation set would overwrite the training set; give --valid-prefix another name",
+                       o.output_prefix, o.valid_prefix, train.path, valid.path);
+}
+
+// No file the run reads may be one it writes: the writer truncates its .tmp files at the start
+// and renames over the others at the end, so such an input is lost (or read back empty) however
+// its path is spelled. Checked before anything is written.
+void check_inputs_are_not_outputs(const Options& o) {
+  std::vector<OutputFile> outputs = files_of("--output-prefix", o.output_prefix);
+  if (!o.valid_prefix.empty()) {
+    std::vector<OutputFile> valid = files_of("--valid-prefix", o.valid_prefix);
+    outputs.insert(outputs.end(), valid.begin(), valid.end());
+  }
+  std::vector<std::pair<std::string, std::string>> reads;  // (role and path for messages, path)
+  for (const std::string& path : o.inputs) reads.emplace_back(fmt::format("input '{}'", path), path);
+  // The tokenizer is read whole before writing starts, but its file would be gone all the same.
+  if (const std::string file = tokenizer::tokenizer_file(o.tokenizer); !file.empty())
+    reads.emplace_back(fmt::format("--tokenizer file '{}'", file), file);
+  for (const auto& [what, path] : reads)
+    for (const OutputFile& out : outputs)
+      ECHO_INPUT_CHECK(!same_file(path, out.path),
+                       "{} is the file '{}' that {} writes: echo_prep would overwrite its own input; give another "
+                       "prefix (nothing was written)",
+                       what, out.path, out.option);
+}
+
 void validate(Options& o) {
   ECHO_INPUT_CHECK(!o.inputs.empty(), "--input: no files given");
   ECHO_INPUT_CHECK(o.format == "text" || o.format == "jsonl", "--format must be text or jsonl, got '{}'", o.format);
@@ -329,15 +379,55 @@ void validate(Options& o) {
   }
   ECHO_INPUT_CHECK(o.valid_fraction >= 0.0 && o.valid_fraction <= 1.0, "--valid-fraction must be in [0, 1], got {}",
                    o.valid_fraction);
-  ECHO_INPUT_CHECK(o.valid_prefix.empty() || o.valid_prefix != o.output_prefix,
-                   "--valid-prefix must differ from --output-prefix ('{}')", o.output_prefix);
+  if (!o.valid_prefix.empty()) {
+    // NOTE: either end of the range makes one of the two datasets empty for any corpus, which
+    // echo_train refuses only when it gets there; a split is a fraction strictly between.
+    ECHO_INPUT_CHECK(o.valid_fraction > 0.0,
+                     "--valid-fraction 0 with --valid-prefix '{}' is no validation split: it would write an empty "
+                     "validation set; drop --valid-prefix, or give a fraction above 0",
+                     o.valid_prefix);
+    ECHO_INPUT_CHECK(o.valid_fraction < 1.0,
+                     "--valid-fraction 1 sends every document to --valid-prefix '{}' and leaves --output-prefix '{}' "
+                     "empty; give a fraction below 1",
+                     o.valid_prefix, o.output_prefix);
+    check_prefixes_differ(o);
+  }
   for (const std::string& path : o.inputs) {
     std::error_code ec;
     ECHO_INPUT_CHECK(std::filesystem::is_regular_file(path, ec), "input '{}' does not exist or is not a regular file",
                      path);
   }
+  check_inputs_are_not_outputs(o);
   if (o.num_threads <= 0)
     o.num_threads = std::min(kMaxThreads, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// " ('P.idx' there is an earlier run's)" when the prefix holds a dataset this run did not write:
+// it now sits beside data of another preparation.
+std::string earlier_data_note(const std::string& prefix) {
+  std::error_code ec;
+  if (!std::filesystem::exists(prefix + ".idx", ec)) return "";
+  return fmt::format(" ('{}.idx' there is an earlier run's, not this one's)", prefix);
+}
+
+// Refuses a split that came out one-sided (a --valid-fraction too small or too large for the
+// corpus), after the side that holds documents was written: says what was written and what not.
+[[noreturn]] void fail_empty_split(const Options& o, const Totals& t) {
+  const uint64_t n = t.train_documents + t.valid_documents;  // the non-empty documents, all split
+  if (t.valid_documents == 0)
+    ECHO_INPUT_FAIL(
+        "no document fell into the validation set: --valid-fraction {} drew none of the {} non-empty documents "
+        "(about {:.3g} expected); wrote only the training set {}.{{bin,idx,meta.json}} ({} documents, {} tokens), "
+        "nothing at --valid-prefix '{}'{}; give a larger --valid-fraction, or use the training set as written, "
+        "without a validation set",
+        o.valid_fraction, n, o.valid_fraction * static_cast<double>(n), o.output_prefix, t.train_documents,
+        t.train_tokens, o.valid_prefix, earlier_data_note(o.valid_prefix));
+  ECHO_INPUT_FAIL(
+      "no document fell into the training set: --valid-fraction {} sent all {} non-empty documents to the "
+      "validation set; wrote only the validation set {}.{{bin,idx,meta.json}} ({} documents, {} tokens), nothing at "
+      "--output-prefix '{}'{}; give a smaller --valid-fraction",
+      o.valid_fraction, n, o.valid_prefix, t.valid_documents, t.valid_tokens, o.output_prefix,
+      earlier_data_note(o.output_prefix));
 }
 
 int run(Options o) {
@@ -414,10 +504,9 @@ int run(Options o) {
     totals.write_s += seconds_since(t);
     progress.update(totals, reader.bytes_read());
   }
-  ECHO_INPUT_CHECK(totals.train_documents > 0,
-                   "no documents for '{}': the inputs hold {} documents, {} of them empty{}", o.output_prefix,
-                   totals.documents, totals.empty,
-                   totals.valid_documents > 0 ? " (all others went to --valid-prefix)" : "");
+  ECHO_INPUT_CHECK(totals.train_documents + totals.valid_documents > 0,
+                   "no documents for '{}': the inputs hold {} documents, {} of them empty", o.output_prefix,
+                   totals.documents, totals.empty);
   if (totals.invalid_utf8_documents > 0) {
     // NOTE: a byte-level BPE tokenizer encodes text, so it replaces each ill-formed sequence by
     // U+FFFD as the tokenizers library does; the byte tokenizer keeps the raw bytes.
@@ -428,28 +517,28 @@ int run(Options o) {
               o.tokenizer == "byte" ? "the byte tokenizer stored their raw bytes"
                                     : "the tokenizer replaced each sequence with U+FFFD");
   }
-  train.finalize();
-  if (valid) {
-    if (totals.valid_documents == 0)
-      ECHO_WARN("prep", "no document fell into the validation set (--valid-fraction {}); '{}' is empty",
-                o.valid_fraction, o.valid_prefix);
-    valid->finalize();
-  }
+  // A side of the split that came out empty is not written: an empty dataset is refused only
+  // later, by echo_train. The other side is, so the encoding done is kept; then the run fails.
+  const bool write_train = totals.train_documents > 0, write_valid = valid && totals.valid_documents > 0;
+  if (write_train) train.finalize();
+  if (write_valid) valid->finalize();
   // Only now that both datasets are in place: a sidecar vouches for finished data.
   const auto write_meta = [&](const std::string& prefix, const data::IndexedDatasetWriter& w) {
     meta.documents = w.num_documents();
     meta.tokens = w.num_tokens();
     data::write_dataset_meta(prefix, meta);
   };
-  write_meta(o.output_prefix, train);
-  if (valid) write_meta(o.valid_prefix, *valid);
+  if (write_train) write_meta(o.output_prefix, train);
+  if (write_valid) write_meta(o.valid_prefix, *valid);
   progress.update(totals, reader.bytes_read(), true);
   const double s = progress.seconds();
-  ECHO_INFO("prep", "wrote {}.{{bin,idx,meta.json}}: {} documents, {} tokens", o.output_prefix,
-            totals.train_documents, totals.train_tokens);
-  if (valid)
+  if (write_train)
+    ECHO_INFO("prep", "wrote {}.{{bin,idx,meta.json}}: {} documents, {} tokens", o.output_prefix,
+              totals.train_documents, totals.train_tokens);
+  if (write_valid)
     ECHO_INFO("prep", "wrote {}.{{bin,idx,meta.json}}: {} documents, {} tokens", o.valid_prefix,
               totals.valid_documents, totals.valid_tokens);
+  if (valid && !(write_train && write_valid)) fail_empty_split(o, totals);
   ECHO_INFO("prep",
             "{} documents ({} empty, skipped), {} tokens, {:.1f} MB in {:.2f} s: {:.0f} tokens/s, {:.2f} MB/s "
             "with {} threads (read {:.2f} s, encode {:.2f} s, write {:.2f} s){}",

@@ -72,6 +72,7 @@ std::string describe(const DatasetMeta& m) {
 }  // namespace
 
 std::string dataset_meta_path(const std::string& prefix) { return prefix + ".meta.json"; }
+std::string dataset_meta_tmp_path(const std::string& prefix) { return dataset_meta_path(prefix) + ".tmp"; }
 
 std::string dataset_meta_json(const DatasetMeta& m) {
   nlohmann::ordered_json j = {
@@ -92,7 +93,7 @@ std::string dataset_meta_json(const DatasetMeta& m) {
 }
 
 void write_dataset_meta(const std::string& prefix, const DatasetMeta& meta) {
-  const std::string path = dataset_meta_path(prefix), tmp = path + ".tmp";
+  const std::string path = dataset_meta_path(prefix), tmp = dataset_meta_tmp_path(prefix);
   const std::string text = dataset_meta_json(meta);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   ECHO_RUN_CHECK(f != nullptr, "{}: cannot create: {}", tmp, std::strerror(errno));

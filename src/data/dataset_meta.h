@@ -36,6 +36,8 @@ struct DatasetMeta {
 
 // PREFIX.meta.json.
 std::string dataset_meta_path(const std::string& prefix);
+// PREFIX.meta.json.tmp: where write_dataset_meta writes before its rename.
+std::string dataset_meta_tmp_path(const std::string& prefix);
 
 // The sidecar's JSON text (format, version, then the fields above but path).
 std::string dataset_meta_json(const DatasetMeta& meta);

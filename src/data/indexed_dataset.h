@@ -36,6 +36,11 @@ const char* token_dtype_name(uint8_t code);
 // kept with old data that stays. A writer destroyed before finalize() removes its temporary files.
 class IndexedDatasetWriter {
  public:
+  // Every file that writing a dataset at `prefix` creates, truncates, replaces or removes: PREFIX.bin,
+  // .idx and .meta.json, and the temporary and set-aside names on the way there (this writer's
+  // and write_dataset_meta's). echo_prep refuses inputs that are any of them.
+  static std::vector<std::string> files_written(const std::string& prefix);
+
   explicit IndexedDatasetWriter(std::string prefix);
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(IndexedDatasetWriter&&) noexcept;

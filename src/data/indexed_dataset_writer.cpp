@@ -17,6 +17,8 @@ namespace {
 
 std::string bin_tmp_path(const std::string& prefix) { return prefix + ".bin.tmp"; }
 std::string idx_tmp_path(const std::string& prefix) { return prefix + ".idx.tmp"; }
+// Where finalize() moves the sidecar of the data it replaces while it renames the .bin.
+std::string meta_aside_path(const std::string& prefix) { return dataset_meta_path(prefix) + ".old"; }
 
 void write_bytes(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
   if (bytes == 0) return;
@@ -48,6 +50,13 @@ void close_checked(std::FILE* f, const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> IndexedDatasetWriter::files_written(const std::string& prefix) {
+  return {
+      prefix + ".bin",      prefix + ".idx",      dataset_meta_path(prefix),     meta_aside_path(prefix),
+      bin_tmp_path(prefix), idx_tmp_path(prefix), dataset_meta_tmp_path(prefix),
+  };
+}
 
 void IndexedDatasetWriter::FileCloser::operator()(std::FILE* f) const {
   if (f != nullptr) std::fclose(f);
@@ -135,7 +144,7 @@ void IndexedDatasetWriter::finalize() {
   // untouched and the sidecar goes back, so it stays verified. Only once the new .bin is in place
   // is the old sidecar's data gone for good and the aside copy dropped. A crash between the steps
   // leaves at worst the old data unverified with PREFIX.meta.json.old beside it, never wrong.
-  const std::string meta = dataset_meta_path(prefix_), meta_aside = meta + ".old";
+  const std::string meta = dataset_meta_path(prefix_), meta_aside = meta_aside_path(prefix_);
   bool aside = std::rename(meta.c_str(), meta_aside.c_str()) == 0;
   ECHO_RUN_CHECK(aside || errno == ENOENT, "cannot move the old sidecar {} aside to {}: {}", meta, meta_aside,
                  std::strerror(errno));

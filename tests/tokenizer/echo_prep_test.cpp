@@ -301,7 +301,8 @@ TEST_F(EchoPrep, SidecarRecordsTheByteTokenizer) {
   std::mt19937 gen(static_cast<unsigned>(getpid()));
   std::string jsonl;
   const int n = 20 + static_cast<int>(gen() % 200);
-  for (int i = 0; i < n; ++i) jsonl += nlohmann::json{{"text", std::string(gen() % 50, 'a' + gen() % 26)}}.dump() + "\n";
+  for (int i = 0; i < n; ++i)
+    jsonl += nlohmann::json{{"text", std::string(gen() % 50, 'a' + gen() % 26)}}.dump() + "\n";
   const std::string in = dir_.write("in.jsonl", jsonl);
   ASSERT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("d/train") + " --valid-prefix " +
                 dir_.path("d/valid") + " --valid-fraction 0.3"),
@@ -356,6 +357,175 @@ TEST_F(EchoPrep, SidecarRecordsAHuggingFaceTokenizerAndItsEos) {
   EXPECT_EQ(again->vocab_size, 257);
   EXPECT_TRUE(again->tokenizer_sha256.empty());
   EXPECT_FALSE(again->append_eos);
+}
+
+// True when no file that writing at `prefix` touches exists (IndexedDatasetWriter::files_written),
+// `except` aside (an input placed at one of those names).
+bool nothing_written_at(const std::string& prefix, const std::string& except = "") {
+  for (const std::string& path : data::IndexedDatasetWriter::files_written(prefix))
+    if (path != except && fs::exists(fs::symlink_status(path))) {
+      ADD_FAILURE() << path << " was written";
+      return false;
+    }
+  return true;
+}
+
+// An input at one of the names a run writes used to be lost: same.bin was replaced by the tokens
+// of its own text, t.bin.tmp (or a hard link to it) truncated before it was read, x.meta.json
+// renamed away. Refused before anything is written, by file identity, not spelling.
+TEST_F(EchoPrep, RefusesAnInputThatIsAnOutputFile) {
+  const std::string jsonl = "{\"text\": \"precious\"}\n";
+  const std::string first = dir_.write("first.jsonl", "{\"text\": \"first\"}\n");
+  fs::create_directories(dir_.path("d"));
+  fs::create_directory_symlink(dir_.path("d"), dir_.path("link"));
+  struct Case {
+    std::string input;        // given as --input (after first.jsonl)
+    std::string real;         // the file holding the input's bytes
+    std::string prefixes;     // the prefix options
+    std::string output_file;  // the file the message names
+  };
+  const std::vector<Case> cases = {
+      {dir_.path("same.bin"), dir_.path("same.bin"), "--output-prefix " + dir_.path("same"), dir_.path("same.bin")},
+      {dir_.path("x.meta.json"), dir_.path("x.meta.json"), "--output-prefix " + dir_.path("x"),
+       dir_.path("x.meta.json")},
+      {dir_.path("v.idx"), dir_.path("v.idx"),
+       "--output-prefix " + dir_.path("t") + " --valid-prefix " + dir_.path("v"), dir_.path("v.idx")},
+      {dir_.path("t.bin.tmp"), dir_.path("t.bin.tmp"), "--output-prefix " + dir_.path("t"), dir_.path("t.bin.tmp")},
+      {dir_.path("t.meta.json.old"), dir_.path("t.meta.json.old"), "--output-prefix " + dir_.path("t"),
+       dir_.path("t.meta.json.old")},
+      {dir_.path("v.meta.json.tmp"), dir_.path("v.meta.json.tmp"),
+       "--output-prefix " + dir_.path("t") + " --valid-prefix " + dir_.path("v"), dir_.path("v.meta.json.tmp")},
+      // Other spellings of one file: ".", "..", a symlinked directory.
+      {dir_.path("d/./a.bin"), dir_.path("d/a.bin"), "--output-prefix " + dir_.path("d/a"), dir_.path("d/a.bin")},
+      {dir_.path("d/../b.idx"), dir_.path("b.idx"), "--output-prefix " + dir_.path("b"), dir_.path("b.idx")},
+      {dir_.path("d/c.bin"), dir_.path("d/c.bin"), "--output-prefix " + dir_.path("link/c"), dir_.path("link/c.bin")},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.input + " with " + c.prefixes);
+    dir_.write(fs::relative(c.real, dir_.root()).string(), jsonl);
+    EXPECT_EQ(run("--input " + first + " " + c.input + " --tokenizer byte " + c.prefixes), 1);
+    EXPECT_THAT(err_, HasSubstr("input '" + c.input + "' is the file '" + c.output_file + "' that"));
+    EXPECT_THAT(err_, HasSubstr("echo_prep would overwrite its own input"));
+    EXPECT_EQ(slurp(c.real), jsonl);
+    for (const char* prefix : {"same", "x", "t", "v", "d/a", "b", "d/c"})
+      EXPECT_TRUE(nothing_written_at(dir_.path(prefix), c.real)) << prefix;
+    fs::remove(c.real);
+  }
+
+  // A hard link to the writer's temporary file: the same inode, truncated when writing starts.
+  const std::string linked = dir_.write("linked.jsonl", jsonl);
+  fs::create_hard_link(linked, dir_.path("h.bin.tmp"));
+  EXPECT_EQ(run("--input " + linked + " --tokenizer byte --output-prefix " + dir_.path("h")), 1);
+  EXPECT_THAT(err_, HasSubstr("input '" + linked + "' is the file '" + dir_.path("h.bin.tmp") + "' that"));
+  EXPECT_EQ(slurp(linked), jsonl);
+  EXPECT_FALSE(fs::exists(dir_.path("h.idx")));
+
+  // A symlink whose target the run replaces.
+  const std::string target = dir_.write("k.bin", jsonl);
+  fs::create_symlink(target, dir_.path("k.jsonl"));
+  EXPECT_EQ(run("--input " + dir_.path("k.jsonl") + " --tokenizer byte --output-prefix " + dir_.path("k")), 1);
+  EXPECT_THAT(err_, HasSubstr("input '" + dir_.path("k.jsonl") + "' is the file '" + target + "' that"));
+  EXPECT_EQ(slurp(target), jsonl);
+
+  // The tokenizer.json is read as well: it is not an output either.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+  const nlohmann::json tok_json = {
+      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}})},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  const std::string tok = tok_json.dump();
+  const std::string tok_path = dir_.write("tok.meta.json", tok);
+  EXPECT_EQ(run("--input " + first + " --tokenizer " + tok_path + " --output-prefix " + dir_.path("tok")), 1);
+  EXPECT_THAT(err_, HasSubstr("--tokenizer file '" + tok_path + "' is the file '" + tok_path + "' that"));
+  EXPECT_EQ(slurp(tok_path), tok);
+}
+
+// Two spellings of one prefix used to pass the string comparison: both writers wrote one
+// .bin.tmp, and one half of the split was left without its sidecar.
+TEST_F(EchoPrep, PrefixesNamingTheSameFilesAreRefused) {
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": \"c\"}\n");
+  fs::create_directories(dir_.path("d"));
+  fs::create_directory_symlink(dir_.path("d"), dir_.path("link"));
+  const std::vector<std::pair<std::string, std::string>> spellings = {
+      {dir_.path("d/x"), dir_.path("d/./x")},
+      {dir_.path("d/x"), dir_.path("link/x")},
+      {dir_.path("d/x"), dir_.path("e/../d/x")},
+      {dir_.path("d/x"), dir_.path("d/x")},
+  };
+  for (const auto& [train, valid] : spellings) {
+    SCOPED_TRACE(train + " and " + valid);
+    EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + train + " --valid-prefix " + valid +
+                  " --valid-fraction 0.5"),
+              1);
+    EXPECT_THAT(err_, HasSubstr("--output-prefix '" + train + "' and --valid-prefix '" + valid +
+                                "' name the same files ('" + train + ".bin' is '" + valid + ".bin')"));
+    EXPECT_TRUE(nothing_written_at(train));
+  }
+}
+
+// --valid-fraction 0 with a --valid-prefix used to write an empty validation set, refused only
+// later by echo_train; 1 leaves the training set empty. Both are refused before anything is made.
+TEST_F(EchoPrep, ValidFractionZeroOrOneIsRefused) {
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+  const std::string base = "--input " + in + " --tokenizer byte --output-prefix " + dir_.path("new/t") +
+                           " --valid-prefix " + dir_.path("new/v") + " --valid-fraction ";
+  for (const std::string zero : {"0", "0.0"}) {
+    EXPECT_EQ(run(base + zero), 1) << zero;
+    EXPECT_THAT(err_, HasSubstr("--valid-fraction 0 with --valid-prefix '" + dir_.path("new/v") +
+                                "' is no validation split: it would write an empty validation set; drop "
+                                "--valid-prefix, or give a fraction above 0"));
+  }
+  EXPECT_EQ(run(base + "1"), 1);
+  EXPECT_THAT(err_, HasSubstr("--valid-fraction 1 sends every document to --valid-prefix '" + dir_.path("new/v") +
+                              "' and leaves --output-prefix '" + dir_.path("new/t") + "' empty"));
+  EXPECT_FALSE(fs::exists(dir_.path("new")));  // refused before even the directory was made
+}
+
+// A fraction so small (or so near 1) that one side of the split gets no document: that side is
+// not written (it used to be an empty dataset, with a warning), the other side is kept, and the
+// run fails saying which was written. A dataset already at the empty side's prefix is left as it
+// was, and the message says it is an earlier run's.
+TEST_F(EchoPrep, AOneSidedSplitFailsAndKeepsTheWrittenSide) {
+  std::string jsonl;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 20; ++i) {
+    texts.push_back("doc " + std::to_string(i));
+    jsonl += nlohmann::json{{"text", texts.back()}}.dump() + "\n";
+  }
+  jsonl += "{\"text\": \"\"}\n";  // an empty document: not written, not split
+  const std::string in = dir_.write("in.jsonl", jsonl);
+  const std::string train = dir_.path("t"), valid = dir_.path("v");
+  const std::string base = "--input " + in + " --tokenizer byte --output-prefix " + train + " --valid-prefix " + valid +
+                           " --valid-fraction ";
+  const std::string tiny = "1e-12", near_one = "0.999999999999";
+  for (size_t i = 0; i < texts.size(); ++i) {
+    ASSERT_FALSE(data::is_valid_document(i, 1e-12, 1234)) << "the test's premise";
+    ASSERT_TRUE(data::is_valid_document(i, 0.999999999999, 1234)) << "the test's premise";
+  }
+
+  EXPECT_EQ(run(base + tiny), 1);
+  EXPECT_THAT(err_, HasSubstr("no document fell into the validation set: --valid-fraction 1e-12 drew none of the 20 "
+                              "non-empty documents"));
+  EXPECT_THAT(err_, HasSubstr("wrote only the training set " + train + ".{bin,idx,meta.json} (20 documents, "));
+  EXPECT_THAT(err_, HasSubstr("nothing at --valid-prefix '" + valid + "'; give a larger --valid-fraction"));
+  EXPECT_EQ(documents_of(train), texts);
+  ASSERT_TRUE(data::read_dataset_meta(train).has_value());
+  EXPECT_EQ(data::read_dataset_meta(train)->documents, 20u);
+  EXPECT_TRUE(nothing_written_at(valid));
+
+  EXPECT_EQ(run(base + near_one), 1);
+  EXPECT_THAT(err_, HasSubstr("no document fell into the training set: --valid-fraction 0.999999999999 sent all 20 "
+                              "non-empty documents to the validation set; wrote only the validation set " +
+                              valid + ".{bin,idx,meta.json} (20 documents, "));
+  // The training set of the run before is untouched, and said to be that run's.
+  EXPECT_THAT(err_, HasSubstr("nothing at --output-prefix '" + train + "' ('" + train +
+                              ".idx' there is an earlier run's, not this one's); give a smaller --valid-fraction"));
+  EXPECT_EQ(documents_of(valid), texts);
+  EXPECT_EQ(documents_of(train), texts);
+  ASSERT_TRUE(data::read_dataset_meta(valid).has_value());
+  EXPECT_EQ(data::read_dataset_meta(valid)->documents, 20u);
+  EXPECT_FALSE(fs::exists(train + ".bin.tmp"));
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+// same_file: one file under every spelling (".", "..", relative and absolute, a symlinked
+// directory, a symlink, a hard link), existing or still to be created; distinct files are not.
+#include "core/same_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "../support/scratch_dir.h"
+
+namespace echo {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SameFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_.path("d"));
+    dir_.write("d/a", "a");
+    dir_.write("d/b", "b");
+  }
+  std::string path(const std::string& name) const { return dir_.path(name); }
+  echo::testing::ScratchDir dir_;
+};
+
+TEST_F(SameFileTest, SpellingsOfAnExistingFile) {
+  EXPECT_TRUE(same_file(path("d/a"), path("d/a")));
+  EXPECT_TRUE(same_file(path("d/a"), path("d/./a")));
+  EXPECT_TRUE(same_file(path("d/a"), path("d/../d/a")));
+  EXPECT_TRUE(same_file(path("d/a"), path("d//a")));
+  EXPECT_FALSE(same_file(path("d/a"), path("d/b")));
+  // Relative to the working directory.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(path("d"));
+  EXPECT_TRUE(same_file("a", path("d/a")));
+  EXPECT_TRUE(same_file("./a", "a"));
+  EXPECT_FALSE(same_file("a", "b"));
+  fs::current_path(cwd);
+}
+
+TEST_F(SameFileTest, PathsNotCreatedYet) {
+  EXPECT_TRUE(same_file(path("d/new.bin"), path("d/./new.bin")));
+  EXPECT_TRUE(same_file(path("d/new.bin"), path("d/../d/new.bin")));
+  EXPECT_TRUE(same_file(path("nodir/sub/x"), path("nodir/./sub/x")));  // no directory exists yet
+  EXPECT_FALSE(same_file(path("d/new.bin"), path("d/new.idx")));
+  EXPECT_FALSE(same_file(path("d/new.bin"), path("d/a")));
+}
+
+TEST_F(SameFileTest, SymlinksAndHardLinks) {
+  fs::create_directory_symlink(path("d"), path("link_to_d"));
+  EXPECT_TRUE(same_file(path("link_to_d/a"), path("d/a")));
+  EXPECT_TRUE(same_file(path("link_to_d/new.bin"), path("d/new.bin")));  // through the link, not created
+  fs::create_symlink(path("d/a"), path("sym_a"));
+  EXPECT_TRUE(same_file(path("sym_a"), path("d/a")));
+  fs::create_hard_link(path("d/a"), path("hard_a"));
+  EXPECT_TRUE(same_file(path("hard_a"), path("d/a")));
+  EXPECT_TRUE(same_file(path("d/a"), path("hard_a")));
+  EXPECT_FALSE(same_file(path("hard_a"), path("d/b")));
+}
+
+TEST_F(SameFileTest, UnresolvablePathsDoNotThrow) {
+  fs::create_symlink(path("loop2"), path("loop1"));
+  fs::create_symlink(path("loop1"), path("loop2"));
+  EXPECT_TRUE(same_file(path("loop1/x"), path("loop1/x")));
+  EXPECT_FALSE(same_file(path("loop1/x"), path("d/a")));
+  EXPECT_FALSE(same_file(path("loop1"), path("loop2")));
+}
+
+}  // namespace
+}  // namespace echo
