@@ -35,6 +35,17 @@ struct Random {
   int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
 };
 
+// The fixture of tests that write data: a scratch directory, a fresh seed, and the seed in the
+// trace of every failure (so a size that breaks a test can be drawn again).
+class ScratchDataTest : public ::testing::Test {
+ protected:
+  ScratchDir dir;
+  Random r;
+
+ private:
+  ::testing::ScopedTrace seed_trace_{__FILE__, __LINE__, "seed " + std::to_string(r.seed)};
+};
+
 inline std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -24,6 +24,7 @@ using testing::error_of;
 using testing::LogCapture;
 using testing::random_documents;
 using testing::Random;
+using testing::ScratchDataTest;
 using testing::ScratchDir;
 using testing::write_dataset;
 
@@ -46,10 +47,9 @@ DatasetMeta make_dataset(const std::string& prefix, int64_t vocab, int64_t eos, 
   return m;
 }
 
-TEST(DatasetMeta, WrittenAndReadBack) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+class DatasetMetaTest : public ScratchDataTest {};
+
+TEST_F(DatasetMetaTest, WrittenAndReadBack) {
   DatasetMeta m;
   m.tokenizer = r.uniform(0, 1) ? "byte" : dir.path("tok dir");
   m.tokenizer_sha256 = m.tokenizer == "byte" ? "" : sha256_hex(std::to_string(r.gen()));
@@ -79,10 +79,7 @@ TEST(DatasetMeta, WrittenAndReadBack) {
   EXPECT_FALSE(read_dataset_meta(dir.path("other")).has_value());
 }
 
-TEST(DatasetMeta, AMatchingRunIsAccepted) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, AMatchingRunIsAccepted) {
   const int64_t vocab = r.uniform(2, 200000), eos = r.uniform(0, vocab - 1);
   make_dataset(dir.path("train"), vocab, eos, r);
   const auto ds = IndexedDataset::open(dir.path("train"));
@@ -94,9 +91,7 @@ TEST(DatasetMeta, AMatchingRunIsAccepted) {
   EXPECT_THAT(log.text(), HasSubstr("data.eos_id and model.vocab_size agree"));
 }
 
-TEST(DatasetMeta, ADatasetWithoutSidecarIsAcceptedWithALogLine) {
-  ScratchDir dir;
-  Random r;
+TEST_F(DatasetMetaTest, ADatasetWithoutSidecarIsAcceptedWithALogLine) {
   write_dataset(dir.path("megatron"), random_documents({3, 0, 9}, 0, 1000, r.gen()));
   const auto ds = IndexedDataset::open(dir.path("megatron"));
   LogCapture log;
@@ -108,10 +103,7 @@ TEST(DatasetMeta, ADatasetWithoutSidecarIsAcceptedWithALogLine) {
 
 // The issue: the default eos 151643 lies inside a vocabulary of >= 151644 ids, so nothing else
 // notices that it is not the data's EOS.
-TEST(DatasetMeta, AnotherEosIsRefusedNamingBothAndTheFix) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, AnotherEosIsRefusedNamingBothAndTheFix) {
   const int64_t vocab = r.uniform(151644, 160000), eos = r.uniform(0, vocab - 1), run_eos = (eos + r.uniform(1, vocab - 1)) % vocab;
   const DatasetMeta m = make_dataset(dir.path("train"), vocab, eos, r);
   const auto ds = IndexedDataset::open(dir.path("train"));
@@ -130,10 +122,7 @@ TEST(DatasetMeta, AnotherEosIsRefusedNamingBothAndTheFix) {
   EXPECT_EQ(kind.rfind("input: ", 0), 0u) << kind;
 }
 
-TEST(DatasetMeta, AModelSmallerThanTheTokenizerIsRefused) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, AModelSmallerThanTheTokenizerIsRefused) {
   const int64_t vocab = r.uniform(300, 200000), eos = r.uniform(0, 255), model_vocab = r.uniform(257, vocab - 1);
   make_dataset(dir.path("v"), vocab, eos, r);
   const auto ds = IndexedDataset::open(dir.path("v"));
@@ -150,10 +139,7 @@ TEST(DatasetMeta, AModelSmallerThanTheTokenizerIsRefused) {
   }
 }
 
-TEST(DatasetMeta, ASidecarBesideOtherDataIsRefused) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, ASidecarBesideOtherDataIsRefused) {
   const std::string prefix = dir.path("train");
   DatasetMeta m = make_dataset(prefix, 1000, 999, r);
   const uint64_t docs = m.documents, tokens = m.tokens;
@@ -171,10 +157,7 @@ TEST(DatasetMeta, ASidecarBesideOtherDataIsRefused) {
 
 // The review's case: a hand-made sidecar claiming 0 documents and 0 tokens. The message used to
 // say the dataset "was rewritten after echo_prep wrote the sidecar", which it was not.
-TEST(DatasetMeta, AHandMadeSidecarOfZeroTokensIsRefusedSayingWhatIsWrong) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, AHandMadeSidecarOfZeroTokensIsRefusedSayingWhatIsWrong) {
   const std::string prefix = dir.path("train");
   DatasetMeta m = make_dataset(prefix, 1000, 999, r);
   const uint64_t docs = m.documents, tokens = m.tokens;
@@ -196,9 +179,7 @@ TEST(DatasetMeta, AHandMadeSidecarOfZeroTokensIsRefusedSayingWhatIsWrong) {
 }
 
 // The writer replaces a dataset whole: the old data's sidecar goes with it.
-TEST(DatasetMeta, RewritingADatasetRemovesItsSidecar) {
-  ScratchDir dir;
-  Random r;
+TEST_F(DatasetMetaTest, RewritingADatasetRemovesItsSidecar) {
   const std::string prefix = dir.path("train");
   make_dataset(prefix, 500, 3, r);
   ASSERT_TRUE(fs::exists(prefix + ".meta.json"));
@@ -211,10 +192,7 @@ TEST(DatasetMeta, RewritingADatasetRemovesItsSidecar) {
 // one; a vanished temporary file or a directory in the way can). A sidecar must never sit beside
 // data it does not describe, and old data that stays must keep its sidecar (before, the sidecar
 // was removed first, so a failed .bin rename left the old data unverified).
-TEST(DatasetMeta, AFailedRenameInFinalizeKeepsTheOldDataWithItsSidecar) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, AFailedRenameInFinalizeKeepsTheOldDataWithItsSidecar) {
   const std::string prefix = dir.path("train");
   const DatasetMeta old = make_dataset(prefix, 500, 3, r);
   const auto old_sidecar = testing::read_bytes(old.path);
@@ -266,9 +244,7 @@ TEST(DatasetMeta, AFailedRenameInFinalizeKeepsTheOldDataWithItsSidecar) {
   EXPECT_FALSE(fs::exists(old.path + ".old"));
 }
 
-TEST(DatasetMeta, AMalformedSidecarIsRefusedNamingIt) {
-  ScratchDir dir;
-  Random r;
+TEST_F(DatasetMetaTest, AMalformedSidecarIsRefusedNamingIt) {
   const std::string prefix = dir.path("train");
   const DatasetMeta good = make_dataset(prefix, 1000, 7, r);
   const std::string path = good.path;
@@ -326,10 +302,7 @@ TEST(DatasetMeta, AMalformedSidecarIsRefusedNamingIt) {
               HasSubstr("cannot read dataset sidecar '" + path + "': it is not a regular file"));
 }
 
-TEST(DatasetMeta, TrainAndValidOfTwoTokenizersAreRefused) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(DatasetMetaTest, TrainAndValidOfTwoTokenizersAreRefused) {
   const int64_t vocab = r.uniform(300, 5000);
   const DatasetMeta train = make_dataset(dir.path("train"), vocab, 256, r);
   DatasetMeta valid = make_dataset(dir.path("valid"), vocab, 256, r);

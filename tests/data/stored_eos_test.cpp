@@ -18,6 +18,7 @@ using ::testing::Not;
 using testing::LogCapture;
 using testing::random_documents;
 using testing::Random;
+using testing::ScratchDataTest;
 using testing::ScratchDir;
 using testing::write_dataset;
 
@@ -46,9 +47,9 @@ void write_sidecar(const std::string& prefix, const IndexedDataset& ds, int32_t 
   write_dataset_meta(prefix, m);
 }
 
-TEST(StoredEos, CheckedDocumentsSpreadEvenlyFromFirstToLast) {
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+class StoredEos : public ScratchDataTest {};
+
+TEST_F(StoredEos, CheckedDocumentsSpreadEvenlyFromFirstToLast) {
   for (size_t d : {size_t{1}, size_t{2}, size_t{3}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{1} << 62})
     EXPECT_EQ(eos_check_documents(d).size(), std::min(d, kMaxEosChecks)) << d;
   EXPECT_TRUE(eos_check_documents(0).empty());
@@ -70,10 +71,7 @@ TEST(StoredEos, CheckedDocumentsSpreadEvenlyFromFirstToLast) {
 
 // A checked document whose last token is not the EOS is found, by index and token; an empty one
 // too; documents between the checked ones are not looked at.
-TEST(StoredEos, TheFirstCheckedDocumentWithoutEosIsFound) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(StoredEos, TheFirstCheckedDocumentWithoutEosIsFound) {
   const int32_t eos = static_cast<int32_t>(r.uniform(0, 998));
   auto docs = documents_ending_in(eos, static_cast<size_t>(r.uniform(5000, 9000)), r);
   write_dataset(dir.path("good"), docs);
@@ -109,10 +107,7 @@ TEST(StoredEos, TheFirstCheckedDocumentWithoutEosIsFound) {
 
 // The loader, told the documents end in the EOS (a sidecar's append_eos), refuses data whose
 // checked documents do not, naming the dataset, the document, the token, the EOS and the fix.
-TEST(StoredEos, TheLoaderRefusesAnAppendEosClaimTheDataDoesNotKeep) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(StoredEos, TheLoaderRefusesAnAppendEosClaimTheDataDoesNotKeep) {
   const int32_t eos = static_cast<int32_t>(r.uniform(0, 998));
   auto docs = documents_ending_in(eos, static_cast<size_t>(r.uniform(2, 6000)), r);
   const std::string prefix = dir.path("train");
@@ -142,9 +137,7 @@ TEST(StoredEos, TheLoaderRefusesAnAppendEosClaimTheDataDoesNotKeep) {
 
 // The review's case: a hand-made sidecar saying append_eos over documents that hold 0 tokens
 // used to wrap the stream length around ("1152921504606846975 samples of seq_len 16 per epoch").
-TEST(StoredEos, ASidecarClaimingStoredEosOverEmptyDocumentsNamesTheEmptyDocument) {
-  ScratchDir dir;
-  Random r;
+TEST_F(StoredEos, ASidecarClaimingStoredEosOverEmptyDocumentsNamesTheEmptyDocument) {
   const size_t num_docs = static_cast<size_t>(r.uniform(1, 50));
   const std::string prefix = dir.path("train");
   write_dataset(prefix, std::vector<std::vector<int32_t>>(num_docs));
@@ -161,10 +154,7 @@ TEST(StoredEos, ASidecarClaimingStoredEosOverEmptyDocumentsNamesTheEmptyDocument
 // The rule echo_train and echo_eval share: a sidecar's append_eos decides; without one, data
 // whose checked documents all end in the EOS (Megatron's --append-eod) is packed as stored, with
 // one log line saying so, and any other data gets the EOS appended, silently as before.
-TEST(StoredEos, WithoutASidecarDataEndingInTheEosIsPackedAsStored) {
-  ScratchDir dir;
-  Random r;
-  SCOPED_TRACE("seed " + std::to_string(r.seed));
+TEST_F(StoredEos, WithoutASidecarDataEndingInTheEosIsPackedAsStored) {
   const int32_t eos = static_cast<int32_t>(r.uniform(0, 998));
   auto docs = documents_ending_in(eos, static_cast<size_t>(r.uniform(1, 9000)), r);
   const std::string prefix = dir.path("train");
