@@ -52,6 +52,17 @@ std::vector<std::string> documents_of(const std::string& prefix) {
   return docs;
 }
 
+// A byte-level BPE tokenizer.json whose vocabulary is the 256 bytes, with <|endoftext|> = 256.
+std::string byte_level_tokenizer_json() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+  const nlohmann::json tok = {
+      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}})},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return tok.dump();
+}
+
 class EchoPrep : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -222,13 +233,7 @@ TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
 
   // A byte-level BPE tokenizer.json whose vocabulary is the 256 bytes: ill-formed sequences
   // become U+FFFD (EF BF BD), and the warning says so.
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
-  const nlohmann::json tok = {
-      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}})},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  const std::string tok_path = dir_.write("tokenizer.json", tok.dump());
+  const std::string tok_path = dir_.write("tokenizer.json", byte_level_tokenizer_json());
   ASSERT_EQ(run("--format text --input " + latin1 + " --tokenizer " + tok_path + " --output-prefix " + dir_.path("h")),
             0)
       << err_;
@@ -428,13 +433,7 @@ TEST_F(EchoPrep, RefusesAnInputThatIsAnOutputFile) {
   EXPECT_EQ(slurp(target), jsonl);
 
   // The tokenizer.json is read as well: it is not an output either.
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
-  const nlohmann::json tok_json = {
-      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}})},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  const std::string tok = tok_json.dump();
+  const std::string tok = byte_level_tokenizer_json();
   const std::string tok_path = dir_.write("tok.meta.json", tok);
   EXPECT_EQ(run("--input " + first + " --tokenizer " + tok_path + " --output-prefix " + dir_.path("tok")), 1);
   EXPECT_THAT(err_, HasSubstr("--tokenizer file '" + tok_path + "' is the file '" + tok_path + "' that"));

@@ -279,6 +279,16 @@ TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {
   EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 2));
 }
 
+// A --resume refused with exactly `expected` (kind and message) that keeps the run's metrics
+// (`metrics_before`) and the unfinished checkpoint `kept`.
+void expect_refused_resume(const config::Config& cfg, const std::string& expected, const std::string& metrics_before,
+                           const std::string& kept) {
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::resume); }), expected);
+  sync();
+  EXPECT_EQ(read_file(cfg.run.out_dir + "/metrics.jsonl"), metrics_before) << "the refused --resume must keep the metrics";
+  EXPECT_TRUE(fs::exists(kept + "/model.safetensors"));
+}
+
 // --resume in a run whose checkpoints are all incomplete (a lost COMPLETE marker) or whose
 // checkpoints/ is not a directory is refused: starting from step 0 would drop every metrics line
 // and, at the first save, delete the checkpoint.
@@ -291,14 +301,11 @@ TEST(TrainerGuard, AResumeWithoutACompleteCheckpointKeepsWhatIsThere) {
   const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2);
   if (world_rank() == 0) fs::remove(ckpt + "/COMPLETE");
   sync();
-  const std::string msg = echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::resume); });
-  EXPECT_EQ(msg, "input: cannot resume the run in " + cfg.run.out_dir + ": it has no complete checkpoint, only " +
-                     ckpt +
-                     " without a COMPLETE marker (not fully written, or damaged); move it away to start over from "
-                     "step 0 with --resume, or pass --overwrite to replace the run");
-  sync();
-  EXPECT_EQ(read_file(metrics), before) << "the refused --resume must keep the metrics";
-  EXPECT_TRUE(fs::exists(ckpt + "/model.safetensors"));
+  expect_refused_resume(cfg, "input: cannot resume the run in " + cfg.run.out_dir +
+                                 ": it has no complete checkpoint, only " + ckpt +
+                                 " without a COMPLETE marker (not fully written, or damaged); move it away to start "
+                                 "over from step 0 with --resume, or pass --overwrite to replace the run",
+                        before, ckpt);
   sync();  // every rank has looked before rank 0 removes it
   if (world_rank() == 0) {
     fs::remove_all(cfg.run.out_dir + "/checkpoints");
@@ -320,18 +327,15 @@ TEST(TrainerGuard, AResumeDoesNotPassOverANewerUnfinishedCheckpoint) {
   const auto cfg = make_config(dir);  // checkpoints at steps 2 and 4
   train(cfg, RunDirMode::fresh);
   sync();
-  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  const std::string before = read_file(cfg.run.out_dir + "/metrics.jsonl");
   const std::string older = checkpoint_dir(cfg.run.out_dir, 2), newer = checkpoint_dir(cfg.run.out_dir, 4);
   if (world_rank() == 0) fs::remove(newer + "/COMPLETE");
   sync();
-  const std::string msg = echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::resume); });
-  EXPECT_EQ(msg, "input: cannot resume the run in " + cfg.run.out_dir + ": " + newer +
-                     " is newer than its latest complete checkpoint " + older +
-                     " but has no COMPLETE marker (not fully written, or damaged); move it away to resume from step "
-                     "2, or pass --overwrite to replace the run");
-  sync();
-  EXPECT_EQ(read_file(metrics), before) << "the refused --resume must keep the metrics";
-  EXPECT_TRUE(fs::exists(newer + "/model.safetensors"));
+  expect_refused_resume(cfg, "input: cannot resume the run in " + cfg.run.out_dir + ": " + newer +
+                                 " is newer than its latest complete checkpoint " + older +
+                                 " but has no COMPLETE marker (not fully written, or damaged); move it away to "
+                                 "resume from step 2, or pass --overwrite to replace the run",
+                        before, newer);
   sync();  // every rank has looked before rank 0 moves it
   // Moved away, as the message says: the run resumes from step 2 and trains to 4.
   if (world_rank() == 0) fs::rename(newer, dir + "/step_4.damaged");
