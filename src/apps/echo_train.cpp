@@ -34,10 +34,15 @@ int train_main(int argc, char** argv) {
   const auto mode = resume ? train::RunDirMode::resume : overwrite ? train::RunDirMode::overwrite : train::RunDirMode::fresh;
   train::Trainer trainer(cfg, world, mode);
   const train::TrainResult result = trainer.run();
-  if (rank == 0)
-    log::get("train")->info("{} at step {}: loss {:.4f}; metrics in {}/metrics.jsonl, checkpoints in {}/checkpoints/",
-                            result.stopped_by_signal ? "stopped" : "done", result.steps_done, result.last_loss,
-                            cfg.run.out_dir, cfg.run.out_dir);
+  if (rank == 0) {
+    const char* how = result.stopped_by_signal ? "stopped" : "done";
+    // A run that trained no step has no loss to report (a resume past train.steps, a signal in start-up).
+    if (result.steps_run == 0)
+      log::get("train")->info("{} at step {} without training a step", how, result.steps_done);
+    else
+      log::get("train")->info("{} at step {}: loss {:.4f}; metrics in {}/metrics.jsonl, checkpoints in {}/checkpoints/",
+                              how, result.steps_done, result.last_loss, cfg.run.out_dir, cfg.run.out_dir);
+  }
   return 0;
 }
 

@@ -178,7 +178,11 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     last_saved_step_ = meta.step;
     logger->info("resumed from {} at step {}", resume_from->dir, start_step_);
   }
-  if (L.rank == 0) {
+  // A signal during start-up ends the run before it changes the directory: an --overwrite keeps
+  // the old run, a --resume its metrics (run() then stops before the first step). So does a
+  // resume of a run already at train.steps, which has nothing to train.
+  stopped_in_start_up_ = StopSignal().requested(world.world);
+  if (L.rank == 0 && !stopped_in_start_up_ && start_step_ < cfg.train.steps) {
     // --overwrite: the old run goes only now that start-up has succeeded.
     if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
     const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
@@ -299,9 +303,15 @@ TrainResult Trainer::run(int64_t stop_after) {
   const int peak_units = count_peak_units(world_.world, backend_->device());
   // A signal during start-up (echo_train installs the handler first): stop before any step;
   // there is nothing new to save.
-  if (stop.requested(world_.world)) {
-    logger->warn("stopping before step {} on signal {}; nothing new to save", start_step_ + 1, stop.received());
+  if (stopped_in_start_up_ || stop.requested(world_.world)) {
+    logger->warn("stopping before step {} on signal {}; nothing new to save{}", start_step_ + 1, stop.received(),
+                 stopped_in_start_up_ ? ", and the run directory is as it was" : "");
     result.stopped_by_signal = true;
+    return result;
+  }
+  if (start_step_ >= total) {
+    logger->warn("nothing to train: the run is at step {} and train.steps = {}; set train.steps above {} to continue it",
+                 start_step_, total, start_step_);
     return result;
   }
   double elapsed = 0;
@@ -333,6 +343,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     elapsed += secs;
     result.steps_done = step + 1;
+    result.steps_run = step + 1 - start_step_;
     result.last_loss = loss;
 
     StepMetrics m{step + 1, loss, lr, norm, tokens_per_step / secs, secs * 1e3,

@@ -22,6 +22,7 @@ namespace echo::train {
 
 struct TrainResult {
   int64_t steps_done = 0;      // optimizer steps completed, counting those before a resume
+  int64_t steps_run = 0;       // steps this invocation trained (0: last_loss means nothing)
   double last_loss = 0;
   bool stopped_by_signal = false;
 };
@@ -44,6 +45,7 @@ class Trainer {
 
   config::Config cfg_;
   const dist::World& world_;
+  bool stopped_in_start_up_ = false;  // a signal arrived before start-up ended: nothing was written
   RunDirLock run_lock_;  // rank 0: no other echo_train writes this run while this one lives
   model::ModelShape shape_;
   model::MemoryPlan memory_plan_;  // per rank, checked at start-up and logged against the peak

@@ -22,6 +22,7 @@
 #include "train/divergence.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
+#include "../support/log_capture.h"
 #include "../support/mpi_util.h"
 #include "../support/test_util.h"
 #include "trainer_test_util.h"
@@ -549,6 +550,52 @@ TEST(TrainerGuard, ASignalDuringStartUpStopsBeforeTheFirstStep) {
   sync();
   EXPECT_FALSE(latest_checkpoint(cfg.run.out_dir).has_value());
   EXPECT_EQ(train(cfg, RunDirMode::fresh).steps_done, 4) << "nothing was trained: the rerun is not refused";
+  sync();
+  // An --overwrite interrupted in start-up keeps the old run: its checkpoints, metrics and config
+  // (it once deleted them, having trained nothing).
+  const std::string metrics = read_file(cfg.run.out_dir + "/metrics.jsonl"),
+                    config = read_file(cfg.run.out_dir + "/config.yaml");
+  sync();
+  {
+    const StopSignal outer;
+    if (world_rank() == 0) std::raise(SIGUSR1);
+    const auto r = train(make_config(dir, {"optim.lr=1.0e-3"}), RunDirMode::overwrite);
+    EXPECT_TRUE(r.stopped_by_signal);
+    EXPECT_EQ(r.steps_run, 0);
+  }
+  sync();
+  EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), checkpoint_dir(cfg.run.out_dir, 4));
+  EXPECT_EQ(read_file(cfg.run.out_dir + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(read_file(cfg.run.out_dir + "/config.yaml"), config);
+}
+
+// A --resume of a run already at train.steps trains nothing and changes nothing, saying so.
+TEST(TrainerGuard, AResumePastTrainStepsTrainsNothing) {
+  const std::string dir = scratch_dir("past_steps");
+  const auto cfg = make_config(dir);
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string metrics = read_file(cfg.run.out_dir + "/metrics.jsonl"),
+                    config = read_file(cfg.run.out_dir + "/config.yaml");
+  sync();
+  std::string log;
+  TrainResult r;
+  {
+    const echo::testing::LogCapture capture;
+    r = train(make_config(dir, {"train.steps=2"}), RunDirMode::resume);
+    log = capture.text();
+  }
+  EXPECT_EQ(r.steps_done, 4);
+  EXPECT_EQ(r.steps_run, 0);
+  EXPECT_FALSE(r.stopped_by_signal);
+  EXPECT_NE(log.find("nothing to train: the run is at step 4 and train.steps = 2; set train.steps above 4 to continue "
+                     "it"),
+            std::string::npos)
+      << log;
+  sync();
+  EXPECT_EQ(read_file(cfg.run.out_dir + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(read_file(cfg.run.out_dir + "/config.yaml"), config) << "nothing trained: the config is the run's";
+  EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), checkpoint_dir(cfg.run.out_dir, 4));
 }
 
 }  // namespace
