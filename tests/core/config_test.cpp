@@ -446,6 +446,18 @@ TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
   EXPECT_THAT(load_error({"run:", "  seed: 99999999999999999999"}),
               StartsWith(at(2) + "'run.seed' = 99999999999999999999 is out of range: it must lie in [0, "
                                  "18446744073709551615]"));
+  // A leading zero is octal to yaml-cpp and YAML 1.1 (train.steps: 010 ran 8 steps), decimal to
+  // YAML 1.2: refused, as file values and as --set ones.
+  EXPECT_THAT(load_error({"train:", "  steps: 010"}),
+              StartsWith(at(2) + "'train.steps' = 010 has a leading zero, which YAML readers disagree on (octal in "
+                                 "YAML 1.1, decimal in 1.2); write it without: 10"));
+  EXPECT_THAT(load_error({"model: {hidden: 0128}"}), HasSubstr("'model.hidden' = 0128 has a leading zero"));
+  EXPECT_THAT(load_error({"run: {seed: -007}"}), HasSubstr("'run.seed' = -007 has a leading zero"));
+  EXPECT_THAT(load_error({"run: {seed: 000}"}), HasSubstr("write it without: 0"));
+  EXPECT_THAT(error_of([] { parse_config("", "t.yaml", {"data.seq_len=0100"}); }),
+              HasSubstr("'data.seq_len' = 0100 has a leading zero"));
+  // Zero itself and hexadecimal are not leading zeros.
+  EXPECT_EQ(parse_config("run: {seed: 0}\ntrain: {steps: 0x10}\n", "t.yaml").train.steps, 16);
 }
 
 TEST_F(ConfigFile, UnknownEnumValueListsAllowedOnes) {

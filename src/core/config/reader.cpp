@@ -46,7 +46,23 @@ bool is_integer_literal(const YAML::Node& node, bool negative_ok) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// NOTE: yaml-cpp reads 010 as octal 8, as YAML 1.1 (and PyYAML, which scripts/sweep.py uses)
+// does; YAML 1.2 reads it as 10. A leading zero is refused rather than read either way.
+void refuse_leading_zero(const YAML::Node& node, const std::string& key, const Origins& origins) {
+  if (!node.IsScalar()) return;
+  std::string_view digits = node.Scalar();
+  if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
+  const bool decimal = std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!decimal || digits.size() < 2 || digits[0] != '0') return;
+  const size_t first = std::min(digits.find_first_not_of('0'), digits.size() - 1);
+  fail_at(origins.where(key),
+          fmt::format("'{}' = {} has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in "
+                      "1.2); write it without: {}",
+                      key, node.Scalar(), digits.substr(first)));
+}
+
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {
+  refuse_leading_zero(node, key, origins);
   if (decode_as(node, out)) return;
   // An integer too large for the field is not "not an integer": say what is wrong with it.
   if (is_integer_literal(node, /*negative_ok=*/true))
@@ -56,6 +72,7 @@ void decode(const YAML::Node& node, const std::string& key, const Origins& origi
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::uint64_t& out) {
+  refuse_leading_zero(node, key, origins);
   if (decode_as(node, out)) return;
   if (is_integer_literal(node, /*negative_ok=*/false))
     fail_at(origins.where(key), fmt::format("'{}' = {} is out of range: it must lie in [0, {}]", key, node.Scalar(),
