@@ -57,6 +57,7 @@ int eval_main(int argc, char** argv) {
                                    {seq_opt, req.seq_len}})
     ECHO_INPUT_CHECK(opt->count() == 0 || value > 0, "{} {}: must be positive", opt->get_name(), value);
   log::init(rank, world_size);
+  req.json_out = json_path;
   const train::EvalReport r = train::evaluate_checkpoint(req);
   if (rank != 0) return 0;
   std::printf("loss %.6f ppl %.4f tokens %lld\n", r.loss, r.ppl, static_cast<long long>(r.tokens));

@@ -27,4 +27,14 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return same && !ec;
 }
 
+bool is_inside(const fs::path& path, const fs::path& dir) {
+  const fs::path p = resolved(path), d = resolved(dir);
+  auto pi = p.begin();
+  for (auto di = d.begin(); di != d.end(); ++di, ++pi) {
+    if (di->empty()) continue;  // the empty last element of a directory spelled with a trailing '/'
+    if (pi == p.end() || *pi != *di) return false;
+  }
+  return pi != p.end() && !pi->empty();
+}
+
 }  // namespace echo

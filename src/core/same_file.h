@@ -14,4 +14,9 @@ namespace echo {
 // spelling.
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
 
+// True when `path`, resolved as same_file resolves it, lies inside the directory `dir` (at any
+// depth; `dir` itself is not inside). For refusing outputs that would overwrite a file of a
+// checkpoint folder, whatever its name.
+bool is_inside(const std::filesystem::path& path, const std::filesystem::path& dir);
+
 }  // namespace echo

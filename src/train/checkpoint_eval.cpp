@@ -15,6 +15,7 @@
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/same_file.h"
 #include "data/data_loader.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
@@ -38,6 +39,20 @@ struct Resolved {
   std::vector<std::string> newer_unfinished;  // of a run directory: newer steps without COMPLETE
 };
 
+Resolved hf_weights(const std::string& path) {
+  Resolved r;
+  r.path = path;
+  return r;
+}
+
+Resolved echo_checkpoint(const std::string& path) {
+  Resolved r;
+  r.path = path;
+  r.ours = true;
+  r.meta = read_checkpoint_meta(path);
+  return r;
+}
+
 bool is_file(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec);
@@ -57,16 +72,16 @@ Resolved resolve_checkpoint(const std::string& path) {
     const std::string name = p.filename().string();
     const bool weights = name.ends_with(".safetensors") || name.ends_with(".index.json");
     ECHO_INPUT_CHECK(weights, "checkpoint '{}' is a file but neither a .safetensors nor a .index.json", path);
-    return {path, false};
+    return hf_weights(path);
   }
-  if (is_file(p / "COMPLETE")) return {path, true, read_checkpoint_meta(path)};
+  if (is_file(p / "COMPLETE")) return echo_checkpoint(path);
   if (is_dir(p / "checkpoints")) {
     const auto latest = latest_checkpoint(path);
     ECHO_INPUT_CHECK(latest.has_value(),
                      "run directory '{}' has no complete checkpoint (none under {}/checkpoints carries a COMPLETE "
                      "marker)",
                      path, path);
-    Resolved r{*latest, true, read_checkpoint_meta(*latest)};
+    Resolved r = echo_checkpoint(*latest);
     r.newer_unfinished = unfinished_checkpoints(path, r.meta->step);
     return r;
   }
@@ -74,7 +89,7 @@ Resolved resolve_checkpoint(const std::string& path) {
                    "checkpoint '{}' is incomplete (no COMPLETE marker: its save was interrupted); evaluate an earlier "
                    "step or the run directory",
                    path);
-  if (is_file(p / "model.safetensors") || is_file(p / "model.safetensors.index.json")) return {path, false};
+  if (is_file(p / "model.safetensors") || is_file(p / "model.safetensors.index.json")) return hf_weights(path);
   ECHO_INPUT_FAIL(
       "'{}' holds no checkpoint: expected an echo step directory (with COMPLETE), a run directory (with "
       "checkpoints/) or a Hugging Face folder (model.safetensors or model.safetensors.index.json)",
@@ -135,6 +150,31 @@ void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const
                    prefix, ckpt.path);
   cfg.data.eos_id = config::parse_config(recorded, ckpt.path + " (its recorded config)").data.eos_id;
   eos.source = kRecordedEos;
+}
+
+// The outputs (--json, --dump-batch) must not overwrite what is evaluated: an existing file in
+// the checkpoint's folder (a step, run or Hugging Face folder, or the folder of a weights file),
+// the data's files, the --config file, or each other. A new file beside them is fine.
+void check_outputs(const EvalRequest& req, const std::string& data_prefix) {
+  const fs::path ckpt(req.checkpoint);
+  const fs::path ckpt_folder = is_dir(ckpt) ? ckpt : ckpt.parent_path();
+  std::vector<std::string> inputs = {data_prefix + ".bin", data_prefix + ".idx", data::dataset_meta_path(data_prefix)};
+  if (!req.config_path.empty()) inputs.push_back(req.config_path);
+  const std::pair<const char*, const std::string*> outputs[] = {{"--json", &req.json_out},
+                                                                 {"--dump-batch", &req.dump_batch}};
+  for (const auto& [flag, path] : outputs) {
+    if (path->empty()) continue;
+    std::error_code ec;
+    ECHO_INPUT_CHECK(!(fs::exists(*path, ec) && is_inside(*path, ckpt_folder)),
+                     "{} {} is a file of the checkpoint folder '{}' being evaluated: it would be overwritten; write "
+                     "the output elsewhere",
+                     flag, *path, ckpt_folder.string());
+    for (const std::string& input : inputs)
+      ECHO_INPUT_CHECK(!same_file(*path, input), "{} {} is '{}', which this evaluation reads: it would be overwritten; "
+                       "write the output elsewhere", flag, *path, input);
+  }
+  ECHO_INPUT_CHECK(req.json_out.empty() || req.dump_batch.empty() || !same_file(req.json_out, req.dump_batch),
+                   "--json {} and --dump-batch {} are the same file", req.json_out, req.dump_batch);
 }
 
 void check_tp_divides(const config::ModelConfig& m, int tp) {
@@ -221,6 +261,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
 
   // The data first: its errors cost nothing to find.
   const std::string& prefix = cfg.data.valid;
+  check_outputs(req, prefix);
   std::error_code ec;
   ECHO_INPUT_CHECK(fs::exists(prefix + ".idx", ec),
                    "evaluation data '{}': {}.idx does not exist (make one with echo_prep, or run `bash "

@@ -27,6 +27,9 @@ struct EvalRequest {
   // micro-batch in all (--batches 1, global batch = micro batch, one rank) the reported loss is
   // that batch's, so another implementation can be checked on exactly the same tokens.
   std::string dump_batch;
+  // Where the caller will write the report (--json), checked with dump_batch before anything is
+  // evaluated: neither may be a file evaluate_checkpoint reads (see check_outputs).
+  std::string json_out;
 };
 
 struct EvalReport {

@@ -66,5 +66,24 @@ TEST_F(SameFileTest, UnresolvablePathsDoNotThrow) {
   EXPECT_FALSE(same_file(path("loop1"), path("loop2")));
 }
 
+// is_inside: at any depth and under any spelling of either path; the directory itself, a sibling
+// whose name extends the directory's ("d2" beside "d") and the parent are not inside.
+TEST_F(SameFileTest, InsideADirectory) {
+  fs::create_directories(path("d/sub"));
+  fs::create_directories(path("d2"));
+  dir_.write("d/sub/c", "c");
+  EXPECT_TRUE(is_inside(path("d/a"), path("d")));
+  EXPECT_TRUE(is_inside(path("d/sub/c"), path("d")));
+  EXPECT_TRUE(is_inside(path("d/sub/not_yet"), path("d")));
+  EXPECT_TRUE(is_inside(path("d2/../d/./a"), path("d/sub/..")));
+  EXPECT_TRUE(is_inside(path("d/a"), path("d") + "/"));
+  EXPECT_FALSE(is_inside(path("d"), path("d")));
+  EXPECT_FALSE(is_inside(path("d2/x"), path("d")));
+  EXPECT_FALSE(is_inside(path("d"), path("d/sub")));
+  ASSERT_EQ(::symlink(path("d").c_str(), path("link").c_str()), 0);
+  EXPECT_TRUE(is_inside(path("link/a"), path("d")));
+  EXPECT_TRUE(is_inside(path("d/a"), path("link")));
+}
+
 }  // namespace
 }  // namespace echo

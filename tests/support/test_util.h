@@ -1,14 +1,22 @@
-// Small helpers shared by the test files: the message of an expected echo::Error.
+// Small helpers shared by the test files: the message of an expected echo::Error, a file's bytes.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 
 #include "core/error.h"
 
 namespace echo::testing {
+
+// The whole file as bytes ("" when it cannot be opened).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 // What error_of returns when nothing was thrown: no expected message contains it.
 inline const std::string kNoErrorThrown = "<no echo::Error thrown>";

@@ -328,6 +328,25 @@ TEST(Eval, DumpBatchWritesTheBatchOrSaysItCouldNot) {
     EXPECT_NE(bytes.find("'shape': (2, 2, 16)"), std::string::npos);
     EXPECT_EQ(bytes.size(), header + 2 * 2 * 16 * 4);
   }
+  // An output never overwrites what is evaluated (a --dump-batch over the model it evaluates
+  // once replaced model.safetensors with the .npy): refused on every rank, before any work.
+  const std::string model_file = ckpt + "/model.safetensors", data_idx = run.dir + "/data/valid.idx";
+  const std::string model_before = echo::testing::read_file(model_file);
+  req.dump_batch = ckpt + "/./model.safetensors";
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
+            "input: --dump-batch " + req.dump_batch + " is a file of the checkpoint folder '" + ckpt +
+                "' being evaluated: it would be overwritten; write the output elsewhere");
+  req.dump_batch = run.dir + "/batch.npy";
+  req.json_out = run.dir + "/data/../data/valid.idx";
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
+            "input: --json " + req.json_out + " is '" + data_idx +
+                "', which this evaluation reads: it would be overwritten; write the output elsewhere");
+  req.json_out = req.dump_batch;
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
+            "input: --json " + req.json_out + " and --dump-batch " + req.dump_batch + " are the same file");
+  req.json_out.clear();
+  EXPECT_EQ(echo::testing::read_file(model_file), model_before);
+  MPI_Barrier(MPI_COMM_WORLD);
   req.dump_batch = "/dev/full";
   const std::string error = echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); });
   if (world_rank() == 0) {

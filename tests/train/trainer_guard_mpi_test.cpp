@@ -67,10 +67,7 @@ TrainResult train(const config::Config& cfg, RunDirMode mode) {
   return trainer.run();
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using echo::testing::read_file;
 
 // Every rank must have finished with the run directory before rank 0 changes it.
 void sync() { MPI_Barrier(MPI_COMM_WORLD); }
