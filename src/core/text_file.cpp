@@ -89,4 +89,9 @@ std::string read_text_file(const std::string& path, const std::string& what, std
   return std::move(*text);
 }
 
+bool is_absent(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+}
+
 }  // namespace echo

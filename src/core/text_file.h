@@ -23,4 +23,10 @@ std::optional<std::string> try_read_text_file(const std::string& path, std::stri
 // with its role ("tokenizer.json '/m/tokenizer.json'").
 std::string read_text_file(const std::string& path, const std::string& what, std::size_t max_bytes = kAnyFileSize);
 
+// True only when nothing at all is at `path` (lstat: no such entry, or a parent that is not a
+// directory): what lets a caller skip an optional file. Anything else there (a directory, a FIFO,
+// a dangling symbolic link, a name that cannot be looked at) is present, and its reader says why
+// it cannot be read instead of the caller calling it missing.
+bool is_absent(const std::string& path);
+
 }  // namespace echo

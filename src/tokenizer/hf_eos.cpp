@@ -1,12 +1,12 @@
 // The EOS rule of hf_eos.h.
 #include "tokenizer/hf_eos.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "core/text_file.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace echo::tokenizer {
@@ -73,8 +73,9 @@ EosChoice choose_eos(const HfTokenizer& tok, const std::string& origin, const Eo
       return {t->id, fmt::format("special added token {:?}", c)};
   std::string config_note = "no tokenizer_config.json was given";
   if (!rule.tokenizer_config_path.empty()) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(rule.tokenizer_config_path, ec)) {
+    // NOTE: only an absent file is skipped: a directory or a FIFO at the name is read, and its
+    // reader says it cannot be, instead of this calling it missing.
+    if (!is_absent(rule.tokenizer_config_path)) {
       if (const auto text = configured_eos(rule.tokenizer_config_path)) {
         const std::string named_by = fmt::format("eos_token of tokenizer_config.json '{}'", rule.tokenizer_config_path);
         return {resolve(tok, origin, *text, named_by), fmt::format("{} = {:?}", named_by, *text)};

@@ -10,7 +10,8 @@
 #include "core/error.h"
 #include "core/json_guard.h"
 #include "core/log.h"
-#include "tokenizer/tokenizer.h"
+#include "core/text_file.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace echo::train {
 namespace {
@@ -18,10 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-bool is_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
+// NOTE: whether anything is at the name, not whether it is a regular file: a directory or a FIFO
+// at config.json is read and refused as such ("cannot read ...: it is a directory"), not taken
+// for a missing file and skipped or called absent.
+bool anything_at(const fs::path& p) { return !is_absent(p.string()); }
 
 Json read_object(const fs::path& file, const std::string& what) {
   const Json j = read_untrusted_json_file(file.string(), what);
@@ -37,12 +38,13 @@ constexpr const char* kPassEos =
 class FolderTokenizer {
  public:
   explicit FolderTokenizer(const fs::path& folder) : path_(folder / "tokenizer.json") {}
-  bool exists() const { return is_file(path_); }
+  bool present() const { return anything_at(path_); }
   const fs::path& path() const { return path_; }
   const HfEos& eos() {
     if (!eos_) {
       try {
-        const auto tok = tokenizer::load_tokenizer(path_.string());
+        // Not load_tokenizer: it would look inside a directory at the name for a tokenizer.json.
+        const auto tok = tokenizer::HfTokenizer::from_file(path_.string());
         eos_ = HfEos{tok->eos_id(), fmt::format("tokenizer.json '{}': {}", path_.string(), tok->eos_source())};
       } catch (const InputError& e) {
         ECHO_INPUT_FAIL("{}; to evaluate without it, {}", e.message(), kPassEos);
@@ -60,7 +62,7 @@ class FolderTokenizer {
 // decide, in their order) but said: Qwen3's chat models name the chat-turn end <|im_end|> there,
 // while text prepared with their tokenizer separates documents by <|endoftext|>.
 void say_if_not_the_tokenizers(int64_t id, const std::string& source, FolderTokenizer& tokenizer) {
-  if (!tokenizer.exists()) return;
+  if (!tokenizer.present()) return;
   try {
     const HfEos& tok = tokenizer.eos();
     if (tok.id != id)
@@ -101,7 +103,7 @@ std::optional<HfEos> eos_of_file(const fs::path& file, int64_t vocab_size, Folde
     say_if_not_the_tokenizers(ids[0], source, tokenizer);
     return HfEos{static_cast<int>(ids[0]), source};
   }
-  ECHO_INPUT_CHECK(tokenizer.exists(),
+  ECHO_INPUT_CHECK(tokenizer.present(),
                    "{}: eos_token_id = {} lists several ids, and the folder has no tokenizer.json ('{}') to tell "
                    "which one separates documents (Qwen lists the chat-turn end <|im_end|> before <|endoftext|>); {}",
                    what, shown, tokenizer.path().string(), kPassEos);
@@ -137,7 +139,7 @@ std::string hf_folder_of(const std::string& weights_path) {
 
 config::Config config_from_hf(const std::string& weights_path) {
   const fs::path file = fs::path(hf_folder_of(weights_path)) / "config.json";
-  ECHO_INPUT_CHECK(is_file(file),
+  ECHO_INPUT_CHECK(anything_at(file),
                    "no config.json beside the Hugging Face weights '{}': pass --config with a YAML whose model "
                    "section describes them",
                    weights_path);
@@ -185,14 +187,14 @@ HfEos hf_eos_id(const std::string& folder, int64_t vocab_size) {
   std::string looked;  // what was read and named no EOS, for the refusal
   for (const char* name : {"config.json", "generation_config.json"}) {
     const fs::path file = dir / name;
-    if (!is_file(file)) {
+    if (!anything_at(file)) {
       looked += fmt::format("{}no {}", looked.empty() ? "" : ", ", name);
       continue;
     }
     if (auto eos = eos_of_file(file, vocab_size, tokenizer)) return *eos;
     looked += fmt::format("{}no eos_token_id in {}", looked.empty() ? "" : ", ", name);
   }
-  ECHO_INPUT_CHECK(tokenizer.exists(),
+  ECHO_INPUT_CHECK(tokenizer.present(),
                    "Hugging Face folder '{}' does not say which token is the EOS ({}, no tokenizer.json), and echo's "
                    "default (Qwen3's 151643) would be a guess; {}",
                    folder, looked, kPassEos);

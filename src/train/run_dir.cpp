@@ -56,6 +56,13 @@ std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, 
     if (fs::exists(root, ec) && !fs::is_directory(root, ec))
       return fmt::format("cannot resume the run in {}: {} is not a directory", out_dir, root.string());
   }
+  // The trainer writes config.yaml last, once start-up has succeeded: a directory there would
+  // fail only then, after the data scans and a checkpoint load.
+  const fs::path config = dir / "config.yaml";
+  if (fs::is_directory(fs::symlink_status(config, ec)))
+    return fmt::format(
+        "cannot use 'run.out_dir' = {}: {} is a directory, where the run writes its effective config; move it away",
+        out_dir, config.string());
   return {};
 }
 

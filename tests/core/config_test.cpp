@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -481,6 +482,19 @@ TEST_F(ConfigFile, SyntaxErrorReportsYamlLine) {
   EXPECT_THAT(load_error({"model:", "  layers: 2", " hidden: 3"}), StartsWith(at(3) + "YAML syntax error"));
 }
 
+// yaml-cpp gives up past its nesting limit with the message "bad file" (its DeepRecursion): the
+// error names the nesting instead, for a file and for a --set value.
+TEST_F(ConfigFile, NestingPastYamlCppsLimitIsNamed) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string msg = kind_and_what_of([&] { load_config(write("x.yaml", {"a: " + deep})); });
+  EXPECT_THAT(msg, StartsWith("input: " + at(1) + "YAML nesting too deep: yaml-cpp reads at most "));
+  EXPECT_THAT(msg, HasSubstr(" levels of sequences and mappings"));
+  EXPECT_THAT(msg, Not(HasSubstr("bad file")));
+  const std::string set = error_of([&] { load_config(write("base.yaml", {"run: {seed: 5}"}), {"run=" + deep}); });
+  EXPECT_THAT(set, HasSubstr("' is not valid YAML: nesting too deep: yaml-cpp reads at most "));
+  EXPECT_THAT(set, Not(HasSubstr("bad file")));
+}
+
 TEST_F(ConfigFile, MissingFileNamesThePath) {
   const std::string path = (dir_ / "absent.yaml").string();
   EXPECT_THAT(error_of([&] { load_config(path); }), StartsWith(path + ": cannot open config file"));
@@ -795,6 +809,29 @@ TEST_F(ConfigFile, EffectiveConfigRoundTrips) {
   Config defaults;
   write_effective_config(defaults, path);  // replaces the previous file
   EXPECT_EQ(load_config(path), defaults);
+}
+
+// A directory at the config's name (a --resume whose run dir holds one) is refused before
+// anything is written, naming it; the rename used to fail after the .tmp was written, leaving it
+// behind. Something other than a file at the .tmp name (a FIFO would block the open) is neither
+// opened nor removed.
+TEST_F(ConfigFile, EffectiveConfigOverADirectoryIsRefusedAndLeavesNoTemp) {
+  const std::string path = (dir_ / "run" / "config.yaml").string(), temp = path + ".tmp";
+  fs::create_directories(path + "/kept");
+  EXPECT_EQ(kind_and_what_of([&] { write_effective_config(Config{}, path); }),
+            "input: cannot write the effective config '" + path + "': it is a directory; move it away");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(temp)));
+  EXPECT_TRUE(fs::is_directory(path + "/kept"));
+  fs::remove_all(path);
+  ASSERT_EQ(::mkfifo(temp.c_str(), 0600), 0);
+  EXPECT_EQ(kind_and_what_of([&] { write_effective_config(Config{}, path); }),
+            "input: cannot write the effective config '" + path + "': '" + temp +
+                "' is in the way (not a regular file); move it away");
+  EXPECT_TRUE(fs::is_fifo(temp));
+  fs::remove(temp);
+  write_effective_config(Config{}, path);
+  EXPECT_EQ(load_config(path), Config{});
+  EXPECT_FALSE(fs::exists(fs::symlink_status(temp)));
 }
 
 TEST(ConfigYaml, WritesEveryKeyWithAComment) {

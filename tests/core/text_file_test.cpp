@@ -1,6 +1,7 @@
 // read_text_file / try_read_text_file: every byte back (NULs and high bytes included), the size
 // bound at its exact edge, and each refusal (missing, a directory, too large, a non-regular file
-// past the bound) named; read_untrusted_json_file names the file in a parse error.
+// past the bound) named; read_untrusted_json_file names the file in a parse error; is_absent only
+// for nothing at the name.
 #include "core/text_file.h"
 
 #include <gtest/gtest.h>
@@ -67,6 +68,24 @@ TEST_F(TextFileTest, OnlyRegularFilesAreRead) {
             "input: cannot read config 'f': it is not a regular file");
   EXPECT_EQ(kind_and_what_of([&] { read_text_file("/dev/zero", "tokenizer.json 'z'"); }),
             "input: cannot read tokenizer.json 'z': it is not a regular file");
+}
+
+// is_absent, what lets a caller skip an optional file, holds only when nothing is at the name:
+// a directory, a FIFO, a dangling symbolic link or a name too long to look at are all there, for
+// read_text_file to refuse with its reason.
+TEST_F(TextFileTest, OnlyNothingAtTheNameIsAbsent) {
+  EXPECT_TRUE(is_absent(dir_.path("missing.json")));
+  EXPECT_TRUE(is_absent(dir_.path("missing/inside.json")));
+  EXPECT_TRUE(is_absent(write("file", "x") + "/inside.json"));  // a parent that is a file
+  EXPECT_FALSE(is_absent(dir_.path("file")));
+  EXPECT_FALSE(is_absent(dir_.str()));
+  const std::string fifo = dir_.path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_FALSE(is_absent(fifo));
+  const std::string link = dir_.path("dangling");
+  ASSERT_EQ(::symlink(dir_.path("nowhere").c_str(), link.c_str()), 0);
+  EXPECT_FALSE(is_absent(link));
+  EXPECT_FALSE(is_absent(std::string(5000, 'x')));
 }
 
 TEST_F(TextFileTest, AProcFileIsReadToItsEndAndBounded) {

@@ -4,6 +4,7 @@
 // over Qwen's eos_token <|im_end|>; and the real Qwen3 tokenizer still gives 151643.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -98,6 +99,23 @@ TEST_F(HfEos, TokenizerConfigErrorsNameTheFileKeyAndValue) {
   dir_.write("tokenizer_config.json", std::string(100000, '[') + std::string(100000, ']'));
   EXPECT_THAT(kind_and_what_of([&] { load_tokenizer(path); }),
               HasSubstr("input: tokenizer_config.json '" + config + "' nests arrays/objects more than 128 deep"));
+}
+
+// Only an absent tokenizer_config.json is "no tokenizer_config.json beside it": a directory, a
+// FIFO or a dangling symbolic link at the name is one that cannot be read, and says so (before,
+// each was reported as missing).
+TEST_F(HfEos, ATokenizerConfigThatCannotBeReadIsNotCalledMissing) {
+  const std::string path = tokenizer_json(html_vocab());
+  const std::string config = dir_.path("tokenizer_config.json");
+  const std::string cannot_read = "input: cannot read tokenizer_config.json '" + config + "': ";
+  fs::create_directory(config);
+  EXPECT_EQ(kind_and_what_of([&] { load_tokenizer(path); }), cannot_read + "it is a directory");
+  fs::remove(config);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+  EXPECT_EQ(kind_and_what_of([&] { load_tokenizer(path); }), cannot_read + "it is not a regular file");
+  fs::remove(config);
+  fs::create_symlink(dir_.path("nowhere.json"), config);
+  EXPECT_EQ(kind_and_what_of([&] { load_tokenizer(path); }), cannot_read + "No such file or directory");
 }
 
 TEST_F(HfEos, EosTokenOverride) {

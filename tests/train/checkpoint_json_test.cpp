@@ -2,10 +2,12 @@
 // are untrusted input: nesting 100,000 deep or broken JSON must be an input error naming the
 // file, never a stack overflow or an internal error.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -56,6 +58,18 @@ TEST(CheckpointJson, HuggingFaceConfigIsReadAndBoundedInDepth) {
   write(dir / "config.json", "{\"max_position_embeddings\": 40960");
   m = input_error_of([&] { hf_max_position_embeddings(dir.string()); });
   EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+
+  // Absent, config.json says nothing; a directory or a FIFO there cannot be read and says so
+  // (it was taken for an absent one).
+  fs::remove(dir / "config.json");
+  EXPECT_EQ(hf_max_position_embeddings(dir.string()), std::nullopt);
+  fs::create_directory(dir / "config.json");
+  EXPECT_EQ(input_error_of([&] { hf_max_position_embeddings(dir.string()); }),
+            "cannot read Hugging Face config '" + (dir / "config.json").string() + "': it is a directory");
+  fs::remove(dir / "config.json");
+  ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0600), 0);
+  EXPECT_EQ(input_error_of([&] { hf_max_position_embeddings(dir.string()); }),
+            "cannot read Hugging Face config '" + (dir / "config.json").string() + "': it is not a regular file");
   fs::remove_all(dir);
 }
 
@@ -73,6 +87,21 @@ TEST(CheckpointJson, TrainerStateIsBoundedInDepthAndNamed) {
   m = input_error_of([&] { read_checkpoint_meta(dir.string()); });
   EXPECT_NE(m.find("malformed"), std::string::npos) << m;
   EXPECT_EQ(m.find("[at "), std::string::npos) << m;
+
+  // A directory or a FIFO at trainer_state.json is a state that cannot be read, not a missing one
+  // ("has no trainer/trainer_state.json: not an echo training checkpoint", before).
+  const fs::path state = dir / "trainer" / "trainer_state.json";
+  fs::remove(state);
+  fs::create_directory(state);
+  EXPECT_EQ(input_error_of([&] { read_checkpoint_meta(dir.string()); }),
+            "cannot read '" + state.string() + "': it is a directory");
+  fs::remove(state);
+  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+  EXPECT_EQ(input_error_of([&] { read_checkpoint_meta(dir.string()); }),
+            "cannot read '" + state.string() + "': it is not a regular file");
+  fs::remove(state);
+  m = input_error_of([&] { read_checkpoint_meta(dir.string()); });
+  EXPECT_NE(m.find("has no trainer/trainer_state.json"), std::string::npos) << m;
   fs::remove_all(dir);
 }
 

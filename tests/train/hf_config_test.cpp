@@ -6,7 +6,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "../support/log_capture.h"
@@ -21,6 +23,7 @@ using echo::testing::kind_and_what_of;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using Json = nlohmann::json;
+namespace fs = std::filesystem;
 
 constexpr int64_t kVocab = 64;
 
@@ -185,6 +188,32 @@ TEST_F(HfFolderEos, ConfigJsonOfAnotherArchitectureIsRefused) {
     dir_.write("config.json", j.dump());
     EXPECT_THAT(kind_and_what_of([&] { config_from_hf(dir_.str()); }), HasSubstr("input: " + what + needle)) << needle;
   }
+}
+
+// Only an absent config.json, generation_config.json or tokenizer.json is "no config.json" (or
+// skipped): a directory or a FIFO at the name cannot be read and says so. Before, config_from_hf
+// called it missing and hf_eos_id went on to the next file as if it were absent.
+TEST_F(HfFolderEos, AFileThatCannotBeReadIsNotCalledMissing) {
+  const std::string file = dir_.path("config.json");
+  fs::create_directory(file);
+  EXPECT_EQ(kind_and_what_of([&] { config_from_hf(dir_.str()); }),
+            "input: cannot read Hugging Face config '" + file + "': it is a directory");
+  EXPECT_EQ(kind_and_what_of([&] { eos(); }), "input: cannot read '" + file + "': it is a directory");
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  EXPECT_EQ(kind_and_what_of([&] { config_from_hf(dir_.str()); }),
+            "input: cannot read Hugging Face config '" + file + "': it is not a regular file");
+  fs::remove(file);
+  config(nullptr);
+  const std::string generation = dir_.path("generation_config.json");
+  fs::create_directory(generation);
+  EXPECT_EQ(kind_and_what_of([&] { eos(); }), "input: cannot read '" + generation + "': it is a directory");
+  fs::remove(generation);
+  const std::string tokenizer = dir_.path("tokenizer.json");
+  fs::create_directory(tokenizer);
+  EXPECT_THAT(kind_and_what_of([&] { eos(); }),
+              HasSubstr("input: cannot read tokenizer.json '" + tokenizer +
+                        "': it is a directory; to evaluate without it, pass --set data.eos_id=N"));
 }
 
 TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {

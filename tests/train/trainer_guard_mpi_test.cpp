@@ -343,6 +343,30 @@ TEST(TrainerGuard, AResumeDoesNotPassOverANewerUnfinishedCheckpoint) {
   EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), newer);
 }
 
+// A directory at <out_dir>/config.yaml, where the run writes its effective config once start-up
+// has succeeded, is refused with the run directory's checks, before any start-up work; it used
+// to fail only at the end of start-up, at the rename, leaving config.yaml.tmp behind.
+TEST(TrainerGuard, ADirectoryAtConfigYamlIsRefusedBeforeStartUp) {
+  const std::string dir = scratch_dir("config_dir");
+  const auto cfg = make_config(dir, {"train.steps=2"});
+  train(cfg, RunDirMode::fresh);
+  sync();
+  const std::string config = cfg.run.out_dir + "/config.yaml";
+  const std::string metrics = cfg.run.out_dir + "/metrics.jsonl", before = read_file(metrics);
+  if (world_rank() == 0) {
+    fs::remove(config);
+    fs::create_directory(config);
+  }
+  sync();
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); }),
+            "input: cannot use 'run.out_dir' = " + cfg.run.out_dir + ": " + config +
+                " is a directory, where the run writes its effective config; move it away");
+  sync();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(config + ".tmp")));
+  EXPECT_TRUE(fs::is_directory(config));
+  EXPECT_EQ(read_file(metrics), before);
+}
+
 // Checkpoint faults are the user's input: plain messages, no "[at file:line]", and a trainer state
 // whose numbers cannot be right (a negative step or optimizer step, a step that is not the
 // directory's) is refused before any tensor is read instead of resuming at step -5 or diverging.

@@ -2,6 +2,7 @@
 // the structs carry.
 #include "core/config/config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <optional>
@@ -20,7 +21,9 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source_name) {
   try {
     documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
-    fail_at(fmt::format("{}:{}", source_name, e.mark.line + 1), fmt::format("YAML syntax error: {}", e.msg));
+    const bool too_deep = dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr;
+    fail_at(fmt::format("{}:{}", source_name, e.mark.line + 1),
+            fmt::format("YAML {}{}", too_deep ? "" : "syntax error: ", yaml_error_text(e)));
   }
   // NOTE: YAML::Load would read the first document and silently drop the rest, so a config
   // pasted twice, or two configs in one file, would lose every key after the second '---'.
@@ -56,6 +59,13 @@ std::string read_config_file(const std::string& path) {
 }
 
 }  // namespace
+
+std::string yaml_error_text(const YAML::Exception& e) {
+  // NOTE: yaml-cpp 0.7 throws DeepRecursion with the message "bad file" (ErrorMsg::BAD_FILE).
+  if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&e))
+    return fmt::format("nesting too deep: yaml-cpp reads at most {} levels of sequences and mappings", deep->depth());
+  return e.msg;
+}
 
 std::vector<std::string> LinearConfig::projection_list() const {
   std::vector<std::string> names;

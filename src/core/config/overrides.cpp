@@ -50,7 +50,7 @@ YAML::Node parse_value(std::string_view text, const std::string& where) {
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", text, e.msg));
+    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", text, yaml_error_text(e)));
   }
 }
 

@@ -13,6 +13,10 @@
 
 namespace echo::config {
 
+// A yaml-cpp parse error in words: its own message, except past its nesting limit, which it
+// reports as "bad file".
+std::string yaml_error_text(const YAML::Exception& e);
+
 // Throws unless the document is empty or a mapping of sections.
 void check_top_level(const YAML::Node& root, const Origins& origins);
 

@@ -391,10 +391,11 @@ CheckpointMeta parse_state(const fs::path& path, const std::string& text, int64_
 
 // Where a checkpoint keeps the optimizer moments and the trainer state: <dir>/trainer/, or <dir>
 // itself for checkpoints written before the subfolder existed (still loadable, same files).
+// NOTE: anything at the state's name counts (is_absent, not is_regular_file): a directory or a
+// FIFO there is refused by its reader as unreadable, not called a missing trainer state.
 fs::path trainer_files(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::is_regular_file(dir / kTrainerDir / kStateFile, ec)) return dir / kTrainerDir;
-  if (fs::is_regular_file(dir / kStateFile, ec)) {
+  if (!is_absent((dir / kTrainerDir / kStateFile).string())) return dir / kTrainerDir;
+  if (!is_absent((dir / kStateFile).string())) {
     ECHO_INFO("train", "checkpoint '{}' has the old layout (trainer files beside model.safetensors): loading it",
               dir.string());
     return dir;
@@ -797,8 +798,8 @@ void load_hf_weights(const std::string& path, model::ParameterSet<float>& params
 std::optional<int64_t> hf_max_position_embeddings(const std::string& path) {
   const fs::path p(path);
   const fs::path config = fs::is_directory(p) ? p / kHfConfigFile : p.parent_path() / kHfConfigFile;
-  std::error_code ec;
-  if (!fs::is_regular_file(config, ec)) return std::nullopt;
+  // Only an absent config.json is skipped: a directory or a FIFO there is refused by the reader.
+  if (is_absent(config.string())) return std::nullopt;
   const nlohmann::json j =
       read_untrusted_json_file(config.string(), fmt::format("Hugging Face config '{}'", config.string()));
   if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
