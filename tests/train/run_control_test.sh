@@ -2,7 +2,7 @@
 # echo_train under mpirun, as a user runs it: SIGTERM saves a checkpoint and exits cleanly,
 # --resume continues from it, and a rank that dies ends the whole job (no hang); a signal during
 # start-up stops cleanly, a full disk under metrics.jsonl is an error, and a checkpoint folder is a
-# clean Hugging Face folder.
+# clean Hugging Face folder, and a config at run.out_dir/config.yaml is not replaced by a new run.
 #   run_control_test.sh BUILD_DIR MPIRUN [mpirun flags...]
 set -uo pipefail
 build=$1; shift
@@ -134,4 +134,14 @@ if kill -0 $pid 2>/dev/null; then kill -KILL $pid; fail "the job went on after i
 wait $pid && fail "exit 0 after the .bin was truncated"
 grep -q "bus error reading the memory-mapped file '$work/cut.bin'" "$work/run8.log" || { tail -20 "$work/run8.log"; fail "the fault does not name the file"; }
 echo "truncated .bin: the job ended naming the file"
-echo "run control: 8 passed, 0 failed"
+# 9. A config kept in run.out_dir as its config.yaml, where a run writes its effective config: a new
+#    run would replace it (comments and all), so it is refused and the file kept.
+mkdir -p "$work/own"
+{ echo "# my notes"; sed "s|out_dir: $work/run|out_dir: $work/own|" "$work/cfg.yaml"; } > "$work/own/config.yaml"
+cp "$work/own/config.yaml" "$work/own.orig"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/own/./config.yaml" --set train.steps=1 \
+  >"$work/run9.log" 2>&1 && fail "a run replaced its own config file"
+grep -q "where the run writes its effective config: it would be replaced" "$work/run9.log" || { tail -5 "$work/run9.log"; fail "no message for a config at out_dir/config.yaml"; }
+cmp -s "$work/own/config.yaml" "$work/own.orig" || fail "the config at out_dir/config.yaml was changed"
+
+echo "run control: 9 passed, 0 failed"
