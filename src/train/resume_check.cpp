@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/same_file.h"
 
 namespace echo::train {
 namespace {
@@ -36,6 +37,12 @@ std::map<std::string, std::string> flat(const config::Config& cfg) {
   return out;
 }
 
+// A dataset prefix under another spelling ("./data/x", an absolute path, a symlinked directory)
+// is the same data: compared by the .bin file it names, not by the text.
+bool same_dataset(const std::string& key, const std::string& a, const std::string& b) {
+  return (key == "data.train" || key == "data.valid") && !a.empty() && !b.empty() && same_file(a + ".bin", b + ".bin");
+}
+
 bool is_fixed(const std::string& key) {
   for (const char* k : kFixedKeys)
     if (key == k) return true;
@@ -59,7 +66,7 @@ std::vector<std::string> check_resume_config(const std::string& saved_yaml, cons
   for (const auto& [key, value] : after) {
     const auto it = before.find(key);
     const std::string old = it == before.end() ? "(unset)" : it->second;
-    if (old == value) continue;
+    if (old == value || same_dataset(key, old, value)) continue;
     const std::string line = fmt::format("'{}': {} -> {}", key, old, value);
     if (is_fixed(key))
       refused += (refused.empty() ? "" : ", ") + line;

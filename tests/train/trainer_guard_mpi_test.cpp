@@ -237,6 +237,19 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   EXPECT_EQ(train(make_config(dir, {"run.seed=8", "train.steps=6"}), RunDirMode::resume).steps_done, 6);
   sync();
   EXPECT_NE(read_file(config_path).find("seed: 8"), std::string::npos);
+  // data.train is compared as a file: another spelling of the same prefix resumes (it was refused
+  // as "another model or data"), a copy of the data elsewhere is other data.
+  EXPECT_EQ(train(make_config(dir, {"data.train=" + dir + "/data/./train", "train.steps=8"}), RunDirMode::resume)
+                .steps_done,
+            8);
+  sync();
+  if (world_rank() == 0) {
+    fs::create_directories(dir + "/copy");
+    for (const char* ext : {".bin", ".idx"}) fs::copy_file(dir + "/data/train" + ext, dir + "/copy/train" + ext);
+  }
+  sync();
+  expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/copy/train", "train.steps=10"}), RunDirMode::resume); },
+               "'data.train': " + dir + "/data/./train -> " + dir + "/copy/train");
 }
 
 // Paths longer than the file system allows (ENAMETOOLONG) are named in our words, as input errors;
