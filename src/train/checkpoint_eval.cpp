@@ -303,6 +303,13 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   opts.eos_stored = data::decide_eos_stored(ds, meta, cfg.data.eos_id, "evaluation data");
   const data::DataLoader loader(ds, opts);
   const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
+  // Past the data's end the batches wrap around: the loss would count sequences twice.
+  const EvalCoverage coverage = eval_coverage(loader, spec, dp);
+  ECHO_INPUT_CHECK(!coverage.repeats(),
+                   "{} global batches of {} sequences need {} sequences of {} tokens, but the evaluation data '{}' "
+                   "holds {}: the batches would repeat them; pass --batches {} or fewer (or a smaller --global-batch)",
+                   spec.batches, cfg.train.global_batch, coverage.needed, cfg.data.seq_len, prefix, coverage.available,
+                   coverage.max_batches(spec, dp));
   std::vector<int32_t> tokens, targets;
   const EvalLoss result = evaluate_loss(model, loader, world.dp, spec, tokens, targets);
   if (!req.dump_batch.empty() && rank == 0) write_batch_npy(req.dump_batch, tokens, targets, mb, cfg.data.seq_len);

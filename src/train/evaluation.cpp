@@ -30,4 +30,19 @@ EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& 
   return r;
 }
 
+namespace {
+uint64_t global_batch(const EvalBatches& spec, int dp_size) {
+  return static_cast<uint64_t>(spec.micro_batch) * static_cast<uint64_t>(spec.num_micro) *
+         static_cast<uint64_t>(dp_size);
+}
+}  // namespace
+
+uint64_t EvalCoverage::max_batches(const EvalBatches& spec, int dp_size) const {
+  return available / global_batch(spec, dp_size);
+}
+
+EvalCoverage eval_coverage(const data::DataLoader& loader, const EvalBatches& spec, int dp_size) {
+  return {static_cast<uint64_t>(spec.batches) * global_batch(spec, dp_size), loader.samples_per_epoch()};
+}
+
 }  // namespace echo::train

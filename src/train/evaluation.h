@@ -32,4 +32,16 @@ struct EvalLoss {
 EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& loader, const dist::Communicator& dp,
                        const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
 
+// The sequences an evaluation of `spec` reads over `dp_size` ranks (batches × global batch), and
+// how many distinct ones the loader's data holds: past that, batches wrap into the data's next
+// epoch and sequences are counted twice. echo_eval refuses such a request, the trainer warns.
+struct EvalCoverage {
+  uint64_t needed = 0;
+  uint64_t available = 0;
+  bool repeats() const { return needed > available; }
+  // The most global batches that read each sequence once.
+  uint64_t max_batches(const EvalBatches& spec, int dp_size) const;
+};
+EvalCoverage eval_coverage(const data::DataLoader& loader, const EvalBatches& spec, int dp_size);
+
 }  // namespace echo::train

@@ -232,6 +232,12 @@ void Trainer::open_data() {
     data::LoaderOptions valid_opts = opts;
     valid_opts.eos_stored = data::decide_eos_stored(*valid_data_, valid_meta, cfg.data.eos_id, "data.valid");
     valid_loader_.emplace(*valid_data_, valid_opts);
+    const EvalBatches spec{cfg.train.eval_batches, cfg.train.micro_batch, num_micro_};
+    if (const EvalCoverage c = eval_coverage(*valid_loader_, spec, L.dp); c.repeats() && L.rank == 0)
+      log::get("train")->warn(
+          "train.eval_batches = {} global batches read {} sequences of {} tokens, but data.valid holds {}: each "
+          "evaluation repeats sequences; train.eval_batches = {} reads each once",
+          spec.batches, c.needed, cfg.data.seq_len, c.available, c.max_batches(spec, L.dp));
   }
 }
 

@@ -226,6 +226,24 @@ TEST(Eval, BadInputsAreRefusedInWords) {
       });
   expect_input_error([&] { eval(ckpt, 1, {}, bad + "/data/valid"); }, "token id 64 is out of range [0, 64)");
   expect_input_error([&] { eval(ckpt, 1, {"comm.bits=3"}); }, "comm.bits");
+  // More batches than the data holds would wrap around and count sequences twice (it reported
+  // more tokens than the data has). The largest count that fits is named, and it runs.
+  EvalRequest req;
+  req.checkpoint = ckpt;
+  req.tp = run.tp;
+  req.batches = 100000;
+  const std::string too_many = echo::testing::error_of([&] { evaluate_checkpoint(req); });
+  EXPECT_NE(too_many.find("100000 global batches of 8 sequences need 800000 sequences of 16 tokens, but the "
+                          "evaluation data '" + run.dir + "/data/valid' holds "),
+            std::string::npos)
+      << too_many;
+  const size_t at = too_many.find("pass --batches ");
+  ASSERT_NE(at, std::string::npos) << too_many;
+  req.batches = std::stoi(too_many.substr(at + 15));
+  ASSERT_GT(req.batches, 2);
+  EXPECT_EQ(evaluate_checkpoint(req).tokens, int64_t{req.batches} * 8 * 16);
+  ++req.batches;
+  EXPECT_NE(echo::testing::error_of([&] { evaluate_checkpoint(req); }), echo::testing::kNoErrorThrown);
 }
 
 // A Hugging Face folder's EOS comes from its files (train/hf_config.h) or is refused; before, the
