@@ -137,22 +137,27 @@ std::string hf_folder_of(const std::string& weights_path) {
   return folder.empty() ? "." : folder.string();
 }
 
-config::Config config_from_hf(const std::string& weights_path) {
-  const fs::path file = fs::path(hf_folder_of(weights_path)) / "config.json";
-  ECHO_INPUT_CHECK(anything_at(file),
-                   "no config.json beside the Hugging Face weights '{}': pass --config with a YAML whose model "
-                   "section describes them",
-                   weights_path);
-  const std::string what = fmt::format("Hugging Face config '{}'", file.string());
-  const Json j = read_object(file, what);
+namespace {
+
+// The model config.json `j` describes over echo's defaults (see config_from_hf).
+config::Config model_of(const Json& j, const std::string& what) {
   if (j.contains("model_type"))
     ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
                      json_excerpt(j["model_type"]));
   auto integer = [&](const char* key) -> int {
     ECHO_INPUT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: '{}' is missing or not an integer", what, key);
-    const int64_t v = j[key].get<int64_t>();
-    ECHO_INPUT_CHECK(v > 0 && v <= (int64_t{1} << 30), "{}: '{}' = {} is out of range", what, key, v);
+    // NOTE: checked before the narrowing: 2^32 + 64 would wrap to 64, 2^31 to a negative.
+    constexpr uint64_t kMax = uint64_t{1} << 30;
+    const uint64_t v = j[key].is_number_unsigned() ? j[key].get<uint64_t>() : 0;
+    ECHO_INPUT_CHECK(v >= 1 && v <= kMax, "{}: '{}' = {} is out of range [1, {}]", what, key, json_excerpt(j[key]),
+                     kMax);
     return static_cast<int>(v);
+  };
+  // A float key set to anything but a number (a string "10000") is refused, not left at the default.
+  auto number = [&](const char* key, double& out) {
+    if (!j.contains(key)) return;
+    ECHO_INPUT_CHECK(j[key].is_number(), "{}: '{}' = {} is not a number", what, key, json_excerpt(j[key]));
+    out = j[key].get<double>();
   };
   config::Config cfg;
   // The layout is the command line's (--tp, the ranks), set after the overrides: the defaults' tp
@@ -170,8 +175,8 @@ config::Config config_from_hf(const std::string& weights_path) {
   m.kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : m.heads;
   m.head_dim = j.contains("head_dim") ? integer("head_dim") : m.hidden / m.heads;
   if (j.contains("max_position_embeddings")) m.max_position_embeddings = integer("max_position_embeddings");
-  if (j.contains("rope_theta") && j["rope_theta"].is_number()) m.rope_base = j["rope_theta"].get<double>();
-  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) m.norm_eps = j["rms_norm_eps"].get<double>();
+  number("rope_theta", m.rope_base);
+  number("rms_norm_eps", m.norm_eps);
   // transformers' Qwen3Config default is untied; the released small models set it true.
   if (j.contains("tie_word_embeddings"))
     ECHO_INPUT_CHECK(j["tie_word_embeddings"].is_boolean(), "{}: 'tie_word_embeddings' = {} is not true or false",
@@ -179,6 +184,51 @@ config::Config config_from_hf(const std::string& weights_path) {
   m.tie_embeddings = j.value("tie_word_embeddings", false);
   refuse_unsupported_architecture(j, what);
   return cfg;
+}
+
+}  // namespace
+
+config::Config config_from_hf(const std::string& weights_path) {
+  const fs::path file = fs::path(hf_folder_of(weights_path)) / "config.json";
+  ECHO_INPUT_CHECK(anything_at(file),
+                   "no config.json beside the Hugging Face weights '{}': pass --config with a YAML whose model "
+                   "section describes them",
+                   weights_path);
+  const std::string what = fmt::format("Hugging Face config '{}'", file.string());
+  return model_of(read_object(file, what), what);
+}
+
+std::optional<int> check_init_from_config(const std::string& weights_path, const config::ModelConfig& model) {
+  const fs::path file = fs::path(hf_folder_of(weights_path)) / "config.json";
+  // Only an absent config.json is skipped: a directory or a FIFO there is refused by the reader.
+  if (!anything_at(file)) return std::nullopt;
+  const std::string what = fmt::format("run.init_from's config '{}'", file.string());
+  const Json j = read_object(file, what);
+  const config::ModelConfig hf = model_of(j, what).model;
+  auto refuse = [&](const char* key, const auto& theirs, const char* field, const auto& ours, const std::string& fix) {
+    ECHO_INPUT_FAIL("{}: '{}' = {}, but the config's model.{} = {}: the weights would be trained as another model; "
+                    "pass {} (or start from a folder of this model)",
+                    what, key, theirs, field, ours, fix);
+  };
+  auto same = [&](const char* key, auto theirs, const char* field, auto ours) {
+    if (theirs != ours) refuse(key, theirs, field, ours, fmt::format("--set model.{}={}", field, theirs));
+  };
+  // The file's vocab_size is the padded row count (see model_of).
+  if (hf.vocab_size != model.padded_vocab())
+    refuse("vocab_size", hf.vocab_size, "vocab_size (padded)", model.padded_vocab(),
+           fmt::format("--set model.vocab_size={} --set model.vocab_pad_multiple=1", hf.vocab_size));
+  same("hidden_size", hf.hidden, "hidden", model.hidden);
+  same("num_hidden_layers", hf.layers, "layers", model.layers);
+  same("num_attention_heads", hf.heads, "heads", model.heads);
+  same("num_key_value_heads", hf.kv_heads, "kv_heads", model.kv_heads);
+  same("head_dim", hf.head_dim, "head_dim", model.head_dim);
+  same("intermediate_size", hf.ffn, "ffn", model.ffn);
+  same("tie_word_embeddings", hf.tie_embeddings, "tie_embeddings", model.tie_embeddings);
+  // Absent, transformers' defaults would apply, which are not Qwen3's: only what the file says is compared.
+  if (j.contains("rope_theta")) same("rope_theta", hf.rope_base, "rope_base", model.rope_base);
+  if (j.contains("rms_norm_eps")) same("rms_norm_eps", hf.norm_eps, "norm_eps", model.norm_eps);
+  if (!j.contains("max_position_embeddings")) return std::nullopt;
+  return hf.max_position_embeddings;
 }
 
 HfEos hf_eos_id(const std::string& folder, int64_t vocab_size) {

@@ -1,8 +1,10 @@
 // What echo_eval reads from a Hugging Face Qwen3 folder beside its weights: the model section of
-// config.json, and the EOS id the data loader packs between documents.
+// config.json, and the EOS id the data loader packs between documents; and echo_train's check of
+// that config.json against its own when it starts from the folder (run.init_from).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/config/config.h"
@@ -15,6 +17,13 @@ std::string hf_folder_of(const std::string& weights_path);
 // The model section of the folder's config.json over echo's defaults (data.eos_id left alone:
 // see hf_eos_id). Throws InputError naming the file for a missing or malformed one.
 config::Config config_from_hf(const std::string& weights_path);
+
+// For run.init_from: the folder's config.json (when it has one) read with config_from_hf's checks,
+// and refused (InputError naming both values and the --set that fixes it) where it describes another
+// model than `model`: vocab_size (padded), the shape, tie_word_embeddings, and rope_theta and
+// rms_norm_eps where it sets them. Returns its max_position_embeddings (in [1, 2^30]) when it sets
+// one, else nullopt. Not collective.
+std::optional<int> check_init_from_config(const std::string& weights_path, const config::ModelConfig& model);
 
 struct HfEos {
   int id = -1;

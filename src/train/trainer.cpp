@@ -20,6 +20,7 @@
 #include "dist/collective_watchdog.h"
 #include "train/divergence.h"
 #include "train/evaluation.h"
+#include "train/hf_config.h"
 #include "train/lr_schedule.h"
 #include "train/resume_check.h"
 #include "train/stop_signal.h"
@@ -125,6 +126,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   if (mode == RunDirMode::resume && has_run && !resume_from)
     logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
   open_data();
+  // run.init_from's config.json, checked against ours before the model is built and any weight is
+  // read: its rope_theta or shape would otherwise be silently replaced by model.*.
+  const std::optional<int> init_context =
+      cfg.run.init_from.empty() ? std::nullopt : check_init_from_config(cfg.run.init_from, cfg.model);
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
@@ -160,10 +165,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   if (!cfg.run.init_from.empty()) {
     load_hf_weights(cfg.run.init_from, model_->params(), world);
     // config.json of our checkpoints carries the context of the model we started from, not ours.
-    if (const auto n = hf_max_position_embeddings(cfg.run.init_from); n && *n != cfg_.model.max_position_embeddings) {
-      logger->info("model.max_position_embeddings = {} from {} (was {})", *n, cfg.run.init_from,
+    if (init_context && *init_context != cfg_.model.max_position_embeddings) {
+      logger->info("model.max_position_embeddings = {} from {} (was {})", *init_context, cfg.run.init_from,
                    cfg_.model.max_position_embeddings);
-      cfg_.model.max_position_embeddings = static_cast<int>(*n);
+      cfg_.model.max_position_embeddings = *init_context;
     }
   }
   optimizer_ = std::make_unique<AdamW>(model_->params());
@@ -174,6 +179,12 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     if (L.rank == 0)
       for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
     const CheckpointMeta meta = load_checkpoint(resume_from->dir, model_->params(), optimizer_.get(), world);
+    // NOTE: the trainer steps the optimizer once per training step; a larger count (a hand-edited
+    // state) would resume AdamW's bias correction from a run that never happened.
+    ECHO_INPUT_CHECK(optimizer_->step_count() <= meta.step,
+                     "checkpoint '{}': its trainer state's 'optimizer_step' = {} is over its 'step' = {} (the trainer "
+                     "steps the optimizer once per step): not a state this trainer wrote",
+                     resume_from->dir, optimizer_->step_count(), meta.step);
     start_step_ = meta.step;
     last_saved_step_ = meta.step;
     logger->info("resumed from {} at step {}", resume_from->dir, start_step_);

@@ -7,11 +7,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "core/error.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/hf_config.h"
 
 namespace echo::train {
 namespace {
@@ -47,29 +49,26 @@ std::string input_error_of(F&& f) {
 
 TEST(CheckpointJson, HuggingFaceConfigIsReadAndBoundedInDepth) {
   const fs::path dir = scratch("hf");
-  write(dir / "config.json", R"({"model_type": "qwen3", "max_position_embeddings": 32768})");
-  EXPECT_EQ(hf_max_position_embeddings(dir.string()), 32768);
-
   write(dir / "config.json", "{\"max_position_embeddings\": " + nested(100000) + "}");
-  std::string m = input_error_of([&] { hf_max_position_embeddings(dir.string()); });
+  std::string m = input_error_of([&] { check_init_from_config(dir.string(), config::ModelConfig{}); });
   EXPECT_NE(m.find("nests"), std::string::npos) << m;
   EXPECT_NE(m.find((dir / "config.json").string()), std::string::npos) << m;
 
   write(dir / "config.json", "{\"max_position_embeddings\": 40960");
-  m = input_error_of([&] { hf_max_position_embeddings(dir.string()); });
+  m = input_error_of([&] { check_init_from_config(dir.string(), config::ModelConfig{}); });
   EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
 
   // Absent, config.json says nothing; a directory or a FIFO there cannot be read and says so
   // (it was taken for an absent one).
   fs::remove(dir / "config.json");
-  EXPECT_EQ(hf_max_position_embeddings(dir.string()), std::nullopt);
+  EXPECT_EQ(check_init_from_config(dir.string(), config::ModelConfig{}), std::nullopt);
   fs::create_directory(dir / "config.json");
-  EXPECT_EQ(input_error_of([&] { hf_max_position_embeddings(dir.string()); }),
-            "cannot read Hugging Face config '" + (dir / "config.json").string() + "': it is a directory");
+  EXPECT_EQ(input_error_of([&] { check_init_from_config(dir.string(), config::ModelConfig{}); }),
+            "cannot read run.init_from's config '" + (dir / "config.json").string() + "': it is a directory");
   fs::remove(dir / "config.json");
   ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0600), 0);
-  EXPECT_EQ(input_error_of([&] { hf_max_position_embeddings(dir.string()); }),
-            "cannot read Hugging Face config '" + (dir / "config.json").string() + "': it is not a regular file");
+  EXPECT_EQ(input_error_of([&] { check_init_from_config(dir.string(), config::ModelConfig{}); }),
+            "cannot read run.init_from's config '" + (dir / "config.json").string() + "': it is not a regular file");
   fs::remove_all(dir);
 }
 
@@ -102,6 +101,46 @@ TEST(CheckpointJson, TrainerStateIsBoundedInDepthAndNamed) {
   fs::remove(state);
   m = input_error_of([&] { read_checkpoint_meta(dir.string()); });
   EXPECT_NE(m.find("has no trainer/trainer_state.json"), std::string::npos) << m;
+  fs::remove_all(dir);
+}
+
+// A hand-edited trainer_state.json: integers must be written as integers and lie in range. Before,
+// step 2.5 and tp 2.0 were truncated, data_position -1 and seed 2^64 + 5 wrapped or rounded, and
+// dp = 2^40 was refused as "'dp' = 0".
+TEST(CheckpointJson, TrainerStateIntegersAreIntegersInRange) {
+  const fs::path dir = scratch("state_values");
+  write(dir / "COMPLETE", "");
+  const nlohmann::json good = {{"format", "echo-checkpoint"}, {"version", 1}, {"step", 4},
+                               {"data_position", 4},             {"seed", 7},    {"tp", 2},
+                               {"dp", 1},                        {"config_yaml", ""}, {"optimizer_step", 4}};
+  const auto read_with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json j = good;
+    j[key] = value;
+    write(dir / "trainer" / "trainer_state.json", j.dump());
+    return input_error_of([&] { read_checkpoint_meta(dir.string()); });
+  };
+  const std::string malformed =
+      "trainer state '" + (dir / "trainer" / "trainer_state.json").string() + "' is malformed: ";
+  EXPECT_EQ(read_with("seed", 7), "<nothing thrown>") << "the state as the trainer writes it";
+  EXPECT_EQ(read_checkpoint_meta(dir.string()).seed, 7u);
+  const std::pair<std::pair<const char*, nlohmann::json>, std::string> cases[] = {
+      {{"step", 2.5}, "'step' = 2.5 is not an integer"},
+      {{"step", "4"}, "'step' = \"4\" is not an integer"},
+      {{"tp", 2.0}, "'tp' = 2.0 is not an integer"},
+      {{"data_position", -1}, "'data_position' = -1 is negative"},
+      {{"data_position", 1e300}, "'data_position' = 1e+300 is not an integer"},
+      {{"optimizer_step", uint64_t{1} << 63}, "'optimizer_step' = 9223372036854775808 is over 9223372036854775807"},
+      {{"optimizer_step", -7}, "'optimizer_step' = -7 is negative"},
+      {{"seed", nlohmann::json::parse("18446744073709551621")}, "'seed' = 1.8446744073709552e+19 is not an integer"},
+      {{"dp", int64_t{1} << 40}, "'dp' = 1099511627776 is over 2147483647"},
+      {{"dp", 0}, "'dp' = 0 must be >= 1"},
+      {{"tp", -2}, "'tp' = -2 is negative"},
+      {{"step", uint64_t{1} << 63}, "'step' = 9223372036854775808 is over 9223372036854775807"},
+  };
+  for (const auto& [change, needle] : cases) {
+    const std::string m = read_with(change.first, change.second);
+    EXPECT_EQ(m.rfind(malformed + needle, 0), 0u) << needle << "\n" << m;
+  }
   fs::remove_all(dir);
 }
 

@@ -167,6 +167,16 @@ TEST(Eval, HuggingFaceFolderOfTheSameWeightsGivesTheSameLoss) {
   const EvalReport r = eval(hf, run.tp, setting, run.dir + "/data/valid");
   EXPECT_EQ(r.kind, "hf");
   EXPECT_EQ(r.loss, eval(ckpt, run.tp).loss);
+  // Beside model.safetensors an index: transformers loads model.safetensors, echo took the index
+  // (another model, or here none at all) with no word.
+  if (world_rank() == 0) std::ofstream(hf + "/model.safetensors.index.json") << R"({"weight_map": {}})";
+  MPI_Barrier(MPI_COMM_WORLD);
+  echo::testing::expect_error([&] { eval(hf, run.tp, setting, run.dir + "/data/valid"); },
+                              "'" + hf + "' holds both model.safetensors and model.safetensors.index.json, which may "
+                              "be different weights: remove one");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove(hf + "/model.safetensors.index.json");
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // A Hugging Face folder's config.json says nothing of the layout: a model whose heads the defaults'

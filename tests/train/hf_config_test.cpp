@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "../support/log_capture.h"
 #include "../support/scratch_dir.h"
@@ -214,6 +215,118 @@ TEST_F(HfFolderEos, AFileThatCannotBeReadIsNotCalledMissing) {
   EXPECT_THAT(kind_and_what_of([&] { eos(); }),
               HasSubstr("input: cannot read tokenizer.json '" + tokenizer +
                         "': it is a directory; to evaluate without it, pass --set data.eos_id=N"));
+}
+
+// A float key that is not a number ("rope_theta": "10000") is refused by name; it used to leave
+// echo's default (1e6) in place silently.
+TEST_F(HfFolderEos, FloatKeysThatAreNotNumbersAreRefused) {
+  const Json qwen3 = {{"model_type", "qwen3"}, {"vocab_size", kVocab},     {"hidden_size", 32},
+                      {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+  const std::string what = "input: Hugging Face config '" + dir_.path("config.json") + "': ";
+  for (const char* key : {"rope_theta", "rms_norm_eps"}) {
+    Json j = qwen3;
+    j[key] = "10000";
+    dir_.write("config.json", j.dump());
+    EXPECT_THAT(kind_and_what_of([&] { config_from_hf(dir_.str()); }),
+                HasSubstr(what + "'" + key + "' = \"10000\" is not a number"));
+  }
+  Json j = qwen3;
+  j["rope_theta"] = 10000;
+  j["rms_norm_eps"] = 1e-5;
+  dir_.write("config.json", j.dump());
+  EXPECT_EQ(config_from_hf(dir_.str()).model.rope_base, 10000);
+  EXPECT_EQ(config_from_hf(dir_.str()).model.norm_eps, 1e-5);
+}
+
+// run.init_from: the folder's config.json is read with echo_eval's checks and compared with the
+// config's model section. Before, all but max_position_embeddings was ignored: rope_theta 10000,
+// gelu or another shape's config trained silently with the YAML's values, and a context of 2^31
+// passed start-up and failed the first checkpoint save (4294967360 wrapped to 64).
+class InitFromConfig : public ::testing::Test {
+ protected:
+  InitFromConfig() {
+    model_.vocab_size = 64;
+    model_.vocab_pad_multiple = 32;
+    model_.hidden = 32;
+    model_.ffn = 48;
+    model_.layers = 2;
+    model_.heads = 4;
+    model_.kv_heads = 2;
+    model_.head_dim = 8;
+    model_.tie_embeddings = true;
+  }
+  // The config.json of model_, changed by `change`.
+  void write(const Json& change = Json::object()) {
+    Json j = {{"model_type", "qwen3"},       {"vocab_size", 64},           {"hidden_size", 32},
+              {"intermediate_size", 48},     {"num_hidden_layers", 2},     {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},    {"head_dim", 8},              {"hidden_act", "silu"},
+              {"rope_theta", 1000000.0},     {"rms_norm_eps", 1e-6},       {"tie_word_embeddings", true},
+              {"max_position_embeddings", 4096}};
+    j.update(change);
+    dir_.write("config.json", j.dump());
+  }
+  std::string refusal() {
+    return kind_and_what_of([&] { check_init_from_config(dir_.path("model.safetensors"), model_); });
+  }
+  config::ModelConfig model_;
+  echo::testing::ScratchDir dir_;
+};
+
+TEST_F(InitFromConfig, AMatchingConfigGivesItsContext) {
+  EXPECT_EQ(check_init_from_config(dir_.str(), model_), std::nullopt) << "no config.json: nothing to check";
+  write();
+  EXPECT_EQ(check_init_from_config(dir_.str(), model_), 4096);
+  EXPECT_EQ(check_init_from_config(dir_.path("model.safetensors"), model_), 4096);
+  Json j = {{"model_type", "qwen3"},    {"vocab_size", 64},       {"hidden_size", 32},
+            {"intermediate_size", 48},  {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+            {"num_key_value_heads", 2}, {"head_dim", 8},          {"tie_word_embeddings", true}};
+  dir_.write("config.json", j.dump());  // no rope_theta, rms_norm_eps or context: not compared
+  model_.rope_base = 10000;
+  EXPECT_EQ(check_init_from_config(dir_.str(), model_), std::nullopt);
+}
+
+TEST_F(InitFromConfig, AnotherModelIsRefusedNamingBothValuesAndTheFix) {
+  const std::string what = "input: run.init_from's config '" + dir_.path("config.json") + "': ";
+  const std::pair<Json, std::string> cases[] = {
+      {{{"rope_theta", 10000}}, "'rope_theta' = 10000, but the config's model.rope_base = 1000000"},
+      {{{"rms_norm_eps", 1e-5}}, "'rms_norm_eps' = 1e-05, but the config's model.norm_eps = 1e-06"},
+      {{{"hidden_size", 64}}, "'hidden_size' = 64, but the config's model.hidden = 32"},
+      {{{"num_hidden_layers", 3}}, "'num_hidden_layers' = 3, but the config's model.layers = 2"},
+      {{{"num_attention_heads", 2}}, "'num_attention_heads' = 2, but the config's model.heads = 4"},
+      {{{"num_key_value_heads", 4}}, "'num_key_value_heads' = 4, but the config's model.kv_heads = 2"},
+      {{{"head_dim", 16}}, "'head_dim' = 16, but the config's model.head_dim = 8"},
+      {{{"intermediate_size", 96}}, "'intermediate_size' = 96, but the config's model.ffn = 48"},
+      {{{"tie_word_embeddings", false}}, "'tie_word_embeddings' = false, but the config's model.tie_embeddings = true"},
+      {{{"vocab_size", 72}}, "'vocab_size' = 72, but the config's model.vocab_size (padded) = 64"},
+  };
+  for (const auto& [change, needle] : cases) {
+    write(change);
+    EXPECT_THAT(refusal(), HasSubstr(what + needle)) << needle;
+  }
+  write({{"rope_theta", 10000}});
+  EXPECT_THAT(refusal(), HasSubstr("pass --set model.rope_base=10000 "));
+  write({{"vocab_size", 72}});
+  EXPECT_THAT(refusal(), HasSubstr("pass --set model.vocab_size=72 --set model.vocab_pad_multiple=1 "));
+}
+
+TEST_F(InitFromConfig, WhatEchoEvalRefusesIsRefused) {
+  const std::string what = "input: run.init_from's config '" + dir_.path("config.json") + "': ";
+  const std::pair<Json, std::string> cases[] = {
+      {{{"model_type", "llama"}}, "model_type \"llama\" is not qwen3"},
+      {{{"hidden_act", "gelu"}}, "'hidden_act' = \"gelu\" is not silu"},
+      {{{"attention_bias", true}}, "'attention_bias' = true adds q/k/v/o biases"},
+      {{{"use_sliding_window", true}}, "'use_sliding_window' = true limits attention"},
+      {{{"rope_scaling", {{"type", "yarn"}, {"factor", 4}}}}, "'rope_scaling' = {\"factor\": 4, \"type\": \"yarn\"}"},
+      {{{"rope_theta", "10000"}}, "'rope_theta' = \"10000\" is not a number"},
+      {{{"max_position_embeddings", 2147483648}}, "'max_position_embeddings' = 2147483648 is out of range [1, 1073741824]"},
+      {{{"max_position_embeddings", -5}}, "'max_position_embeddings' = -5 is out of range [1, 1073741824]"},
+      {{{"max_position_embeddings", 4294967360}}, "'max_position_embeddings' = 4294967360 is out of range"},
+      {{{"max_position_embeddings", 4096.5}}, "'max_position_embeddings' is missing or not an integer"},
+  };
+  for (const auto& [change, needle] : cases) {
+    write(change);
+    EXPECT_THAT(refusal(), HasSubstr(what + needle)) << needle;
+  }
 }
 
 TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {

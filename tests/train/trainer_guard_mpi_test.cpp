@@ -413,7 +413,12 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
   EXPECT_EQ(resume_with("step", -5), malformed + "'step' = -5 is negative");
   EXPECT_EQ(resume_with("optimizer_step", -7), malformed + "'optimizer_step' = -7 is negative");
   EXPECT_EQ(resume_with("step", 7), malformed + "'step' = 7 but the checkpoint directory is step_00000002");
-  EXPECT_EQ(resume_with("dp", 0), malformed + "'tp' = " + std::to_string(tp()) + " and 'dp' = 0 must be >= 1");
+  EXPECT_EQ(resume_with("dp", 0), malformed + "'dp' = 0 must be >= 1");
+  EXPECT_EQ(resume_with("dp", int64_t{1} << 40), malformed + "'dp' = 1099511627776 is over 2147483647");
+  EXPECT_EQ(resume_with("step", 2.0), malformed + "'step' = 2.0 is not an integer");
+  EXPECT_EQ(resume_with("optimizer_step", int64_t{1} << 62),
+            "input: checkpoint '" + ckpt + "': its trainer state's 'optimizer_step' = 4611686018427387904 is over its "
+            "'step' = 2 (the trainer steps the optimizer once per step): not a state this trainer wrote");
   sync();
   if (world_rank() == 0) {
     std::ofstream(state_path) << good_state;
@@ -567,6 +572,43 @@ TEST(TrainerGuard, ConfigJsonCarriesTheModelsContextNotTheTrainingLength) {
   const auto c = make_config(dir, {"run.out_dir=" + dir + "/c", "train.steps=2", "model.max_position_embeddings=4096"});
   train(c, RunDirMode::fresh);
   EXPECT_EQ(context_of(checkpoint_dir(c.run.out_dir, 2)), 4096);
+}
+
+// run.init_from's config.json is read as echo_eval reads it and compared with the model section:
+// before, only its max_position_embeddings was looked at, so rope_theta 10000 or gelu trained
+// silently with the YAML's values, and a context of 2^31 passed start-up and failed the first
+// checkpoint save (the training lost).
+TEST(TrainerGuard, InitFromRefusesTheConfigJsonOfAnotherModel) {
+  const std::string dir = scratch_dir("init_config");
+  const auto a = make_config(dir, {"run.out_dir=" + dir + "/a", "train.steps=2"});
+  train(a, RunDirMode::fresh);
+  sync();
+  const std::string ckpt_a = checkpoint_dir(a.run.out_dir, 2), hf_config = ckpt_a + "/config.json";
+  const std::string original = read_file(hf_config);
+  const auto start_with = [&](const nlohmann::json& change) {
+    sync();
+    if (world_rank() == 0) {
+      auto hf = nlohmann::json::parse(original);
+      hf.update(change);
+      std::ofstream(hf_config) << hf.dump(2);
+    }
+    sync();
+    return echo::testing::kind_and_what_of([&] {
+      train(make_config(dir, {"run.out_dir=" + dir + "/b", "train.steps=2", "run.init_from=" + ckpt_a}),
+            RunDirMode::fresh);
+    });
+  };
+  const std::string what = "input: run.init_from's config '" + hf_config + "': ";
+  std::string got = start_with({{"rope_theta", 10000}});
+  EXPECT_EQ(got.rfind(what + "'rope_theta' = 10000, but the config's model.rope_base = 1000000", 0), 0u) << got;
+  EXPECT_NE(got.find("pass --set model.rope_base=10000"), std::string::npos) << got;
+  got = start_with({{"num_key_value_heads", 2}});
+  EXPECT_EQ(got.rfind(what + "'num_key_value_heads' = 2, but the config's model.kv_heads = 4", 0), 0u) << got;
+  got = start_with({{"hidden_act", "gelu"}});
+  EXPECT_EQ(got.rfind(what + "'hidden_act' = \"gelu\" is not silu", 0), 0u) << got;
+  got = start_with({{"max_position_embeddings", 2147483648}});
+  EXPECT_EQ(got.rfind(what + "'max_position_embeddings' = 2147483648 is out of range [1, 1073741824]", 0), 0u) << got;
+  EXPECT_FALSE(fs::exists(checkpoint_dir(dir + "/b", 2))) << "refused at start-up, before any step";
 }
 
 // echo_train installs its StopSignal before start-up; a signal then must not be lost (nor kill

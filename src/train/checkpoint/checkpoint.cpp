@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -357,6 +358,17 @@ std::optional<CheckpointChecksums> read_checksums(const fs::path& dir) {
   return parse_checksums(read_text(path), path.string());
 }
 
+// The trainer state's `key` as written: a JSON integer (2.0 is refused, not truncated) in [min, max].
+uint64_t state_integer(const nlohmann::json& j, const char* key, uint64_t min, uint64_t max) {
+  const nlohmann::json& v = j.at(key);
+  ECHO_INPUT_CHECK(v.is_number_integer(), "'{}' = {} is not an integer", key, v.dump());
+  ECHO_INPUT_CHECK(v.is_number_unsigned(), "'{}' = {} is negative", key, v.dump());
+  const uint64_t u = v.get<uint64_t>();
+  ECHO_INPUT_CHECK(u >= min, "'{}' = {} must be >= {}", key, v.dump(), min);
+  ECHO_INPUT_CHECK(u <= max, "'{}' = {} is over {}", key, v.dump(), max);
+  return u;
+}
+
 // The trainer state in `text`, read from `path`.
 CheckpointMeta parse_state(const fs::path& path, const std::string& text, int64_t& optimizer_step) {
   const nlohmann::json j = parse_untrusted_json(text, fmt::format("trainer state '{}'", path.string()));
@@ -364,17 +376,17 @@ CheckpointMeta parse_state(const fs::path& path, const std::string& text, int64_
     ECHO_CHECK(j.is_object() && j.value("format", "") == kStateFormat, "not an echo trainer state");
     ECHO_CHECK(j.at("version").get<int>() == kStateVersion, "version {} is not {}", j.at("version").dump(),
                kStateVersion);
+    constexpr uint64_t kInt64Max = std::numeric_limits<int64_t>::max(), kIntMax = std::numeric_limits<int>::max();
     CheckpointMeta meta;
-    meta.step = j.at("step").get<int64_t>();
-    meta.data_position = j.at("data_position").get<uint64_t>();
-    meta.seed = j.at("seed").get<uint64_t>();
-    meta.tp = j.at("tp").get<int>();
-    meta.dp = j.at("dp").get<int>();
+    meta.step = static_cast<int64_t>(state_integer(j, "step", 0, kInt64Max));
+    meta.data_position = state_integer(j, "data_position", 0, std::numeric_limits<uint64_t>::max());
+    meta.seed = state_integer(j, "seed", 0, std::numeric_limits<uint64_t>::max());
+    meta.tp = static_cast<int>(state_integer(j, "tp", 1, kIntMax));
+    meta.dp = static_cast<int>(state_integer(j, "dp", 1, kIntMax));
     meta.config_yaml = j.at("config_yaml").get<std::string>();
-    optimizer_step = j.at("optimizer_step").get<int64_t>();
-    ECHO_INPUT_CHECK(meta.step >= 0, "'step' = {} is negative", meta.step);
-    ECHO_INPUT_CHECK(optimizer_step >= 0, "'optimizer_step' = {} is negative", optimizer_step);
-    ECHO_INPUT_CHECK(meta.tp >= 1 && meta.dp >= 1, "'tp' = {} and 'dp' = {} must be >= 1", meta.tp, meta.dp);
+    // Not compared with the step here: the trainer's relation (one optimizer step per training
+    // step) is checked where it resumes; a checkpoint as such may hold any count.
+    optimizer_step = static_cast<int64_t>(state_integer(j, "optimizer_step", 0, kInt64Max));
     // The directory's name and the state inside it must agree on the step (a copied or edited folder).
     const std::string dir_name = path.parent_path().filename() == kTrainerDir
                                      ? path.parent_path().parent_path().filename().string()
@@ -709,12 +721,16 @@ HfCheckpoint open_hf(const std::string& path) {
   fs::path p(path);
   std::error_code ec;  // the non-throwing forms: a bad name ends in the file's own "cannot open" message
   if (fs::is_directory(p, ec)) {
-    if (fs::exists(p / "model.safetensors.index.json", ec))
-      p /= "model.safetensors.index.json";
-    else if (fs::exists(p / "model.safetensors", ec))
-      p /= "model.safetensors";
-    else
-      ECHO_INPUT_FAIL("'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
+    const bool index = fs::exists(p / "model.safetensors.index.json", ec);
+    const bool single = fs::exists(p / "model.safetensors", ec);
+    // NOTE: transformers loads model.safetensors when both are there; taking the index would load
+    // other weights than it does, with no error.
+    ECHO_INPUT_CHECK(!(index && single),
+                     "'{}' holds both model.safetensors and model.safetensors.index.json, which may be different "
+                     "weights: remove one (transformers would load model.safetensors)",
+                     path);
+    ECHO_INPUT_CHECK(index || single, "'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
+    p /= index ? "model.safetensors.index.json" : "model.safetensors";
   }
   ck.source = p.string();
   if (p.extension() != ".json") {
@@ -793,18 +809,6 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
 
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world) {
   load_hf(path, params, world.layout.tp, world.layout.tp_rank, &world.world);
-}
-
-std::optional<int64_t> hf_max_position_embeddings(const std::string& path) {
-  const fs::path p(path);
-  const fs::path config = fs::is_directory(p) ? p / kHfConfigFile : p.parent_path() / kHfConfigFile;
-  // Only an absent config.json is skipped: a directory or a FIFO there is refused by the reader.
-  if (is_absent(config.string())) return std::nullopt;
-  const nlohmann::json j =
-      read_untrusted_json_file(config.string(), fmt::format("Hugging Face config '{}'", config.string()));
-  if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
-    return std::nullopt;
-  return j["max_position_embeddings"].get<int64_t>();
 }
 
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params) {

@@ -101,7 +101,8 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
                                const dist::World& world);
 
 // Initialises the weights from a Hugging Face Qwen3 checkpoint: `path` is a .safetensors file,
-// a model.safetensors.index.json (weight_map over shard files), or a directory holding either.
+// a model.safetensors.index.json (weight_map over shard files), or a directory holding either (one
+// holding both is refused: transformers would load model.safetensors, which may differ).
 // F32, BF16, F16 (and F64) tensors are converted to fp32. A tied model (tie_embeddings) may lack
 // lm_head.weight, and one present is ignored, as transformers does; an untied model whose files
 // have no lm_head.weight is an error. Missing tensors, shape mismatches and unexpected tensors
@@ -110,11 +111,6 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
 // of our step folders) is verified against it first, as load_checkpoint does. Collective over
 // world.world (one agreement).
 void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world);
-
-// The max_position_embeddings of the Hugging Face config.json that goes with `path` (in the
-// directory `path` names, or beside the file), or nullopt when there is no config.json or it does
-// not set it. Throws naming the file when config.json is not valid JSON. Not collective.
-std::optional<int64_t> hf_max_position_embeddings(const std::string& path);
 
 // Single-process form for a parameter set built with tp = 1 (tools, tests); not collective.
 // Throws when a parameter is sharded (its rank is unknown here: use the World overload).
