@@ -19,6 +19,7 @@
 
 #include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
+#include "apps/bench/quant_args.h"
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
 #include "comm/echo/echo_all_reduce.h"
@@ -251,7 +252,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--step-factor", o.step_factor, "multiplier between sizes of a range (>= 2)")->capture_default_str();
   app.add_option("--impl", o.impl, "exact | exact_fp32 | echo")->capture_default_str();
   app.add_option("--bits", o.bits, "Echo bit width: 4 | 8")->capture_default_str();
-  app.add_option("--group-size", o.group_size, "values per quantization group (power of two)")->capture_default_str();
+  app.add_option("--group-size", o.group_size, "values per quantization group (power of two, 2 to 1048576)")
+      ->capture_default_str();
   app.add_option("--quantizer", o.quantizer, "symmetric | asym_naive | asym_zero_aware")->capture_default_str();
   app.add_flag("--compensate", o.compensate, "run the error-feedback compensator");
   app.add_option("--transport", o.transport, "mpi | shm: how the bytes travel (shm: the pipelined shared-memory protocol)")
@@ -277,6 +279,8 @@ int bench_main(int argc, char** argv) {
   ECHO_INPUT_CHECK(o.threads >= 1 && o.threads <= o.tiles, "--threads must lie in [1, --tiles = {}] (got {})", o.tiles,
                    o.threads);
   ECHO_INPUT_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
+  check_quant_bits("--bits", o.bits);
+  check_group_size("--group-size", o.group_size);
 
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,

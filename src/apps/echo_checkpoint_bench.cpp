@@ -1,7 +1,9 @@
 // echo_checkpoint_bench: wall time of save_checkpoint and load_checkpoint (weights and moments) of
 // a config's model on the CPU backend, tp = world size (a program, not a test). The files stay in
 // the page cache between iterations, so the times are the CPU side (gather, write, hash, read),
-// not the disk's.
+// not the disk's. The checkpoints go into a fresh directory it creates inside --dir
+// (<dir>/echo_checkpoint_bench.XXXXXX) and removes at the end; nothing else in --dir is touched,
+// so --dir may be any directory, a training run's included.
 //   mpirun -np 2 echo_checkpoint_bench configs/model_bench.yaml --dir /tmp/ckbench --iters 5
 #include <mpi.h>
 
@@ -11,6 +13,7 @@
 
 #include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
+#include "apps/bench/scratch_dir.h"
 #include "apps/bench/timing.h"
 #include "backend/backend.h"
 #include "core/config/config.h"
@@ -29,13 +32,16 @@ namespace echo {
 namespace {
 
 int bench_main(int argc, char** argv) {
-  std::string path, dir = "/tmp/echo_checkpoint_bench";
+  std::string path, dir = std::filesystem::temp_directory_path().string();
   std::vector<std::string> overrides;
   int iters = 5, warmup = 1;
   CLI::App app{"echo_checkpoint_bench: save and load time of a training checkpoint"};
   app.add_option("config", path, "YAML config (its model section is used)")->required();
   app.add_option("--set", overrides, "override a key, e.g. --set model.layers=8");
-  app.add_option("--dir", dir, "run directory to write into (removed at the end)")->capture_default_str();
+  app.add_option("--dir", dir,
+                 "directory to write into: the checkpoints go into a new echo_checkpoint_bench.XXXXXX in it, "
+                 "removed at the end (--dir is created if missing; nothing else in it is touched)")
+      ->capture_default_str();
   app.add_option("--iters", iters, "timed saves and loads (>= 1)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed ones first (>= 0)")->capture_default_str();
   int rank = 0;
@@ -43,6 +49,9 @@ int bench_main(int argc, char** argv) {
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {})", iters);
   ECHO_INPUT_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
+  // NOTE: save_checkpoint prunes every other checkpoint of its run directory, so that directory
+  // must be one this program made: given a training run as --dir, it would delete the run's.
+  const bench::ScratchDir scratch(dir, "echo_checkpoint_bench", "--dir", MPI_COMM_WORLD);
   const bench::MachineInfo machine = bench::describe_machine();
 
   int size = 1;
@@ -66,11 +75,10 @@ int bench_main(int argc, char** argv) {
     numel += params[i].spec->local_numel(1);
   }
   const train::CheckpointMeta meta{1, 0, cfg.run.seed, size, 1, ""};
-  std::string ckpt;
   const auto save = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
-    train::save_checkpoint(dir, params, opt, meta, world, 1);
+    train::save_checkpoint(scratch.path(), params, opt, meta, world, 1);
   });
-  ckpt = train::checkpoint_dir(dir, 1);
+  const std::string ckpt = train::checkpoint_dir(scratch.path(), 1);
   const auto load = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
     train::load_checkpoint(ckpt, params, &opt, world);
   });
@@ -89,7 +97,6 @@ int bench_main(int argc, char** argv) {
   if (rank == 0) {
     std::error_code ec;
     const auto model_bytes = std::filesystem::file_size(std::filesystem::path(ckpt) / "model.safetensors", ec);
-    std::filesystem::remove_all(dir, ec);
     std::printf("%s", bench::machine_header(machine).c_str());
     std::printf("echo_checkpoint_bench: layers=%lld hidden=%lld ffn=%lld vocab=%lld params=%lld (%.1f MB model, "
                 "%.1f MB moments) tp=%d iters=%d\n",

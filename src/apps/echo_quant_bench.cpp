@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "apps/bench/machine.h"
+#include "apps/bench/quant_args.h"
 #include "comm/echo/compensator.h"
 #include "comm/echo/fused_echo_site.h"
 #include "comm/echo/quantize.h"
@@ -56,7 +57,9 @@ std::variant<Options, int> parse(int argc, char** argv) {
   CLI::App app{"echo_quant_bench: single-thread throughput of the CPU group quantizer"};
   app.add_option("--mib", o.mib_text, "MiB of fp32 input (1 .. 16384)")->capture_default_str();
   app.add_option("--runs", o.runs, "timed runs per policy (>= 1)")->capture_default_str();
-  app.add_option("--group", o.group_size, "values per quantization group")->capture_default_str();
+  app.add_option("--group", o.group_size,
+                 "values per quantization group (power of two, 2 to 1048576, at most the values)")
+      ->capture_default_str();
   app.add_option("--json", o.json, "also write the table as JSON to this file");
   try {
     app.parse(argc, argv);
@@ -68,6 +71,13 @@ std::variant<Options, int> parse(int argc, char** argv) {
   o.mib = digits_only ? std::stoull(t) : 0;
   ECHO_INPUT_CHECK(o.mib >= 1 && o.mib <= kMaxMib, "--mib must be a whole number of MiB from 1 to {} (got '{}')", kMaxMib, t);
   ECHO_INPUT_CHECK(o.runs >= 1, "--runs must be at least 1 (got {})", o.runs);
+  echo::bench::check_group_size("--group", o.group_size);
+  // A group longer than the input would time one partial group, and the compensator's tile
+  // (whole groups) would be longer than the buffers it walks.
+  const size_t values = o.mib * (size_t{1} << 20) / sizeof(float);
+  ECHO_INPUT_CHECK(static_cast<size_t>(o.group_size) <= values,
+                   "--group {} is longer than the {} values of --mib {}; use a smaller --group or a larger --mib",
+                   o.group_size, values, o.mib);
   const size_t avail = echo::bench::available_memory_bytes();
   // x, acc, the compensator's m1 and m2, and (at most) 8-bit codes with parameters.
   const size_t need = 5 * o.mib * (size_t{1} << 20);
@@ -224,7 +234,8 @@ int main(int argc, char** argv) {
     // The compensator's passes (see pipeline_tile_elems). m1, m2 hold residual-sized values; the
     // state evolves from run to run (finish writes it) but stays finite and normal.
     // x is copied (finish writes its output there); the ceilings run on the same buffers.
-    const size_t tile = pipeline_tile_elems(opt.group_size);
+    // NOTE: at most n (parse() keeps a group within n; a tile of several groups may not be).
+    const size_t tile = std::min(n, pipeline_tile_elems(opt.group_size));
     std::vector<float> xs(x), t(tile);
     for (size_t i = 0; i < tile; ++i) t[i] = 2.0f * x[i];
     echo::comm::Compensator comp(echo::comm::CompensatorCoeffs{});

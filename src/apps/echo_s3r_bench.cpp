@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -158,10 +159,30 @@ double threshold_ns_per_token(quant::ThresholdSharing sharing, int64_t rows, int
   return summarize(std::move(ms)).median_ms * 1e6 / static_cast<double>(rows);
 }
 
+// Each of the block's matrices, (tokens, hidden), (tokens, ffn) and (ffn, hidden), holds at most
+// this many values. Measured peak memory is about 100 bytes per value of such a matrix (fp32
+// weights, activations, gradients, their int8 copies and the GEMM outputs): 1.6 GiB at the limit
+// (120 MB at 1024x1024 with 1024 tokens, 430 MB at 2048x2048 with 2048). The paper's W2 (1024x4096
+// at 256 tokens) is a quarter of the limit.
+constexpr int64_t kMaxMatrixValues = int64_t{1} << 24;
+
+// "HIDDENxFFN": two positive decimal integers, each at most kMaxMatrixValues.
 Shape parse_shape(const std::string& s) {
+  const auto dims = [](const std::string& t, int64_t& v) {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+    v = std::stoll(t);
+    return v >= 1 && v <= kMaxMatrixValues;
+  };
   const auto x = s.find('x');
-  ECHO_CHECK(x != std::string::npos, "--shapes takes HIDDENxFFN items, got '{}'", s);
-  return {s, std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
+  Shape sh{s, 0, 0};
+  ECHO_INPUT_CHECK(x != std::string::npos && dims(s.substr(0, x), sh.hidden) && dims(s.substr(x + 1), sh.ffn),
+                   "--shapes takes HIDDENxFFN items of two whole numbers from 1 to {}, e.g. 512x2048 (got '{}')",
+                   kMaxMatrixValues, s);
+  ECHO_INPUT_CHECK(sh.hidden * sh.ffn <= kMaxMatrixValues,
+                   "--shapes {}: hidden x ffn = {} values, more than the {} this benchmark allows (about 1.6 GiB "
+                   "at that size)",
+                   s, sh.hidden * sh.ffn, kMaxMatrixValues);
+  return sh;
 }
 
 int bench_main(int argc, char** argv) {
@@ -188,7 +209,24 @@ int bench_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
-  ECHO_CHECK(tokens % seq == 0, "--seq {} must divide --tokens {}", seq, tokens);
+  ECHO_INPUT_CHECK(tokens % seq == 0,
+                   "--seq {} must divide --tokens {} (a micro-batch is whole examples of --seq tokens)", seq, tokens);
+  ECHO_INPUT_CHECK(tokens <= kMaxMatrixValues, "--tokens must be at most {} (got {})", kMaxMatrixValues, tokens);
+  std::vector<std::string> known;
+  for (const Mode& m : modes(seed)) known.push_back(m.key);
+  for (const std::string& key : mode_keys)
+    ECHO_INPUT_CHECK(std::find(known.begin(), known.end(), key) != known.end(), "--modes: '{}' is not one of {}", key,
+                     fmt::join(known, ", "));
+  ECHO_INPUT_CHECK(!mode_keys.empty(), "--modes names no mode; choose from {}", fmt::join(known, ", "));
+  // Parsed before any timing, so a bad item is refused at once rather than after the others ran.
+  std::vector<Shape> shapes;
+  for (const std::string& arg : shape_args) {
+    shapes.push_back(parse_shape(arg));
+    ECHO_INPUT_CHECK(tokens * std::max(shapes.back().hidden, shapes.back().ffn) <= kMaxMatrixValues,
+                     "--tokens {} x the larger side of --shapes {} = {} values, more than the {} this benchmark allows "
+                     "(about 1.6 GiB at that size)",
+                     tokens, arg, tokens * std::max(shapes.back().hidden, shapes.back().ffn), kMaxMatrixValues);
+  }
 
   openblas_set_num_threads(blas_threads);
   const std::string core = openblas_get_corename();
@@ -214,8 +252,7 @@ int bench_main(int argc, char** argv) {
     out.push_back({{"kind", "threshold_draw"}, {"rows", rows}, {"per_token_ns", per_token},
                    {"per_example_ns", per_example}});
   }
-  for (const auto& arg : shape_args) {
-    const Shape sh = parse_shape(arg);
+  for (const Shape& sh : shapes) {
     FfnBlock block(tokens, seq, sh.hidden, sh.ffn, static_cast<uint32_t>(seed));
     const int64_t T = tokens, H = sh.hidden, F = sh.ffn;
 

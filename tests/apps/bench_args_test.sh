@@ -13,13 +13,15 @@ passed=0 failed=0
 ok() { echo "ok: $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $1"; echo "$2" | tail -20 | sed 's/^/    /'; failed=$((failed + 1)); }
 
-# refused NAME MESSAGE CMD...: CMD exits non-zero within 60 s and prints MESSAGE, no library text.
+# refused NAME MESSAGE CMD...: CMD exits non-zero within 60 s (an exit, not a signal) and prints
+# MESSAGE, no library text.
 refused() {
   local name=$1 message=$2; shift 2
   local out rc
   out=$(timeout 60 "$@" 2>&1 </dev/null); rc=$?
   if ((rc == 124)); then bad "$name: still running after 60 s" "$out"
   elif ((rc == 0)); then bad "$name: exit 0, expected a refusal" "$out"
+  elif ((rc >= 128)); then bad "$name: killed by signal $((rc - 128)), expected a refusal" "$out"
   elif [[ $out != *"$message"* ]]; then bad "$name: missing message '$message'" "$out"
   elif [[ $out == *"terminate called"* || $out == *"std::"* || $out == *"Could not convert"* ]]; then
     bad "$name: a library message reached the user" "$out"
@@ -56,6 +58,11 @@ refused "echo_bench threads above tiles" "--threads must lie in [1, --tiles = 2]
 refused "echo_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
   "${bench[@]}" --sizes 1K --transport shm --bits 8 --group-size 4096 --slot-kib 1
 refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1
+refused "echo_bench bits 5" "--bits must be 4 or 8, as comm.bits (got 5)" "${bench[@]}" --sizes 1K --bits 5
+refused "echo_bench bits 32" "--bits must be 4 or 8, as comm.bits (got 32)" "${bench[@]}" --sizes 1K --bits 32
+group_words="must be a power of two from 2 to 1048576, as comm.group_size"
+refused "echo_bench group size 0" "--group-size $group_words (got 0)" "${bench[@]}" --sizes 1K --group-size 0
+refused "echo_bench group size 96" "--group-size $group_words (got 96)" "${bench[@]}" --sizes 1K --group-size 96
 # 1G needs ~26 GiB per rank: refused before allocating wherever less than that is available.
 avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
 if [[ -n $avail_kib ]] && ((avail_kib < 26 * 1024 * 1024)); then
@@ -80,6 +87,11 @@ refused "echo_quant_bench negative mib" "--mib must be a whole number of MiB fro
 refused "echo_quant_bench huge mib" "--mib must be a whole number of MiB from 1 to 16384 (got '99999999999999999999')" \
   "${quant[@]}" --mib 99999999999999999999
 refused "echo_quant_bench runs 0" "--runs must be at least 1 (got 0)" "${quant[@]}" --mib 1 --runs 0
+refused "echo_quant_bench group 3" "--group $group_words (got 3)" "${quant[@]}" --mib 1 --runs 1 --group 3
+refused "echo_quant_bench group 0" "--group $group_words (got 0)" "${quant[@]}" --mib 1 --runs 1 --group 0
+# A group longer than the input used to read past the end of it (a segfault).
+refused "echo_quant_bench group above the values" "--group 1048576 is longer than the 262144 values of --mib 1" \
+  "${quant[@]}" --mib 1 --runs 1 --group 1048576
 runs "echo_quant_bench machine" "$work/quant.json" "${quant[@]}" --mib 1 --runs 1 --json "$work/quant.json"
 
 model=("${np1[@]}" "$build/echo_model_bench" "$src/configs/model_bench.yaml")
@@ -87,8 +99,48 @@ refused "echo_model_bench iters 0" "--iters must be at least 1 (got 0)" "${model
 refused "echo_model_bench batch 0" "--batch must be at least 1 (got 0)" "${model[@]}" --batch 0
 runs "echo_model_bench machine" "$work/model.json" "${model[@]}" --batch 1 --seq 8 --iters 1 --warmup 0 --json "$work/model.json"
 
-runs "echo_s3r_bench machine" "$work/s3r.json" "$build/echo_s3r_bench" --shapes 16x32 --tokens 16 --seq 8 --reps 1 \
-  --warmup 0 --modes fp32 --json "$work/s3r.json"
+s3r=("$build/echo_s3r_bench" --tokens 16 --seq 8 --reps 1 --warmup 0)
+runs "echo_s3r_bench machine" "$work/s3r.json" "${s3r[@]}" --shapes 16x32 --modes fp32 --json "$work/s3r.json"
+shape_words="--shapes takes HIDDENxFFN items of two whole numbers from 1 to 16777216"
+refused "echo_s3r_bench shape without ffn" "$shape_words, e.g. 512x2048 (got '128x')" "${s3r[@]}" --shapes 128x
+refused "echo_s3r_bench shape 0x0" "$shape_words, e.g. 512x2048 (got '0x0')" "${s3r[@]}" --shapes 0x0
+refused "echo_s3r_bench shape with sign" "$shape_words, e.g. 512x2048 (got '-16x32')" "${s3r[@]}" --shapes=-16x32
+refused "echo_s3r_bench shape too large" \
+  "--shapes 100000x100000: hidden x ffn = 10000000000 values, more than the 16777216" "${s3r[@]}" \
+  --shapes 100000x100000
+refused "echo_s3r_bench tokens x ffn too large" "--tokens 16384 x the larger side of --shapes 16x4096" \
+  "$build/echo_s3r_bench" --tokens 16384 --seq 8 --shapes 16x4096
+refused "echo_s3r_bench seq not dividing tokens" "--seq 100 must divide --tokens 256" \
+  "$build/echo_s3r_bench" --tokens 256 --seq 100 --shapes 16x32
+refused "echo_s3r_bench unknown mode" "--modes: 'foo' is not one of fp32, rtne, sr, s3r, dx_only, two_way" \
+  "${s3r[@]}" --shapes 16x32 --modes foo
+
+# echo_checkpoint_bench given a directory that holds a training run writes into a new directory
+# inside it and removes only that: the run's files and checkpoints survive (it used to remove the
+# whole --dir). A --dir that does not exist is created and removed again.
+ckpt=("${mpirun[@]}" -np 2 "$build/echo_checkpoint_bench" "$src/configs/model_bench.yaml" --set model.layers=1 --iters 1
+      --warmup 0)
+run="$work/run"
+mkdir -p "$run/checkpoints/step_00000007"
+echo "metrics" >"$run/metrics.jsonl"
+echo "weights" >"$run/checkpoints/step_00000007/model.safetensors"
+out=$(timeout 120 "${ckpt[@]}" --dir "$run" 2>&1 </dev/null); rc=$?
+if ((rc != 0)); then bad "echo_checkpoint_bench in a run directory: exit $rc" "$out"
+elif [[ $(cat "$run/metrics.jsonl" 2>/dev/null) != metrics ||
+        $(cat "$run/checkpoints/step_00000007/model.safetensors" 2>/dev/null) != weights ]]; then
+  bad "echo_checkpoint_bench in a run directory: the run's files did not survive" "$(ls -laR "$work" 2>&1)"
+elif [[ $(cd "$run" && find . | sort | tr '\n' ' ') != \
+        ". ./checkpoints ./checkpoints/step_00000007 ./checkpoints/step_00000007/model.safetensors ./metrics.jsonl " ]]; then
+  bad "echo_checkpoint_bench in a run directory: left files behind or removed some" "$(find "$run" 2>&1)"
+else ok "echo_checkpoint_bench in a run directory removes only its own files"; fi
+out=$(timeout 120 "${ckpt[@]}" --dir "$work/new/ckbench" 2>&1 </dev/null); rc=$?
+if ((rc != 0)); then bad "echo_checkpoint_bench in a new directory: exit $rc" "$out"
+elif [[ -e $work/new/ckbench || ! -d $work/new ]]; then
+  bad "echo_checkpoint_bench in a new directory: it was not removed, or its parent was" "$(find "$work/new" 2>&1)"
+else ok "echo_checkpoint_bench in a new directory removes it again"; fi
+refused "echo_checkpoint_bench dir is a file" "--dir '$run/metrics.jsonl' is not a directory" "${ckpt[@]}" \
+  --dir "$run/metrics.jsonl"
+[[ $(cat "$run/metrics.jsonl" 2>/dev/null) == metrics ]] || bad "echo_checkpoint_bench --dir a file: it changed" ""
 
 # CUDA builds: echo_ipc_bench refuses bad arguments before it looks for a device.
 if [[ -x "$build/echo_ipc_bench" ]]; then

@@ -1,0 +1,73 @@
+// ScratchDir: mkdtemp on rank 0, the path (or the error) broadcast to every rank.
+#include "apps/bench/scratch_dir.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+#include "core/error.h"
+
+namespace echo::bench {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Rank 0: creates the scratch directory; returns its path, or sets `error`.
+std::string make_scratch(const std::string& parent, const std::string& prefix, const std::string& flag,
+                         bool& created_parent, std::string& error) {
+  std::error_code ec;
+  if (!fs::exists(parent, ec)) {
+    created_parent = fs::create_directories(parent, ec);
+    if (ec) {
+      error = fmt::format("{} '{}' does not exist and cannot be created: {}", flag, parent, ec.message());
+      return {};
+    }
+  } else if (!fs::is_directory(parent, ec)) {
+    error = fmt::format("{} '{}' is not a directory", flag, parent);
+    return {};
+  }
+  std::string templ = (fs::path(parent) / (prefix + ".XXXXXX")).string();
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {
+    error = fmt::format("{} '{}': cannot create a scratch directory in it: {}", flag, parent, std::strerror(errno));
+    return {};
+  }
+  return std::string(buf.data());
+}
+
+void broadcast(std::string& text, MPI_Comm comm) {
+  int len = static_cast<int>(text.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, comm);
+  text.resize(static_cast<size_t>(len));
+  if (len > 0) MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm);
+}
+
+}  // namespace
+
+ScratchDir::ScratchDir(const std::string& parent, const std::string& prefix, const std::string& flag, MPI_Comm comm)
+    : parent_(parent) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string error;
+  if (rank == 0) path_ = make_scratch(parent, prefix, flag, created_parent_, error);
+  // Every rank learns the verdict, so all fail together instead of some waiting in a collective.
+  broadcast(error, comm);
+  ECHO_INPUT_CHECK(error.empty(), "{}", error);
+  broadcast(path_, comm);
+  owner_ = rank == 0;
+}
+
+ScratchDir::~ScratchDir() {
+  if (!owner_) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  // NOTE: fs::remove deletes a directory only when it is empty, so a parent that something else
+  // wrote into meanwhile stays.
+  if (created_parent_) fs::remove(parent_, ec);
+}
+
+}  // namespace echo::bench
