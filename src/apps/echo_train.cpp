@@ -10,6 +10,7 @@
 #include "core/same_file.h"
 #include "dist/guarded_main.h"
 #include "dist/world.h"
+#include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
@@ -31,12 +32,12 @@ int train_main(int argc, char** argv) {
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   log::init(rank, world_size);
   const config::Config cfg = config::load_config(path, overrides, world_size);
-  // The run writes its effective config to run.out_dir/config.yaml. A --resume may read the one
-  // it wrote (rewriting it only adds the --set values); a new run would replace a config the user
-  // wrote there, comments and all.
-  ECHO_INPUT_CHECK(resume || !same_file(path, cfg.run.out_dir + "/config.yaml"),
+  // The run writes its effective config to run.out_dir/config.yaml. A --resume of the run there
+  // may read the one it wrote (rewriting it only adds the --set values); any other start would
+  // replace a config the user wrote there, comments and all.
+  ECHO_INPUT_CHECK((resume && train::holds_run(cfg.run.out_dir)) || !same_file(path, cfg.run.out_dir + "/config.yaml"),
                    "the config {} is {}/config.yaml, where the run writes its effective config: it would be "
-                   "replaced; keep the config outside run.out_dir (or pass --resume to continue that run)",
+                   "replaced; keep the config outside run.out_dir",
                    path, cfg.run.out_dir);
   const dist::World world = dist::World::create(cfg.parallel.tp);
   const auto mode = resume ? train::RunDirMode::resume : overwrite ? train::RunDirMode::overwrite : train::RunDirMode::fresh;

@@ -27,14 +27,32 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return same && !ec;
 }
 
-bool is_inside(const fs::path& path, const fs::path& dir) {
-  const fs::path p = resolved(path), d = resolved(dir);
+namespace {
+
+// Whether the resolved `p` lies below the resolved directory `d`, element by element.
+bool below(const fs::path& p, const fs::path& d) {
+  if (d.empty()) return false;
   auto pi = p.begin();
   for (auto di = d.begin(); di != d.end(); ++di, ++pi) {
     if (di->empty()) continue;  // the empty last element of a directory spelled with a trailing '/'
     if (pi == p.end() || *pi != *di) return false;
   }
   return pi != p.end() && !pi->empty();
+}
+
+}  // namespace
+
+bool is_inside(const fs::path& path, const fs::path& dir) {
+  if (path.empty() || dir.empty()) return false;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  if (ec) return false;
+  const fs::path folder = resolved(dir);
+  // Where the name itself is (its folder resolved, its last element as given), and where it
+  // leads: a symbolic link in the folder is inside it wherever it points (a Hugging Face cache's
+  // snapshot holds links into ../../blobs), and a link elsewhere that points in is inside too.
+  const fs::path location = (resolved(abs.parent_path()) / abs.filename()).lexically_normal();
+  return below(location, folder) || below(resolved(abs), folder);
 }
 
 }  // namespace echo

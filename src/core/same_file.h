@@ -14,9 +14,11 @@ namespace echo {
 // spelling.
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
 
-// True when `path`, resolved as same_file resolves it, lies inside the directory `dir` (at any
-// depth; `dir` itself is not inside). For refusing outputs that would overwrite a file of a
-// checkpoint folder, whatever its name.
+// True when `path` lies inside the directory `dir` (at any depth; `dir` itself is not inside),
+// both resolved as same_file resolves them, where `path` counts by its own location (a symbolic
+// link in `dir` is inside, wherever it points) and by what it resolves to. An empty path or
+// directory is inside nothing. For refusing outputs that would overwrite a file of a checkpoint
+// folder, whatever its name.
 bool is_inside(const std::filesystem::path& path, const std::filesystem::path& dir);
 
 }  // namespace echo

@@ -156,7 +156,8 @@ void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const
 // the checkpoint's folder (a step, run or Hugging Face folder, or the folder of a weights file),
 // the data's files, the --config file, or each other. A new file beside them is fine.
 void check_outputs(const EvalRequest& req, const std::string& data_prefix) {
-  const fs::path ckpt(req.checkpoint);
+  // NOTE: absolute first: the folder of a bare "model.safetensors" is the working directory, not "".
+  const fs::path ckpt = fs::absolute(req.checkpoint);
   const fs::path ckpt_folder = is_dir(ckpt) ? ckpt : ckpt.parent_path();
   std::vector<std::string> inputs = {data_prefix + ".bin", data_prefix + ".idx", data::dataset_meta_path(data_prefix)};
   if (!req.config_path.empty()) inputs.push_back(req.config_path);
@@ -280,6 +281,23 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
 
   // The model as the trainer builds it (train/trainer.cpp), then the checkpoint's weights.
   const dist::World world = dist::World::create(tp);
+  data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
+  opts.eos_stored = data::decide_eos_stored(ds, meta, cfg.data.eos_id, "evaluation data");
+  const data::DataLoader loader(ds, opts);
+  const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
+  // Past the data's end the batches wrap around and count sequences twice. Asked for with
+  // --batches, that is refused; the config's train.eval_batches is what the trainer evaluated
+  // (with the same warning), so its val_loss is still reproduced.
+  if (const EvalCoverage coverage = eval_coverage(loader, spec, dp); coverage.repeats()) {
+    const std::string what = fmt::format(
+        "{} global batches of {} sequences read {} sequences of {} tokens, but the evaluation data '{}' holds {}: "
+        "the batches repeat them; {}",
+        spec.batches, cfg.train.global_batch, coverage.needed, cfg.data.seq_len, prefix, coverage.available,
+        coverage.advice(spec, dp, "--batches"));
+    ECHO_INPUT_CHECK(req.batches == 0, "{}", what);
+    if (rank == 0) logger->warn("{} (train.eval_batches of the config, as the trainer evaluated it)", what);
+  }
+
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp, world.layout.tp_rank);
   auto backend = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                        dist::node_local_rank(world.world));
@@ -299,17 +317,6 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                  comm::describe(*blocks), cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb,
                  cfg.data.seq_len, prefix, cfg.data.eos_id, eos.source);
 
-  data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
-  opts.eos_stored = data::decide_eos_stored(ds, meta, cfg.data.eos_id, "evaluation data");
-  const data::DataLoader loader(ds, opts);
-  const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
-  // Past the data's end the batches wrap around: the loss would count sequences twice.
-  const EvalCoverage coverage = eval_coverage(loader, spec, dp);
-  ECHO_INPUT_CHECK(!coverage.repeats(),
-                   "{} global batches of {} sequences need {} sequences of {} tokens, but the evaluation data '{}' "
-                   "holds {}: the batches would repeat them; pass --batches {} or fewer (or a smaller --global-batch)",
-                   spec.batches, cfg.train.global_batch, coverage.needed, cfg.data.seq_len, prefix, coverage.available,
-                   coverage.max_batches(spec, dp));
   std::vector<int32_t> tokens, targets;
   const EvalLoss result = evaluate_loss(model, loader, world.dp, spec, tokens, targets);
   if (!req.dump_batch.empty() && rank == 0) write_batch_npy(req.dump_batch, tokens, targets, mb, cfg.data.seq_len);

@@ -37,8 +37,13 @@ uint64_t global_batch(const EvalBatches& spec, int dp_size) {
 }
 }  // namespace
 
-uint64_t EvalCoverage::max_batches(const EvalBatches& spec, int dp_size) const {
-  return available / global_batch(spec, dp_size);
+std::string EvalCoverage::advice(const EvalBatches& spec, int dp_size, const std::string& batches_setting) const {
+  const uint64_t global = global_batch(spec, dp_size), fit = available / global;
+  if (fit == 0)
+    return fmt::format("the data holds fewer sequences than one global batch of {}: use a smaller global batch, or "
+                       "more data",
+                       global);
+  return fmt::format("set {} to {} or fewer to read each once", batches_setting, fit);
 }
 
 EvalCoverage eval_coverage(const data::DataLoader& loader, const EvalBatches& spec, int dp_size) {

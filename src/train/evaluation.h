@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/data_loader.h"
@@ -39,8 +40,9 @@ struct EvalCoverage {
   uint64_t needed = 0;
   uint64_t available = 0;
   bool repeats() const { return needed > available; }
-  // The most global batches that read each sequence once.
-  uint64_t max_batches(const EvalBatches& spec, int dp_size) const;
+  // What to do about repeats: "pass <batches_setting> N or fewer", or, when not even one global
+  // batch fits, that the data is smaller than one.
+  std::string advice(const EvalBatches& spec, int dp_size, const std::string& batches_setting) const;
 };
 EvalCoverage eval_coverage(const data::DataLoader& loader, const EvalBatches& spec, int dp_size);
 

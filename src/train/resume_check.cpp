@@ -51,16 +51,20 @@ bool is_fixed(const std::string& key) {
 
 }  // namespace
 
-std::vector<std::string> check_resume_config(const std::string& saved_yaml, const config::Config& now,
-                                             const std::string& ckpt_dir) {
-  if (saved_yaml.empty()) return {};
-  config::Config saved;
+std::optional<config::Config> recorded_config(const std::string& saved_yaml, const std::string& ckpt_dir) {
+  if (saved_yaml.empty()) return std::nullopt;
   try {
-    saved = config::parse_config(saved_yaml, ckpt_dir + " (its config_yaml)");
+    return config::parse_config(saved_yaml, ckpt_dir + " (its config_yaml)");
   } catch (const Error& e) {
     ECHO_INPUT_FAIL("cannot resume from '{}': its recorded config does not load: {}", ckpt_dir, e.message());
   }
-  const auto before = flat(saved), after = flat(now);
+}
+
+std::vector<std::string> check_resume_config(const std::string& saved_yaml, const config::Config& now,
+                                             const std::string& ckpt_dir) {
+  const std::optional<config::Config> saved = recorded_config(saved_yaml, ckpt_dir);
+  if (!saved) return {};
+  const auto before = flat(*saved), after = flat(now);
   std::string refused;
   std::vector<std::string> changed;
   for (const auto& [key, value] : after) {

@@ -4,12 +4,17 @@
 // (the seed, the learning rate, the number of steps, the layout...) may change, with a warning.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config/config.h"
 
 namespace echo::train {
+
+// The config a checkpoint recorded (its config_yaml), parsed; nullopt when it recorded none.
+// Throws echo::InputError naming `ckpt_dir` when it does not load.
+std::optional<config::Config> recorded_config(const std::string& saved_yaml, const std::string& ckpt_dir);
 
 // Compares the effective config `now` with the one a checkpoint recorded (`saved_yaml`, the
 // checkpoint's config_yaml; nothing to compare when empty). Throws echo::Error naming `ckpt_dir`

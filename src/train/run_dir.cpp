@@ -19,17 +19,18 @@ namespace echo::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 // What marks a directory as holding a run: metrics or checkpoints. A config.yaml alone (left by a
 // run that failed during start-up, before the trainer wrote it last) or an empty metrics file
 // (a run stopped before its first step) is nothing to protect.
-bool holds_run(const fs::path& dir) {
+bool holds_run(const std::string& out_dir) {
+  const fs::path dir(out_dir);
   std::error_code ec;
   const bool metrics = fs::is_regular_file(dir / "metrics.jsonl", ec) && fs::file_size(dir / "metrics.jsonl", ec) > 0;
   const bool checkpoints = fs::is_directory(dir / "checkpoints", ec) && !fs::is_empty(dir / "checkpoints", ec);
   return metrics || checkpoints;
 }
+
+namespace {
 
 std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, RunDirLock& lock) {
   const fs::path dir(out_dir);

@@ -33,6 +33,10 @@ class RunDirLock {
   int fd_ = -1;
 };
 
+// Whether out_dir holds a run: a non-empty metrics.jsonl or checkpoints/ (a config.yaml alone is
+// not one).
+bool holds_run(const std::string& out_dir);
+
 // `lock` is taken on rank 0 before out_dir is inspected (other ranks leave it alone).
 bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world,
                      RunDirLock& lock);

@@ -119,17 +119,30 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world, run_lock_);
-  // What start-up can refuse from files alone (the checkpoint to resume, the data) is checked
-  // before the model is allocated: with the default config that takes a minute and gigabytes.
+  // What start-up can refuse from files alone (the checkpoint to resume and its config, the data,
+  // run.init_from's config.json) is checked before the model is allocated: with the default
+  // config that takes a minute and gigabytes.
   const std::optional<ResumePoint> resume_from =
       mode == RunDirMode::resume && has_run ? find_resume_point(cfg.run.out_dir) : std::nullopt;
   if (mode == RunDirMode::resume && has_run && !resume_from)
     logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
+  if (resume_from) {
+    // The checkpoint's weights replace run.init_from's, so the run keeps the context it recorded
+    // (taken from run.init_from's config.json at its start).
+    const auto recorded = recorded_config(resume_from->meta.config_yaml, resume_from->dir);
+    if (recorded && !cfg.run.init_from.empty())
+      cfg_.model.max_position_embeddings = recorded->model.max_position_embeddings;
+    // The model and data must be the checkpoint's.
+    const auto changed = check_resume_config(resume_from->meta.config_yaml, cfg_, resume_from->dir);
+    if (L.rank == 0)
+      for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
+  }
   open_data();
   // run.init_from's config.json, checked against ours before the model is built and any weight is
-  // read: its rope_theta or shape would otherwise be silently replaced by model.*.
-  const std::optional<int> init_context =
-      cfg.run.init_from.empty() ? std::nullopt : check_init_from_config(cfg.run.init_from, cfg.model);
+  // read: its rope_theta or shape would otherwise be silently replaced by model.*. A resume loads
+  // the checkpoint's weights instead.
+  const bool from_hf = !cfg.run.init_from.empty() && !resume_from;
+  const std::optional<int> init_context = from_hf ? check_init_from_config(cfg.run.init_from, cfg.model) : std::nullopt;
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
@@ -162,7 +175,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   model_->set_int8_linear(int8_cfg, cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
   model_->init_weights(cfg.run.seed);
-  if (!cfg.run.init_from.empty()) {
+  if (from_hf) {
     load_hf_weights(cfg.run.init_from, model_->params(), world);
     // config.json of our checkpoints carries the context of the model we started from, not ours.
     if (init_context && *init_context != cfg_.model.max_position_embeddings) {
@@ -174,10 +187,6 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   optimizer_ = std::make_unique<AdamW>(model_->params());
 
   if (resume_from) {
-    // The model and data must be the checkpoint's; refused before any tensor is read.
-    const auto changed = check_resume_config(resume_from->meta.config_yaml, cfg_, resume_from->dir);
-    if (L.rank == 0)
-      for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
     const CheckpointMeta meta = load_checkpoint(resume_from->dir, model_->params(), optimizer_.get(), world);
     // NOTE: the trainer steps the optimizer once per training step; a larger count (a hand-edited
     // state) would resume AdamW's bias correction from a run that never happened.
@@ -247,8 +256,8 @@ void Trainer::open_data() {
     if (const EvalCoverage c = eval_coverage(*valid_loader_, spec, L.dp); c.repeats() && L.rank == 0)
       log::get("train")->warn(
           "train.eval_batches = {} global batches read {} sequences of {} tokens, but data.valid holds {}: each "
-          "evaluation repeats sequences; train.eval_batches = {} reads each once",
-          spec.batches, c.needed, cfg.data.seq_len, c.available, c.max_batches(spec, L.dp));
+          "evaluation repeats sequences; {}",
+          spec.batches, c.needed, cfg.data.seq_len, c.available, c.advice(spec, L.dp, "train.eval_batches"));
   }
 }
 

@@ -454,6 +454,9 @@ TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
                                  "YAML 1.1, decimal in 1.2); write it without: 10"));
   EXPECT_THAT(load_error({"model: {hidden: 0128}"}), HasSubstr("'model.hidden' = 0128 has a leading zero"));
   EXPECT_THAT(load_error({"run: {seed: -007}"}), HasSubstr("'run.seed' = -007 has a leading zero"));
+  EXPECT_THAT(load_error({"model: {head_dim: -08}"}), HasSubstr("write it without: -8"));
+  EXPECT_THAT(load_error({"comm: {peer_timeout_s: 0300}"}), HasSubstr("'comm.peer_timeout_s' = 0300 has a leading zero"));
+  EXPECT_EQ(parse_config("optim: {lr: 0.5e-3}\n", "t.yaml").optim.lr, 0.5e-3);
   EXPECT_THAT(load_error({"run: {seed: 000}"}), HasSubstr("write it without: 0"));
   EXPECT_THAT(error_of([] { parse_config("", "t.yaml", {"data.seq_len=0100"}); }),
               HasSubstr("'data.seq_len' = 0100 has a leading zero"));

@@ -83,6 +83,17 @@ TEST_F(SameFileTest, InsideADirectory) {
   ASSERT_EQ(::symlink(path("d").c_str(), path("link").c_str()), 0);
   EXPECT_TRUE(is_inside(path("link/a"), path("d")));
   EXPECT_TRUE(is_inside(path("d/a"), path("link")));
+  // A Hugging Face cache: the snapshot's files are links into ../blobs. A link in the folder is
+  // inside it (writing to it would overwrite the blob), and so is a link elsewhere into it.
+  fs::create_directories(path("blobs"));
+  dir_.write("blobs/abc", "weights");
+  ASSERT_EQ(::symlink("../blobs/abc", path("d/model.safetensors").c_str()), 0);
+  EXPECT_TRUE(is_inside(path("d/model.safetensors"), path("d")));
+  ASSERT_EQ(::symlink(path("d/a").c_str(), path("d2/to_a").c_str()), 0);
+  EXPECT_TRUE(is_inside(path("d2/to_a"), path("d")));
+  // An empty directory (the parent of a bare file name) holds nothing.
+  EXPECT_FALSE(is_inside(path("d/a"), ""));
+  EXPECT_FALSE(is_inside("", path("d")));
 }
 
 }  // namespace

@@ -243,17 +243,25 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   req.tp = run.tp;
   req.batches = 100000;
   const std::string too_many = echo::testing::error_of([&] { evaluate_checkpoint(req); });
-  EXPECT_NE(too_many.find("100000 global batches of 8 sequences need 800000 sequences of 16 tokens, but the "
+  EXPECT_NE(too_many.find("100000 global batches of 8 sequences read 800000 sequences of 16 tokens, but the "
                           "evaluation data '" + run.dir + "/data/valid' holds "),
             std::string::npos)
       << too_many;
-  const size_t at = too_many.find("pass --batches ");
+  const std::string advice = "set --batches to ";
+  const size_t at = too_many.find(advice);
   ASSERT_NE(at, std::string::npos) << too_many;
-  req.batches = std::stoi(too_many.substr(at + 15));
+  req.batches = std::stoi(too_many.substr(at + advice.size()));
   ASSERT_GT(req.batches, 2);
   EXPECT_EQ(evaluate_checkpoint(req).tokens, int64_t{req.batches} * 8 * 16);
   ++req.batches;
   EXPECT_NE(echo::testing::error_of([&] { evaluate_checkpoint(req); }), echo::testing::kNoErrorThrown);
+  // Not one global batch fits: said so (the count that fits would be 0, itself refused).
+  req.batches = 1;
+  req.global_batch = 8192;
+  req.micro_batch = 4096;
+  const std::string too_big = echo::testing::error_of([&] { evaluate_checkpoint(req); });
+  EXPECT_NE(too_big.find("the data holds fewer sequences than one global batch of 8192"), std::string::npos)
+      << too_big;
 }
 
 // A Hugging Face folder's EOS comes from its files (train/hf_config.h) or is refused; before, the

@@ -143,5 +143,10 @@ OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/own/./con
   >"$work/run9.log" 2>&1 && fail "a run replaced its own config file"
 grep -q "where the run writes its effective config: it would be replaced" "$work/run9.log" || { tail -5 "$work/run9.log"; fail "no message for a config at out_dir/config.yaml"; }
 cmp -s "$work/own/config.yaml" "$work/own.orig" || fail "the config at out_dir/config.yaml was changed"
+# A --resume there holds no run to resume (a config.yaml alone is not a run): refused the same way.
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/own/config.yaml" --resume --set train.steps=1 \
+  >"$work/run9r.log" 2>&1 && fail "a --resume without a run replaced its own config file"
+grep -q "where the run writes its effective config: it would be replaced" "$work/run9r.log" || { tail -5 "$work/run9r.log"; fail "no message for --resume with a config at out_dir/config.yaml"; }
+cmp -s "$work/own/config.yaml" "$work/own.orig" || fail "the config at out_dir/config.yaml was changed by --resume"
 
 echo "run control: 9 passed, 0 failed"

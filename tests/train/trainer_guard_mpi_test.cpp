@@ -609,6 +609,29 @@ TEST(TrainerGuard, InitFromRefusesTheConfigJsonOfAnotherModel) {
   got = start_with({{"max_position_embeddings", 2147483648}});
   EXPECT_EQ(got.rfind(what + "'max_position_embeddings' = 2147483648 is out of range [1, 1073741824]", 0), 0u) << got;
   EXPECT_FALSE(fs::exists(checkpoint_dir(dir + "/b", 2))) << "refused at start-up, before any step";
+  // A run started from the folder before it changed resumes: its checkpoint's weights replace
+  // run.init_from's, and its context is the one it recorded (the check once refused such a
+  // resume with a --set that the resume check then refused as another model).
+  sync();
+  if (world_rank() == 0) std::ofstream(hf_config) << original;
+  sync();
+  const auto c = make_config(dir, {"run.out_dir=" + dir + "/c", "train.steps=2", "run.init_from=" + ckpt_a});
+  train(c, RunDirMode::fresh);
+  const std::string recorded = read_file(checkpoint_dir(c.run.out_dir, 2) + "/config.json");
+  sync();
+  if (world_rank() == 0) {
+    auto hf = nlohmann::json::parse(original);
+    hf.update({{"rope_theta", 10000}, {"max_position_embeddings", 77}});
+    std::ofstream(hf_config) << hf.dump(2);
+  }
+  sync();
+  EXPECT_EQ(train(make_config(dir, {"run.out_dir=" + dir + "/c", "train.steps=4", "run.init_from=" + ckpt_a}),
+                  RunDirMode::resume)
+                .steps_done,
+            4);
+  sync();
+  const auto context = [](const std::string& text) { return nlohmann::json::parse(text)["max_position_embeddings"]; };
+  EXPECT_EQ(context(read_file(checkpoint_dir(c.run.out_dir, 4) + "/config.json")), context(recorded));
 }
 
 // echo_train installs its StopSignal before start-up; a signal then must not be lost (nor kill

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/mpi_check.h"
 
 namespace echo::bench {
 namespace fs = std::filesystem;
@@ -41,9 +42,9 @@ std::string make_scratch(const std::string& parent, const std::string& prefix, c
 
 void broadcast(std::string& text, MPI_Comm comm) {
   int len = static_cast<int>(text.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, comm);
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
   text.resize(static_cast<size_t>(len));
-  if (len > 0) MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm);
+  if (len > 0) MPI_CHECK(MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm));
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ bool is_integer_literal(const YAML::Node& node, bool negative_ok) {
 void refuse_leading_zero(const YAML::Node& node, const std::string& key, const Origins& origins) {
   if (!node.IsScalar()) return;
   std::string_view digits = node.Scalar();
+  const std::string_view sign = !digits.empty() && digits[0] == '-' ? "-" : "";
   if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
   const bool decimal = std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!decimal || digits.size() < 2 || digits[0] != '0') return;
@@ -58,7 +59,7 @@ void refuse_leading_zero(const YAML::Node& node, const std::string& key, const O
   fail_at(origins.where(key),
           fmt::format("'{}' = {} has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in "
                       "1.2); write it without: {}",
-                      key, node.Scalar(), digits.substr(first)));
+                      key, node.Scalar(), fmt::format("{}{}", sign, digits.substr(first))));
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {
@@ -81,6 +82,7 @@ void decode(const YAML::Node& node, const std::string& key, const Origins& origi
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, double& out) {
+  refuse_leading_zero(node, key, origins);  // 0300 is 300 here but 192 to PyYAML
   if (!decode_as(node, out))
     fail_at(origins.where(key), fmt::format("'{}' must be a number, got {}", key, describe(node)));
 }
