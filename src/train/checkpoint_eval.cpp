@@ -24,6 +24,7 @@
 #include "model/qwen3_model.h"
 #include "model/tp_ops.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/hf_weights.h"
 #include "train/evaluation.h"
 #include "train/hf_config.h"
 

@@ -60,9 +60,8 @@ std::optional<config::Config> recorded_config(const std::string& saved_yaml, con
   }
 }
 
-std::vector<std::string> check_resume_config(const std::string& saved_yaml, const config::Config& now,
+std::vector<std::string> check_resume_config(const std::optional<config::Config>& saved, const config::Config& now,
                                              const std::string& ckpt_dir) {
-  const std::optional<config::Config> saved = recorded_config(saved_yaml, ckpt_dir);
   if (!saved) return {};
   const auto before = flat(*saved), after = flat(now);
   std::string refused;

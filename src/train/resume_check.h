@@ -16,10 +16,10 @@ namespace echo::train {
 // Throws echo::InputError naming `ckpt_dir` when it does not load.
 std::optional<config::Config> recorded_config(const std::string& saved_yaml, const std::string& ckpt_dir);
 
-// Compares the effective config `now` with the one a checkpoint recorded (`saved_yaml`, the
-// checkpoint's config_yaml; nothing to compare when empty). Throws echo::Error naming `ckpt_dir`
+// Compares the effective config `now` with the one a checkpoint recorded (`saved`, from
+// recorded_config; nothing to compare when nullopt). Throws echo::InputError naming `ckpt_dir`
 // and every refused key with both values; returns one "key: old -> new" line per other change.
-std::vector<std::string> check_resume_config(const std::string& saved_yaml, const config::Config& now,
+std::vector<std::string> check_resume_config(const std::optional<config::Config>& saved, const config::Config& now,
                                              const std::string& ckpt_dir);
 
 }  // namespace echo::train

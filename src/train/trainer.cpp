@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 
 #include "comm/echo/echo_all_reduce.h"
@@ -14,10 +15,12 @@
 #include "core/log.h"
 #include "data/dataset_meta.h"
 #include "data/stored_eos.h"
+#include "dist/agreement.h"
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
-#include "dist/collective_watchdog.h"
+#include "train/checkpoint/hf_weights.h"
 #include "train/divergence.h"
 #include "train/evaluation.h"
 #include "train/hf_config.h"
@@ -98,6 +101,13 @@ std::optional<ResumePoint> find_resume_point(const std::string& run_dir) {
     return std::nullopt;
   }
   ResumePoint point{*ckpt, read_checkpoint_meta(*ckpt)};
+  // NOTE: the data resumes at the step's batch (the batch is a function of the step); the trainer
+  // records data_position equal to the step, and another value (a hand-edited state, meant to skip
+  // data) would otherwise be ignored in silence.
+  ECHO_INPUT_CHECK(point.meta.data_position == static_cast<uint64_t>(point.meta.step),
+                   "checkpoint '{}': its trainer state's 'data_position' = {} is not its 'step' = {} (the trainer "
+                   "resumes the data at the step's batch and writes the two equal): not a state this trainer wrote",
+                   point.dir, point.meta.data_position, point.meta.step);
   const auto newer = unfinished_checkpoints(run_dir, point.meta.step);
   ECHO_INPUT_CHECK(newer.empty(),
                    "cannot resume the run in {}: {} is newer than its latest complete checkpoint {} but has no {} "
@@ -109,8 +119,7 @@ std::optional<ResumePoint> find_resume_point(const std::string& run_dir) {
 
 }  // namespace
 
-Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode)
-    : cfg_(cfg), world_(world) {
+Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode) : cfg_(cfg), world_(world) {
   auto logger = log::get("train");
   const auto& L = world.layout;
   ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}",
@@ -133,7 +142,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     if (recorded && !cfg.run.init_from.empty())
       cfg_.model.max_position_embeddings = recorded->model.max_position_embeddings;
     // The model and data must be the checkpoint's.
-    const auto changed = check_resume_config(resume_from->meta.config_yaml, cfg_, resume_from->dir);
+    const auto changed = check_resume_config(recorded, cfg_, resume_from->dir);
     if (L.rank == 0)
       for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
   }
@@ -151,7 +160,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
-                                                  comm::transport_options_from(cfg.comm).kind);
+                                               comm::transport_options_from(cfg.comm).kind);
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
   model::MemoryPlanInput plan_in;
   plan_in.master = DType::f32;
@@ -202,20 +211,34 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // the old run, a --resume its metrics (run() then stops before the first step). So does a
   // resume of a run already at train.steps, which has nothing to train.
   stopped_in_start_up_ = StopSignal().requested(world.world);
+  // Rank 0 writes the run directory; a failure there (a directory at metrics.jsonl, a full disk)
+  // is agreed, so the other ranks raise it too instead of waiting for rank 0 in the first step.
+  std::exception_ptr write_failure;
+  std::string rank0_write_error;
   if (L.rank == 0 && !stopped_in_start_up_ && start_step_ < cfg.train.steps) {
-    // --overwrite: the old run goes only now that start-up has succeeded.
-    if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
-    const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
-    // A resume continues the history from its checkpoint: lines logged after it (by the run that
-    // died) would be repeated.
-    if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
-    metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
-    config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+    try {
+      // --overwrite: the old run goes only now that start-up has succeeded.
+      if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
+      const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
+      // A resume continues the history from its checkpoint: lines logged after it (by the run
+      // that died) would be repeated.
+      if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
+      metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
+      config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+    } catch (const std::exception& e) {
+      write_failure = std::current_exception();
+      rank0_write_error = dist::error_text(e);
+    }
+  }
+  if (const std::string agreed = dist::agree(world.world, rank0_write_error); !agreed.empty()) {
+    if (write_failure) std::rethrow_exception(write_failure);  // rank 0 keeps the error's kind
+    ECHO_RUN_FAIL("{}", agreed);
   }
   peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();
-  logger->info("model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
-            num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, comm::describe(*blocks_), num_micro_, cfg.train.micro_batch,
-            cfg.data.seq_len);
+  logger->info(
+      "model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
+      num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, comm::describe(*blocks_), num_micro_,
+      cfg.train.micro_batch, cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());
   // From here on a step's MPI collectives are watched: a peer that stops arriving ends the job
@@ -336,8 +359,9 @@ TrainResult Trainer::run(int64_t stop_after) {
     return result;
   }
   if (start_step_ >= total) {
-    logger->warn("nothing to train: the run is at step {} and train.steps = {}; set train.steps above {} to continue it",
-                 start_step_, total, start_step_);
+    logger->warn(
+        "nothing to train: the run is at step {} and train.steps = {}; set train.steps above {} to continue it",
+        start_step_, total, start_step_);
     return result;
   }
   double elapsed = 0;
@@ -354,7 +378,8 @@ TrainResult Trainer::run(int64_t stop_after) {
     }
     // Every check below gives the same verdict on every rank (the values are reduced), and all
     // come before this step can be saved: a diverged step never becomes a checkpoint.
-    ECHO_RUN_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1, kept_checkpoint());
+    ECHO_RUN_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1,
+                   kept_checkpoint());
     if (step == start_step_)
       logger->info("memory: at most {} of tensors in use through step {} ({} planned){}",
                    format_bytes(backend_->peak_bytes_in_use()), step + 1, format_bytes(memory_plan_.total()),
@@ -372,11 +397,17 @@ TrainResult Trainer::run(int64_t stop_after) {
     result.steps_run = step + 1 - start_step_;
     result.last_loss = loss;
 
-    StepMetrics m{step + 1, loss, lr, norm, tokens_per_step / secs, secs * 1e3,
+    StepMetrics m{step + 1,
+                  loss,
+                  lr,
+                  norm,
+                  tokens_per_step / secs,
+                  secs * 1e3,
                   mfu(flops_per_step - int8_per_step, int8_per_step, secs, peak_, peak_units)};
     if (world_.layout.rank == 0) {
       if (cfg_.train.log_interval > 0 && (step + 1) % cfg_.train.log_interval == 0) {
-        const double eta = elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total - step - 1);
+        const double eta =
+            elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total - step - 1);
         logger->info("{}", progress_line(m, total, eta));
       }
       metrics_.step(m);

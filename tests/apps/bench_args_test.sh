@@ -117,7 +117,7 @@ refused "echo_s3r_bench unknown mode" "--modes: 'foo' is not one of fp32, rtne, 
 
 # echo_checkpoint_bench given a directory that holds a training run writes into a new directory
 # inside it and removes only that: the run's files and checkpoints survive (it used to remove the
-# whole --dir). A --dir that does not exist is created and removed again.
+# whole --dir). A --dir that does not exist is created and removed again, every level of it.
 ckpt=("${mpirun[@]}" -np 2 "$build/echo_checkpoint_bench" "$src/configs/model_bench.yaml" --set model.layers=1 --iters 1
       --warmup 0)
 run="$work/run"
@@ -133,11 +133,18 @@ elif [[ $(cd "$run" && find . | sort | tr '\n' ' ') != \
         ". ./checkpoints ./checkpoints/step_00000007 ./checkpoints/step_00000007/model.safetensors ./metrics.jsonl " ]]; then
   bad "echo_checkpoint_bench in a run directory: left files behind or removed some" "$(find "$run" 2>&1)"
 else ok "echo_checkpoint_bench in a run directory removes only its own files"; fi
-out=$(timeout 120 "${ckpt[@]}" --dir "$work/new/ckbench" 2>&1 </dev/null); rc=$?
+mkdir -p "$work/kept"
+out=$(timeout 120 "${ckpt[@]}" --dir "$work/kept/ckbench" 2>&1 </dev/null); rc=$?
 if ((rc != 0)); then bad "echo_checkpoint_bench in a new directory: exit $rc" "$out"
-elif [[ -e $work/new/ckbench || ! -d $work/new ]]; then
-  bad "echo_checkpoint_bench in a new directory: it was not removed, or its parent was" "$(find "$work/new" 2>&1)"
+elif [[ -e $work/kept/ckbench || ! -d $work/kept ]]; then
+  bad "echo_checkpoint_bench in a new directory: it was not removed, or its parent was" "$(find "$work/kept" 2>&1)"
 else ok "echo_checkpoint_bench in a new directory removes it again"; fi
+# Every level it created goes (all of new/a/b, given with a trailing slash), and nothing above.
+out=$(timeout 120 "${ckpt[@]}" --dir "$work/new/a/b/" 2>&1 </dev/null); rc=$?
+if ((rc != 0)); then bad "echo_checkpoint_bench in new nested directories: exit $rc" "$out"
+elif [[ -e $work/new || ! -d $work/kept ]]; then
+  bad "echo_checkpoint_bench in new nested directories: left some, or removed more" "$(find "$work" -maxdepth 3 2>&1)"
+else ok "echo_checkpoint_bench in new nested directories removes every level it made"; fi
 refused "echo_checkpoint_bench dir is a file" "--dir '$run/metrics.jsonl' is not a directory" "${ckpt[@]}" \
   --dir "$run/metrics.jsonl"
 [[ $(cat "$run/metrics.jsonl" 2>/dev/null) == metrics ]] || bad "echo_checkpoint_bench --dir a file: it changed" ""

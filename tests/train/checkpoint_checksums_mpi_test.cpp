@@ -19,6 +19,7 @@
 #include "../support/test_util.h"
 #include "checkpoint_test_util.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/hf_weights.h"
 #include "train/checkpoint/checksums.h"
 #include "train/checkpoint/safetensors.h"
 

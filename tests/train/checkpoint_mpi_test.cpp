@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/hf_weights.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
 #include "../support/mpi_util.h"
@@ -463,6 +464,13 @@ TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {
     nlohmann::json index = {
         {"weight_map", {{"model.norm.weight", "a.safetensors"}, {"extra.weight", "a.safetensors"}}}};
     std::ofstream(sub("badindex/model.safetensors.index.json")) << index.dump();
+    // Indexes naming files outside their folder, each of which exists and holds the tensor.
+    for (const std::string& name : {"up", "absolute"}) {
+      fs::create_directories(sub("outside_" + name));
+      const std::string target = name == "up" ? "../tied.safetensors" : sub("tied.safetensors");
+      std::ofstream(sub("outside_" + name + "/model.safetensors.index.json"))
+          << nlohmann::json{{"weight_map", {{"model.norm.weight", target}}}}.dump();
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   dist::World world = dist::World::create(W);
@@ -480,6 +488,13 @@ TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {
   Shard s(tied_cfg, W, world.layout.tp_rank);
   msg = error_of([&] { load_hf_weights(sub("badindex"), s.params, world); });
   EXPECT_NE(msg.find("maps tensor 'extra.weight'"), std::string::npos) << msg;
+  for (const auto& [dir, target] : {std::pair<std::string, std::string>{"outside_up", "../tied.safetensors"},
+                                    {"outside_absolute", sub("tied.safetensors")}}) {
+    msg = error_of([&] { load_hf_weights(sub(dir), s.params, world); });
+    EXPECT_NE(msg.find("maps tensor 'model.norm.weight' to '" + target + "', which is not a file in its folder"),
+              std::string::npos)
+        << msg;
+  }
   msg = error_of([&] { load_hf_weights(sub("nothing_here"), s.params, world); });
   EXPECT_NE(msg.find("cannot open safetensors file"), std::string::npos) << msg;
 }

@@ -419,6 +419,10 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
   EXPECT_EQ(resume_with("optimizer_step", int64_t{1} << 62),
             "input: checkpoint '" + ckpt + "': its trainer state's 'optimizer_step' = 4611686018427387904 is over its "
             "'step' = 2 (the trainer steps the optimizer once per step): not a state this trainer wrote");
+  EXPECT_EQ(resume_with("data_position", uint64_t{18446744073709551615u}),
+            "input: checkpoint '" + ckpt + "': its trainer state's 'data_position' = 18446744073709551615 is not its "
+            "'step' = 2 (the trainer resumes the data at the step's batch and writes the two equal): not a state this "
+            "trainer wrote");
   sync();
   if (world_rank() == 0) {
     std::ofstream(state_path) << good_state;
@@ -544,6 +548,29 @@ TEST(TrainerGuard, MetricsAfterAResumeHoldEachStepOnce) {
     for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"]);
     EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
   }
+}
+
+// Rank 0 alone writes the run directory at start-up; when that fails (here metrics.jsonl is a
+// directory) every rank must raise it, not wait for rank 0 in the first step's collectives.
+TEST(TrainerGuard, ARank0WriteFailureAtStartUpEndsEveryRank) {
+  const std::string dir = scratch_dir("rank0write");
+  const auto first = make_config(dir, {"train.steps=2"});
+  train(first, RunDirMode::fresh);
+  sync();
+  const std::string metrics = first.run.out_dir + "/metrics.jsonl";
+  if (world_rank() == 0) {
+    fs::remove(metrics);
+    fs::create_directory(metrics);
+  }
+  sync();
+  const std::string got = echo::testing::kind_and_what_of(
+      [&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
+  const std::string expected = "run: cannot write the metrics file '" + metrics + "'";
+  EXPECT_EQ(got.rfind(expected, 0), 0u) << got;
+  if (world_size() > 1 && world_rank() > 0)
+    EXPECT_NE(got.find("(reported by rank 0 of " + std::to_string(world_size()) + ")"), std::string::npos) << got;
+  sync();
+  if (world_rank() == 0) EXPECT_TRUE(fs::is_directory(metrics));  // nothing else was written over it
 }
 
 // config.json's max_position_embeddings is the model's context: model.max_position_embeddings, or

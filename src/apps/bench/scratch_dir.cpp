@@ -17,11 +17,19 @@ namespace fs = std::filesystem;
 namespace {
 
 // Rank 0: creates the scratch directory; returns its path, or sets `error`.
+// `created` gets the directories it made for `parent`, deepest first (all of a/b/c for a --dir
+// a/b/c where nothing existed), so the destructor can take back exactly those.
 std::string make_scratch(const std::string& parent, const std::string& prefix, const std::string& flag,
-                         bool& created_parent, std::string& error) {
+                         std::vector<fs::path>& created, std::string& error) {
   std::error_code ec;
   if (!fs::exists(parent, ec)) {
-    created_parent = fs::create_directories(parent, ec);
+    fs::path level = fs::path(parent).lexically_normal();
+    if (!level.has_filename()) level = level.parent_path();  // "a/b/c/" is a/b/c
+    for (fs::path p = level; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      created.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    fs::create_directories(parent, ec);
     if (ec) {
       error = fmt::format("{} '{}' does not exist and cannot be created: {}", flag, parent, ec.message());
       return {};
@@ -49,12 +57,11 @@ void broadcast(std::string& text, MPI_Comm comm) {
 
 }  // namespace
 
-ScratchDir::ScratchDir(const std::string& parent, const std::string& prefix, const std::string& flag, MPI_Comm comm)
-    : parent_(parent) {
+ScratchDir::ScratchDir(const std::string& parent, const std::string& prefix, const std::string& flag, MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   std::string error;
-  if (rank == 0) path_ = make_scratch(parent, prefix, flag, created_parent_, error);
+  if (rank == 0) path_ = make_scratch(parent, prefix, flag, created_parents_, error);
   // Every rank learns the verdict, so all fail together instead of some waiting in a collective.
   broadcast(error, comm);
   ECHO_INPUT_CHECK(error.empty(), "{}", error);
@@ -67,8 +74,9 @@ ScratchDir::~ScratchDir() {
   std::error_code ec;
   fs::remove_all(path_, ec);
   // NOTE: fs::remove deletes a directory only when it is empty, so a parent that something else
-  // wrote into meanwhile stays.
-  if (created_parent_) fs::remove(parent_, ec);
+  // wrote into meanwhile stays, and so do the levels above it.
+  for (const fs::path& dir : created_parents_)
+    if (!fs::remove(dir, ec)) break;
 }
 
 }  // namespace echo::bench

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 #include <map>
+#include <optional>
 #include <type_traits>
 
 #include "core/config/schema.h"
@@ -38,28 +39,40 @@ bool decode_as(const YAML::Node& node, T& out) {
   return node.IsScalar() && YAML::convert<T>::decode(node, out);
 }
 
-// A plain decimal integer ([+-]digits), whatever its size.
+// A scalar written as a plain decimal integer ([+-]digits, whatever its size), split in two.
+struct DecimalLiteral {
+  char sign = 0;  // '+', '-' or 0
+  std::string_view digits;
+};
+
+std::optional<DecimalLiteral> decimal_literal(const YAML::Node& node) {
+  if (!node.IsScalar()) return std::nullopt;
+  DecimalLiteral lit{0, node.Scalar()};
+  if (!lit.digits.empty() && (lit.digits[0] == '+' || lit.digits[0] == '-')) {
+    lit.sign = lit.digits[0];
+    lit.digits.remove_prefix(1);
+  }
+  const bool decimal = std::all_of(lit.digits.begin(), lit.digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (lit.digits.empty() || !decimal) return std::nullopt;
+  return lit;
+}
+
 bool is_integer_literal(const YAML::Node& node, bool negative_ok) {
-  if (!node.IsScalar()) return false;
-  std::string_view text = node.Scalar();
-  if (!text.empty() && (text[0] == '+' || (negative_ok && text[0] == '-'))) text.remove_prefix(1);
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const auto lit = decimal_literal(node);
+  return lit && (negative_ok || lit->sign != '-');
 }
 
 // NOTE: yaml-cpp reads 010 as octal 8, as YAML 1.1 (and PyYAML, which scripts/sweep.py uses)
 // does; YAML 1.2 reads it as 10. A leading zero is refused rather than read either way.
 void refuse_leading_zero(const YAML::Node& node, const std::string& key, const Origins& origins) {
-  if (!node.IsScalar()) return;
-  std::string_view digits = node.Scalar();
-  const std::string_view sign = !digits.empty() && digits[0] == '-' ? "-" : "";
-  if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
-  const bool decimal = std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!decimal || digits.size() < 2 || digits[0] != '0') return;
+  const auto lit = decimal_literal(node);
+  if (!lit || lit->digits.size() < 2 || lit->digits[0] != '0') return;
+  const std::string_view digits = lit->digits;
   const size_t first = std::min(digits.find_first_not_of('0'), digits.size() - 1);
   fail_at(origins.where(key),
           fmt::format("'{}' = {} has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in "
                       "1.2); write it without: {}",
-                      key, node.Scalar(), fmt::format("{}{}", sign, digits.substr(first))));
+                      key, node.Scalar(), fmt::format("{}{}", lit->sign == '-' ? "-" : "", digits.substr(first))));
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {

@@ -1,9 +1,9 @@
-// Checkpoint save / resume and Hugging Face weight loading (protocol in checkpoint.h).
+// Checkpoint save and resume (protocol in checkpoint.h).
 #include "train/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
-#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <mpi.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,66 +26,28 @@
 #include "core/json_guard.h"
 #include "core/log.h"
 #include "core/text_file.h"
+#include "dist/agreement.h"
 #include "dist/mpi_check.h"
+#include "train/checkpoint/agreed_failure.h"
 #include "train/checkpoint/checksums.h"
+#include "train/checkpoint/layout.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
+#include "train/checkpoint/tensor_targets.h"
 #include "train/divergence.h"
 
 namespace echo::train {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace ckpt;  // the folder's names, the tensor targets and the agreed failure
+using dist::agree;
+using dist::error_text;
 
-constexpr const char* kModelFile = "model.safetensors";
-// The trainer's own files live in a subfolder, so the checkpoint directory stays a clean Hugging
-// Face model folder: loaders that glob "*.safetensors" (vLLM, converters) see only the model.
-constexpr const char* kTrainerDir = "trainer";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kStateFile = "trainer_state.json";
-constexpr const char* kHfConfigFile = "config.json";
-constexpr const char* kChecksumsFile = "checksums.json";  // in kTrainerDir (checksums.h)
-constexpr const char* kCompleteFile = "COMPLETE";
 constexpr const char* kStateFormat = "echo-checkpoint";
 constexpr int kStateVersion = 1;
 constexpr std::string_view kStepPrefix = "step_";
 constexpr std::string_view kTmpSuffix = ".tmp";
-constexpr const char* kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
-
-// The text an agreed error carries: an input or run error's message, or a bug's whole what(),
-// so that its "[check ... at file:line]" survives being re-raised as the save's or load's error.
-std::string error_text(const std::exception& e) {
-  if (const auto* err = dynamic_cast<const Error*>(&e); err && err->kind() != Error::Kind::internal)
-    return err->message();
-  return e.what();
-}
-
-// Every rank of comm calls this with its own error ("" when fine). Returns "" on every rank when
-// no rank failed, else (on every rank) the message of the lowest failing rank.
-std::string agree(const dist::Communicator& comm, const std::string& local_error) {
-  const int size = comm.size();
-  int mine = local_error.empty() ? size : comm.rank();
-  int first = size;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm.get()));
-  if (first == size) return {};
-  std::string msg = comm.rank() == first ? local_error : std::string();
-  int len = static_cast<int>(msg.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm.get()));
-  msg.resize(static_cast<size_t>(len));
-  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm.get()));
-  if (size > 1) msg += fmt::format(" (reported by rank {} of {})", first, size);
-  return msg;
-}
-
-// An agreed error, thrown as what it is about: a load's is what the user gave (a checkpoint), an
-// InputError; a save's is the file system refusing a write (a full disk, a permission), a
-// RunError. Both read as plain messages, without a source location.
-enum class Failure { load, save };
-void throw_if(const std::string& error, Failure failure) {
-  if (error.empty()) return;
-  if (failure == Failure::load) ECHO_INPUT_FAIL("{}", error);
-  ECHO_RUN_FAIL("{}", error);
-}
 
 // ---- files ----------------------------------------------------------------------------------------
 
@@ -109,7 +71,9 @@ void write_file_synced(const fs::path& path, const std::string& text) {
   fsync_path(path, false);
 }
 
-std::string read_text(const fs::path& path) { return read_text_file(path.string(), fmt::format("'{}'", path.string())); }
+std::string read_text(const fs::path& path) {
+  return read_text_file(path.string(), fmt::format("'{}'", path.string()));
+}
 
 // The step of a "step_<digits>" directory name (nullopt for anything else, .tmp included).
 std::optional<int64_t> parse_step_dir(const std::string& name) {
@@ -126,32 +90,6 @@ bool is_complete(const fs::path& dir) {
 }
 
 // ---- the model, as its parameters describe it -----------------------------------------------------
-
-struct ShapeSummary {
-  int64_t vocab = 0, hidden = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  bool tie_embeddings = true;
-};
-
-ShapeSummary summarize(const model::ParameterSet<float>& params) {
-  std::map<std::string, const model::ParamSpec*> by_name;
-  for (size_t i = 0; i < params.size(); ++i) by_name[params[i].spec->name] = params[i].spec;
-  auto need = [&](const std::string& name) -> const std::vector<int64_t>& {
-    const auto it = by_name.find(name);
-    ECHO_CHECK(it != by_name.end(), "the parameter set has no '{}': not a Qwen3 model", name);
-    return it->second->full_shape;
-  };
-  ShapeSummary s;
-  s.vocab = need("model.embed_tokens.weight")[0];
-  s.hidden = need("model.embed_tokens.weight")[1];
-  while (by_name.count(fmt::format("model.layers.{}.input_layernorm.weight", s.layers))) ++s.layers;
-  ECHO_CHECK(s.layers > 0, "the parameter set has no layers");
-  s.head_dim = need("model.layers.0.self_attn.q_norm.weight")[0];
-  s.heads = need("model.layers.0.self_attn.q_proj.weight")[0] / s.head_dim;
-  s.kv_heads = need("model.layers.0.self_attn.k_proj.weight")[0] / s.head_dim;
-  s.ffn = need("model.layers.0.mlp.gate_proj.weight")[0];
-  s.tie_embeddings = by_name.count("lm_head.weight") == 0;
-  return s;
-}
 
 nlohmann::json shape_json(const ShapeSummary& s) {
   return {{"vocab_size", s.vocab},  {"hidden", s.hidden},
@@ -204,158 +142,6 @@ std::string hf_config_json(const ShapeSummary& s, const config::Config& cfg) {
                               {"torch_dtype", "float32"},
                               {"use_cache", true}};
   return j.dump(2) + "\n";
-}
-
-// Each parameter's shard must be its share of the full tensor at this tp.
-void check_shards(const model::ParameterSet<float>& params, const AdamW* opt, int tp) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& p = params[i];
-    ECHO_CHECK(
-        p.numel() == p.spec->local_numel(tp),
-        "parameter '{}' holds {} elements, but its shard {} at tp = {} has {} (parameters built for another tp?)",
-        p.spec->name, p.numel(), format_shape(p.spec->local_shape(tp)), tp, p.spec->local_numel(tp));
-  }
-  if (opt == nullptr) return;
-  ECHO_CHECK(opt->size() == params.size(), "the optimizer holds moments for {} parameters, the model has {}",
-             opt->size(), params.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    ECHO_CHECK(opt->exp_avg(i).numel() == params[i].numel() && opt->exp_avg_sq(i).numel() == params[i].numel(),
-               "the optimizer moments of '{}' hold {} / {} elements, the parameter {}", params[i].spec->name,
-               opt->exp_avg(i).numel(), opt->exp_avg_sq(i).numel(), params[i].numel());
-}
-
-// ---- reading tensors into shards ------------------------------------------------------------------
-
-// One destination: the full tensor `name` of spec's shape, read into `out` (this rank's shard).
-struct Target {
-  std::string name;
-  const model::ParamSpec* spec;
-  std::span<float> out;
-  // A device tensor is read through a host copy (`staged`) and then copied to `stage_to`.
-  Tensor* stage_to = nullptr;
-  Tensor staged;
-};
-
-Target make_target(std::string name, const model::ParamSpec* spec, Tensor& dest) {
-  Target t{std::move(name), spec, {}, nullptr, {}};
-  if (dest.is_cpu()) {
-    t.out = host_span<float>(dest);
-  } else {
-    t.staged = Tensor::empty(dest.shape(), DType::f32);
-    t.stage_to = &dest;
-    t.out = host_span<float>(t.staged);
-  }
-  return t;
-}
-
-using TensorFiles = std::map<std::string, const SafetensorsFile*>;  // tensor name -> file holding it
-
-bool converts_to_f32(StDtype d) {
-  return d == StDtype::f32 || d == StDtype::bf16 || d == StDtype::f16 || d == StDtype::f64;
-}
-
-// Checks that every target is present with its shape and a float dtype and that the files hold
-// nothing else (except names in `ignored`); throws naming the first problem and counting the rest.
-void check_targets(const TensorFiles& files, const std::vector<Target>& targets, const std::set<std::string>& ignored,
-                   const std::string& source) {
-  std::vector<std::string> problems;
-  std::set<std::string> expected;
-  for (const auto& t : targets) {
-    expected.insert(t.name);
-    const auto it = files.find(t.name);
-    if (it == files.end()) {
-      problems.push_back(fmt::format("'{}' has no tensor '{}' (the model expects shape {})", source, t.name,
-                                     format_shape(t.spec->full_shape)));
-      continue;
-    }
-    const StTensorInfo& info = it->second->info(t.name);
-    if (info.shape != t.spec->full_shape)
-      problems.push_back(fmt::format("'{}': tensor '{}' has shape {} but the model expects {}", it->second->path(),
-                                     t.name, format_shape(info.shape), format_shape(t.spec->full_shape)));
-    else if (!converts_to_f32(info.dtype))
-      problems.push_back(fmt::format("'{}': tensor '{}' is {}, not a floating dtype", it->second->path(), t.name,
-                                     st_dtype_name(info.dtype)));
-  }
-  for (const auto& [name, file] : files)
-    if (!expected.count(name) && !ignored.count(name))
-      problems.push_back(
-          fmt::format("'{}' holds tensor '{}' {} that the model does not have (a checkpoint of another "
-                      "model: layer count or tie_embeddings differ?)",
-                      file->path(), name, format_shape(file->info(name).shape)));
-  if (problems.empty()) return;
-  std::string msg = problems.front();
-  if (problems.size() > 1) msg += fmt::format(" (and {} more problems)", problems.size() - 1);
-  ECHO_INPUT_FAIL("{}", msg);
-}
-
-// What a loaded tensor may hold. Weights: finite and within kMaxSaneWeight, what the trainer
-// checks before every save (a checkpoint beyond it is corrupt, and resuming from it would blame
-// the first step). Moments: finite, and the second one non-negative (AdamW takes its root).
-enum class Values { weights, first_moment, second_moment };
-
-Values values_of(const std::string& name) {
-  if (name.ends_with(kMomentSuffix[1])) return Values::second_moment;
-  if (name.ends_with(kMomentSuffix[0])) return Values::first_moment;
-  return Values::weights;
-}
-
-// Reads every target's shard of this rank; returns "" or the first problem (a read error, or a
-// value the tensor cannot hold), so the caller can agree on it across ranks before any throws.
-std::string read_targets(const TensorFiles& files, const std::vector<Target>& targets, int tp, int tp_rank) {
-  for (const auto& t : targets) {
-    const std::string& path = files.at(t.name)->path();
-    try {
-      read_shard(*files.at(t.name), t.name, *t.spec, tp, tp_rank, t.out);
-    } catch (const std::exception& e) {
-      return error_text(e);
-    }
-    const Values kind = values_of(t.name);
-    for (size_t i = 0; i < t.out.size(); ++i) {
-      const float v = t.out[i];
-      std::string what;
-      if (std::isnan(v))
-        what = "a NaN";
-      else if (std::isinf(v))
-        what = "an infinity";
-      else if (kind == Values::weights && std::fabs(v) > kMaxSaneWeight)
-        what = fmt::format("{:g}, beyond the {:g} in magnitude that trained weights stay within", v, kMaxSaneWeight);
-      else if (kind == Values::second_moment && v < 0.0f)
-        what = fmt::format("{:g}, a negative second moment", v);
-      if (!what.empty())
-        return fmt::format("'{}': tensor '{}' holds {} (element {} of the shard of tp rank {} of {}): the file is corrupt",
-                           path, t.name, what, i, tp_rank, tp);
-    }
-    if (t.stage_to) t.stage_to->copy_from(t.staged);
-  }
-  return {};
-}
-
-TensorFiles index_of(const SafetensorsFile& file) {
-  TensorFiles out;
-  for (const auto& name : file.names()) out[name] = &file;
-  return out;
-}
-
-std::vector<Target> param_targets(model::ParameterSet<float>& params) {
-  std::vector<Target> out;
-  for (size_t i = 0; i < params.size(); ++i) out.push_back(make_target(params[i].spec->name, params[i].spec, params[i].value));
-  return out;
-}
-
-// The checkpoint-relative path of a file in the trainer folder, as trainer/checksums.json names it.
-std::string trainer_rel(const char* file) { return fmt::format("{}/{}", kTrainerDir, file); }
-
-// trainer/checksums.json of the checkpoint in `dir`, or nullopt when it has none (written before
-// checksums existed, or of the layout before trainer/). Throws naming the file when malformed.
-std::optional<CheckpointChecksums> read_checksums(const fs::path& dir) {
-  const fs::path path = dir / kTrainerDir / kChecksumsFile;
-  std::error_code ec;
-  const bool exists = fs::exists(path, ec);
-  // Only a file that is not there means "written before checksums": one that cannot be looked at
-  // (a permission) must not load unverified.
-  ECHO_INPUT_CHECK(!ec, "cannot look for the checkpoint checksums '{}': {}", path.string(), ec.message());
-  if (!exists) return std::nullopt;
-  return parse_checksums(read_text(path), path.string());
 }
 
 // The trainer state's `key` as written: a JSON integer (2.0 is refused, not truncated) in [min, max].
@@ -634,7 +420,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   int64_t optimizer_step = 0;
   const fs::path state_path = trainer_files(dir) / kStateFile;
   const std::string state_text = read_text(state_path);
-  if (const auto sums = read_checksums(dir)) verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
+  if (const auto sums = read_checkpoint_checksums(dir.string()))
+    verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
   return parse_state(state_path, state_text, optimizer_step);
 }
 
@@ -651,8 +438,8 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   bool verified = false;
   try {
     ECHO_INPUT_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", ckpt_dir);
-    ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
-               kCompleteFile);
+    ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written",
+                     ckpt_dir, kCompleteFile);
     check_shards(params, opt, tp);
     const fs::path trainer_dir = trainer_files(dir);
     // Each file is checked against its checksums before it is parsed, so a corrupt one is named as
@@ -661,7 +448,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     // mismatch found on any rank reaches every rank through the agreement below. config.json is
     // hashed at save but not checked here: the load does not read it, and the folder is a Hugging
     // Face one whose config.json a user may edit for transformers.
-    const std::optional<CheckpointChecksums> sums = read_checksums(dir);
+    const std::optional<CheckpointChecksums> sums = read_checkpoint_checksums(dir.string());
     verified = sums.has_value();
     ChecksumShare share{world.world.rank(), world.world.size(), 0};
     const std::string state_text = read_text(trainer_dir / kStateFile);
@@ -703,116 +490,6 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   ECHO_INFO("train", "loaded checkpoint of step {} (written at tp = {}, dp = {}) from {}", meta.step, meta.tp, meta.dp,
             ckpt_dir);
   return meta;
-}
-
-// ---- Hugging Face weights ---------------------------------------------------------------------------
-
-namespace {
-
-// The files of a Hugging Face checkpoint and which tensor lives in which.
-struct HfCheckpoint {
-  std::string source;  // for messages
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  TensorFiles tensors;
-};
-
-HfCheckpoint open_hf(const std::string& path) {
-  HfCheckpoint ck;
-  fs::path p(path);
-  std::error_code ec;  // the non-throwing forms: a bad name ends in the file's own "cannot open" message
-  if (fs::is_directory(p, ec)) {
-    const bool index = fs::exists(p / "model.safetensors.index.json", ec);
-    const bool single = fs::exists(p / "model.safetensors", ec);
-    // NOTE: transformers loads model.safetensors when both are there; taking the index would load
-    // other weights than it does, with no error.
-    ECHO_INPUT_CHECK(!(index && single),
-                     "'{}' holds both model.safetensors and model.safetensors.index.json, which may be different "
-                     "weights: remove one (transformers would load model.safetensors)",
-                     path);
-    ECHO_INPUT_CHECK(index || single, "'{}' holds neither model.safetensors nor model.safetensors.index.json", path);
-    p /= index ? "model.safetensors.index.json" : "model.safetensors";
-  }
-  ck.source = p.string();
-  if (p.extension() != ".json") {
-    ck.files.push_back(std::make_unique<SafetensorsFile>(p.string()));
-    ck.tensors = index_of(*ck.files.back());
-    return ck;
-  }
-  nlohmann::json index = read_untrusted_json_file(p.string(), fmt::format("safetensors index '{}'", p.string()));
-  ECHO_INPUT_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-                   "safetensors index '{}' has no 'weight_map' object", p.string());
-  std::map<std::string, const SafetensorsFile*> by_file;
-  for (const auto& [name, file] : index["weight_map"].items()) {
-    ECHO_INPUT_CHECK(file.is_string(), "safetensors index '{}': weight_map entry '{}' is not a file name", p.string(),
-                     name);
-    const std::string rel = file.get<std::string>();
-    auto it = by_file.find(rel);
-    if (it == by_file.end()) {
-      ck.files.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / rel).string()));
-      it = by_file.emplace(rel, ck.files.back().get()).first;
-    }
-    ECHO_INPUT_CHECK(it->second->contains(name), "safetensors index '{}' maps tensor '{}' to '{}', which does not hold it",
-               p.string(), name, it->second->path());
-    ck.tensors[name] = it->second;
-  }
-  return ck;
-}
-
-// The model of one of our checkpoints (trainer/checksums.json beside it) is verified as a resume
-// verifies it, split over comm's ranks; any other Hugging Face folder has no checksums to check.
-void verify_if_ours(const HfCheckpoint& ck, const dist::Communicator* comm) {
-  if (ck.files.size() != 1) return;
-  const SafetensorsFile& file = *ck.files.front();
-  const fs::path model_path(file.path());
-  if (model_path.filename() != kModelFile) return;
-  const fs::path dir = model_path.has_parent_path() ? model_path.parent_path() : fs::path(".");
-  const std::optional<CheckpointChecksums> sums = read_checksums(dir);
-  if (!sums) return;
-  const ChecksumShare share{comm ? comm->rank() : 0, comm ? comm->size() : 1, 0};
-  verify_safetensors(*sums, dir.string(), kModelFile, file, share);
-}
-
-void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp, int tp_rank,
-             const dist::Communicator* comm) {
-  std::string error;
-  HfCheckpoint ck;
-  std::vector<Target> targets;
-  try {
-    check_shards(params, nullptr, tp);
-    ck = open_hf(path);
-    verify_if_ours(ck, comm);
-    targets = param_targets(params);
-    const bool tied = summarize(params).tie_embeddings;
-    ECHO_INPUT_CHECK(tied || ck.tensors.count("lm_head.weight"),
-               "'{}' has no lm_head.weight but the model has tie_embeddings = false (a tied checkpoint? set "
-               "model.tie_embeddings: true)",
-               ck.source);
-    // Harmless extras: a tied lm_head (transformers ignores it too) and old RoPE buffers.
-    std::set<std::string> ignored;
-    for (const auto& [name, file] : ck.tensors)
-      if ((tied && name == "lm_head.weight") || name.ends_with("rotary_emb.inv_freq")) ignored.insert(name);
-    check_targets(ck.tensors, targets, ignored, ck.source);
-    if (tied && ck.tensors.count("lm_head.weight"))
-      ECHO_WARN("train", "'{}' has lm_head.weight but the model ties it to the embedding: ignored", ck.source);
-  } catch (const std::exception& e) {
-    error = fmt::format("cannot load Hugging Face weights: {}", error_text(e));
-  }
-  throw_if(comm ? agree(*comm, error) : error, Failure::load);
-  error = read_targets(ck.tensors, targets, tp, tp_rank);
-  if (!error.empty()) error = "cannot load Hugging Face weights: " + error;
-  throw_if(comm ? agree(*comm, error) : error, Failure::load);
-  params.refresh_compute_weights();
-  ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
-}
-
-}  // namespace
-
-void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world) {
-  load_hf(path, params, world.layout.tp, world.layout.tp_rank, &world.world);
-}
-
-void load_hf_weights(const std::string& path, model::ParameterSet<float>& params) {
-  load_hf(path, params, 1, 0, nullptr);
 }
 
 }  // namespace echo::train

@@ -1,6 +1,6 @@
 // Training checkpoints (docs/design.md §14): full, Hugging Face-named fp32 tensors gathered from
 // the TP shards, the AdamW moments, and the trainer state, written atomically; loaded into any
-// tp × dp layout. Also the initialisation from a Hugging Face Qwen3 checkpoint.
+// tp × dp layout. The initialisation from a Hugging Face Qwen3 checkpoint is in hf_weights.h.
 //
 // Layout of <run_dir>/checkpoints/step_<8 digits>/, a clean Hugging Face model folder (the only
 // *.safetensors in it is the model, so loaders that glob, like vLLM, pick up nothing else):
@@ -50,7 +50,7 @@ namespace echo::train {
 
 struct CheckpointMeta {
   int64_t step = 0;            // training steps completed
-  uint64_t data_position = 0;  // the data loader's position to resume from
+  uint64_t data_position = 0;  // the trainer writes the step (its batch is a function of the step) and checks it
   uint64_t seed = 0;
   int tp = 1, dp = 1;       // the layout that wrote it (informational: loading takes any layout)
   std::string config_yaml;  // the effective config (config::to_yaml); may be empty
@@ -99,21 +99,5 @@ CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir);
 // agreement after validation). Returns the stored meta.
 CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
                                const dist::World& world);
-
-// Initialises the weights from a Hugging Face Qwen3 checkpoint: `path` is a .safetensors file,
-// a model.safetensors.index.json (weight_map over shard files), or a directory holding either (one
-// holding both is refused: transformers would load model.safetensors, which may differ).
-// F32, BF16, F16 (and F64) tensors are converted to fp32. A tied model (tie_embeddings) may lack
-// lm_head.weight, and one present is ignored, as transformers does; an untied model whose files
-// have no lm_head.weight is an error. Missing tensors, shape mismatches and unexpected tensors
-// (other than rotary_emb.inv_freq buffers) are refused on every rank, naming the tensor and both
-// shapes; nothing is modified then. A model.safetensors with trainer/checksums.json beside it (one
-// of our step folders) is verified against it first, as load_checkpoint does. Collective over
-// world.world (one agreement).
-void load_hf_weights(const std::string& path, model::ParameterSet<float>& params, const dist::World& world);
-
-// Single-process form for a parameter set built with tp = 1 (tools, tests); not collective.
-// Throws when a parameter is sharded (its rank is unknown here: use the World overload).
-void load_hf_weights(const std::string& path, model::ParameterSet<float>& params);
 
 }  // namespace echo::train

@@ -3,15 +3,20 @@
 
 #include <xxhash.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "core/text_file.h"
+#include "train/checkpoint/layout.h"
 
 namespace echo::train {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "echo-checksums";
 constexpr int kVersion = 1;
@@ -84,7 +89,9 @@ std::string checksums_json(const CheckpointChecksums& sums) {
 
 CheckpointChecksums parse_checksums(std::string_view text, const std::string& path) {
   const nlohmann::json j = parse_untrusted_json(text, fmt::format("checkpoint checksums '{}'", path));
-  auto bad = [&](const std::string& what) { ECHO_INPUT_FAIL("checkpoint checksums '{}' is malformed: {}", path, what); };
+  auto bad = [&](const std::string& what) {
+    ECHO_INPUT_FAIL("checkpoint checksums '{}' is malformed: {}", path, what);
+  };
   if (!j.is_object()) bad("not a JSON object");
   if (!j.contains("format") || j["format"] != kFormat) bad(fmt::format("'format' is not \"{}\"", kFormat));
   if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != kVersion)
@@ -104,9 +111,11 @@ CheckpointChecksums parse_checksums(std::string_view text, const std::string& pa
     if (!entry.is_object() || !entry.contains("header") || !entry.contains("tensors") || !entry["tensors"].is_object())
       bad(fmt::format("the entry of '{}' is neither a checksum nor an object with 'header' and 'tensors'", rel));
     SafetensorsChecksums st;
-    if (!parse_hex(entry["header"], st.header)) bad(fmt::format("the header checksum of '{}' is not 16 hex digits", rel));
+    if (!parse_hex(entry["header"], st.header))
+      bad(fmt::format("the header checksum of '{}' is not 16 hex digits", rel));
     for (const auto& [name, value] : entry["tensors"].items()) {
-      if (!parse_hex(value, hash)) bad(fmt::format("the checksum of tensor '{}' of '{}' is not 16 hex digits", name, rel));
+      if (!parse_hex(value, hash))
+        bad(fmt::format("the checksum of tensor '{}' of '{}' is not 16 hex digits", name, rel));
       st.tensors[name] = hash;
     }
     sums.safetensors[rel] = std::move(st);
@@ -152,6 +161,16 @@ size_t verify_safetensors(const CheckpointChecksums& sums, const std::string& ck
       ECHO_INPUT_FAIL("{}", mismatch(ckpt_dir, fmt::format("tensor '{}' in {}", names[i], rel), want, got));
   }
   return names.size();
+}
+
+std::optional<CheckpointChecksums> read_checkpoint_checksums(const std::string& ckpt_dir) {
+  const fs::path path = fs::path(ckpt_dir) / ckpt::kTrainerDir / ckpt::kChecksumsFile;
+  // Only a file that is not there means "written before checksums": anything else at its name (a
+  // dangling link, a directory, an entry that cannot be looked at) is read, and refused, rather
+  // than loading the checkpoint unverified.
+  if (is_absent(path.string())) return std::nullopt;
+  return parse_checksums(read_text_file(path.string(), fmt::format("checkpoint checksums '{}'", path.string())),
+                         path.string());
 }
 
 }  // namespace echo::train

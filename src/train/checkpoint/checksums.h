@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -72,5 +73,10 @@ void verify_file(const CheckpointChecksums& sums, const std::string& ckpt_dir, c
 // items the next file's share starts after.
 size_t verify_safetensors(const CheckpointChecksums& sums, const std::string& ckpt_dir, const std::string& rel,
                           const SafetensorsFile& file, const ChecksumShare& share);
+
+// trainer/checksums.json of the checkpoint in `ckpt_dir`, or nullopt when it has none (written
+// before checksums existed, or of the layout before trainer/). Throws an echo::InputError naming
+// the file when it is malformed or cannot be looked at.
+std::optional<CheckpointChecksums> read_checkpoint_checksums(const std::string& ckpt_dir);
 
 }  // namespace echo::train
