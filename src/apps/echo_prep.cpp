@@ -40,6 +40,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/parse_command_line.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/same_file.h"
@@ -581,7 +582,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, size_t{4096}))
       ->capture_default_str();
   try {
-    app.parse(argc, argv);
+    echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

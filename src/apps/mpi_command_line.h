@@ -7,13 +7,15 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 
+#include "apps/parse_command_line.h"
+
 namespace echo::apps {
 
 // nullopt when the command line parsed and the program goes on; else the status to exit with
 // (0 after --help, non-zero after an error).
 inline std::optional<int> parse_on_every_rank(CLI::App& app, int argc, char** argv) {
   try {
-    app.parse(argc, argv);
+    parse_naming_unknown_options(app, argc, argv);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     int rank = 0;

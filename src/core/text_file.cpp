@@ -38,7 +38,10 @@ std::optional<std::string> try_read_text_file(const std::string& path, std::stri
   // writer appears; it changes nothing for a regular file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    why = std::strerror(errno);
+    const int error = errno;
+    // A dangling symbolic link read "No such file or directory", as if nothing were there.
+    const std::string link_problem = error == ENOENT || error == ELOOP ? why_unresolvable(path) : "";
+    why = link_problem.empty() ? std::strerror(error) : link_problem;
     return std::nullopt;
   }
   const FdCloser closer(fd);
@@ -92,6 +95,21 @@ std::string read_text_file(const std::string& path, const std::string& what, std
 bool is_absent(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+}
+
+std::string why_unresolvable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return "";
+  const int error = errno;
+  if (error == ELOOP) return "it is a symbolic-link loop (too many levels of symbolic links)";
+  if (error == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::string target(4096, '\0');
+    const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+    if (n < 0) return "it is a symbolic link to something that does not exist";
+    target.resize(static_cast<std::size_t>(n));
+    return fmt::format("it is a symbolic link to '{}', which does not exist", target);
+  }
+  return std::strerror(error);
 }
 
 }  // namespace echo

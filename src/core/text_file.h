@@ -29,4 +29,9 @@ std::string read_text_file(const std::string& path, const std::string& what, std
 // it cannot be read instead of the caller calling it missing.
 bool is_absent(const std::string& path);
 
+// Why `path`, which is not absent, cannot be followed to what it names, in a few words: "it is a
+// symbolic-link loop", "it is a symbolic link to 'x', which does not exist", or the system's
+// reason; "" when it can. For the "does not exist" a caller would otherwise say of such a name.
+std::string why_unresolvable(const std::string& path);
+
 }  // namespace echo

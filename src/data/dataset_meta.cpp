@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -152,10 +151,9 @@ DatasetMeta parse_dataset_meta(std::string_view text, const std::string& path) {
 
 std::optional<DatasetMeta> read_dataset_meta(const std::string& prefix) {
   const std::string path = dataset_meta_path(prefix);
-  // NOTE: the link itself (symlink_status): a dangling or looping symbolic link at the sidecar's
+  // NOTE: is_absent looks at the link itself: a dangling or looping symbolic link at the sidecar's
   // name is a sidecar that cannot be read, not "no sidecar", which would leave the data unchecked.
-  std::error_code ec;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return std::nullopt;
+  if (is_absent(path)) return std::nullopt;
   std::string why;
   const std::optional<std::string> text = try_read_text_file(path, why, kMaxDatasetMetaBytes);
   ECHO_INPUT_CHECK(text.has_value(), "cannot read dataset sidecar '{}': {}; {}", path, why, kMalformedFix);

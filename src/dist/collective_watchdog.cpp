@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/seconds_text.h"
 #include "core/stopwatch.h"
 
 namespace echo::dist {
@@ -54,9 +55,10 @@ struct Watchdog {
       const int64_t waited = steady_now_ns() - since;
       if (waited <= timeout) continue;
       fired_for = gen;
-      fire(fmt::format("[rank {}] error: no progress for {:.0f} s in {} (comm.peer_timeout_s = {:g}): a peer rank is "
+      fire(fmt::format("[rank {}] error: no progress for {} s in {} (comm.peer_timeout_s = {:g}): a peer rank is "
                        "stopped, hung or gone; ending this rank so that mpirun ends the job",
-                       rank.load(), static_cast<double>(waited) * 1e-9, w, static_cast<double>(timeout) * 1e-9));
+                       rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
+                       static_cast<double>(timeout) * 1e-9));
     }
   }
 

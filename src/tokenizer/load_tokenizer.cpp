@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -23,13 +24,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::st
                      ByteTokenizer::kEosText, ByteTokenizer::kEosId);
     return std::make_unique<ByteTokenizer>();
   }
-  const std::filesystem::path path = tokenizer_file(spec);
-  std::error_code ec;
-  ECHO_INPUT_CHECK(std::filesystem::exists(path, ec),
+  const std::string path = tokenizer_file(spec);
+  // Only nothing at the name "does not exist": a dangling or looping symbolic link there is
+  // refused by the reader, which says what it is.
+  ECHO_INPUT_CHECK(!is_absent(path),
                    "tokenizer.json '{}' does not exist (tokenizer spec {:?}: use \"byte\" "
                    "or a path to a Hugging Face tokenizer.json; scripts/get_data.sh fetches Qwen3's)",
-                   path.string(), spec);
-  return HfTokenizer::from_file(path.string(), eos_token);
+                   path, spec);
+  return HfTokenizer::from_file(path, eos_token);
 }
 
 }  // namespace echo::tokenizer

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/same_file.h"
+#include "core/text_file.h"
 #include "data/data_loader.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
@@ -66,8 +67,10 @@ bool is_dir(const fs::path& p) {
 
 Resolved resolve_checkpoint(const std::string& path) {
   ECHO_INPUT_CHECK(!path.empty(), "no checkpoint given");
-  std::error_code ec;
-  ECHO_INPUT_CHECK(fs::exists(path, ec), "checkpoint '{}' does not exist", path);
+  ECHO_INPUT_CHECK(!is_absent(path), "checkpoint '{}' does not exist", path);
+  // Something is there: a symbolic link that leads nowhere, or round in a loop, is not "missing".
+  const std::string unresolvable = why_unresolvable(path);
+  ECHO_INPUT_CHECK(unresolvable.empty(), "checkpoint '{}' cannot be resolved: {}", path, unresolvable);
   const fs::path p(path);
   if (!is_dir(p)) {
     const std::string name = p.filename().string();
@@ -225,6 +228,10 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   auto logger = log::get("eval");
+  // The layout is the command line's (below, over any config): a --set of it was silently ignored.
+  ECHO_INPUT_CHECK(!config::overrides_set(req.overrides, "parallel.tp"),
+                   "--set parallel.tp: echo_eval takes its layout from --tp (the tensor-parallel size; default: the "
+                   "number of ranks, dp = ranks / tp), not from the config; pass --tp N instead");
 
   const Resolved ckpt = resolve_checkpoint(req.checkpoint);
   EvalReport rep;
@@ -264,11 +271,13 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   // The data first: its errors cost nothing to find.
   const std::string& prefix = cfg.data.valid;
   check_outputs(req, prefix);
-  std::error_code ec;
-  ECHO_INPUT_CHECK(fs::exists(prefix + ".idx", ec),
+  ECHO_INPUT_CHECK(!is_absent(prefix + ".idx"),
                    "evaluation data '{}': {}.idx does not exist (make one with echo_prep, or run `bash "
                    "scripts/get_data.sh` for data/demo)",
                    prefix, prefix);
+  const std::string unresolvable = why_unresolvable(prefix + ".idx");
+  ECHO_INPUT_CHECK(unresolvable.empty(), "evaluation data '{}': {}.idx cannot be resolved: {}", prefix, prefix,
+                   unresolvable);
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
   const std::optional<data::DatasetMeta> meta = data::read_dataset_meta(prefix);
   if (!eos.chosen) settle_eos(cfg, eos, ckpt, prefix, meta);

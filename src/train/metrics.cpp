@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
+#include "core/clip_text.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -97,19 +99,45 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   if (!fs::is_regular_file(path, ec)) return;
   std::ifstream in(path);
   ECHO_INPUT_CHECK(in.good(), "cannot read the metrics file '{}': {}", path, std::strerror(errno));
-  std::string kept;
-  int64_t dropped = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  struct Line {
+    std::string text;
+    bool json = false;
+    bool later = false;  // of a step after last_step
+  };
+  std::vector<Line> lines;
+  for (std::string text; std::getline(in, text);) {
+    const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     const bool later = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
                        j["step"].get<int64_t>() > last_step;
-    if (j.is_discarded() || later) {
-      ++dropped;
-      continue;
-    }
-    kept += line + '\n';
+    lines.push_back({std::move(text), !j.is_discarded(), later});
   }
-  if (dropped == 0) return;
+  // The file is appended to in order: a line that is not JSON before the last line that is kept
+  // was written before the resume point and stays; one after it (a line cut off when the run
+  // died, at the end) goes with the lines logged after the checkpoint.
+  std::size_t keep_before = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].json && !lines[i].later) keep_before = i + 1;
+  std::string kept;
+  int64_t later = 0, not_json_dropped = 0, not_json = 0;
+  constexpr int64_t kNamedLines = 3;  // a file of garbage is named by its first lines, not line by line
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const Line& line = lines[i];
+    const bool keep = line.json ? !line.later : i < keep_before;
+    if (!line.json && ++not_json <= kNamedLines)
+      ECHO_WARN("train", "line {} of the metrics file '{}' is not JSON: '{}'; {}", i + 1, path, clip_text(line.text),
+                keep ? "kept (it lies among the lines before the resume point)"
+                     : "dropped with the lines after the resume point (most likely cut off when the run died)");
+    if (keep)
+      kept += line.text + '\n';
+    else if (line.json)
+      ++later;
+    else
+      ++not_json_dropped;
+  }
+  if (not_json > kNamedLines)
+    ECHO_WARN("train", "the metrics file '{}' holds {} lines that are not JSON in all ({} of them dropped)", path,
+              not_json, not_json_dropped);
+  if (later == 0 && not_json_dropped == 0) return;
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -119,7 +147,7 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   }
   fs::rename(tmp, path, ec);
   ECHO_RUN_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
-  ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, dropped);
+  if (later > 0) ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, later);
 }
 
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left) {

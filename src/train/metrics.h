@@ -57,8 +57,9 @@ class MetricsLog {
 
 // For a resume from the checkpoint of `last_step`: removes from the metrics file every line of a
 // later step (the run that died after its checkpoint logged them, and the resumed run logs them
-// again) and any line that is not JSON (one cut off mid-write). Rewrites the file atomically;
-// nothing to do when it does not exist.
+// again) and a line that is not JSON after the last line kept (one cut off mid-write); a line
+// that is not JSON among the kept ones stays. Each line that is not JSON is named in a warning.
+// Rewrites the file atomically; nothing to do when it does not exist.
 void truncate_metrics(const std::string& path, int64_t last_step);
 
 // "step   120/1000 | loss 3.4567 | lr 3.00e-04 | 12.3k tok/s | ETA 01:02:03"

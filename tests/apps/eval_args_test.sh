@@ -20,9 +20,19 @@ for opt in --tp --batches --micro-batch --global-batch --seq-len; do
   refused "$opt 0" "$opt 0: must be positive" "$opt" 0
   refused "$opt -2" "$opt -2: must be positive" "$opt" -2
 done
+# The layout is --tp's: a --set of parallel.tp (silently ignored before) is refused naming --tp.
+refused "--set parallel.tp" "--set parallel.tp: echo_eval takes its layout from --tp" --set parallel.tp=2
 # Without the options, the checkpoint is what is wrong.
 out=$(timeout 60 "$build/echo_eval" /nonexistent/checkpoint 2>&1 </dev/null)
 if [[ $out == *"error: checkpoint '/nonexistent/checkpoint' does not exist"* ]]; then echo "ok: defaults"; passed=$((passed + 1))
 else echo "FAIL: defaults"; echo "$out" | tail -5; failed=$((failed + 1)); fi
+# A symbolic-link loop at the checkpoint's name is not "does not exist".
+loop_dir=$(mktemp -d /tmp/echo_eval_args.XXXXXX)
+ln -s "$loop_dir/loop" "$loop_dir/loop"
+out=$(timeout 60 "$build/echo_eval" "$loop_dir/loop" 2>&1 </dev/null)
+if [[ $out == *"error: checkpoint '$loop_dir/loop' cannot be resolved: it is a symbolic-link loop"* ]]; then
+  echo "ok: symbolic-link loop"; passed=$((passed + 1))
+else echo "FAIL: symbolic-link loop"; echo "$out" | tail -5; failed=$((failed + 1)); fi
+rm -rf "$loop_dir"
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -786,6 +786,36 @@ TEST_F(ConfigFile, MalformedOverridesAreErrors) {
       StartsWith("--set run.seed.low=1: cannot set a key inside 'run.seed': it is not a mapping (" + path + ":1)"));
 }
 
+// A huge --set (a 10 MB value) was quoted whole in the error, which then broke the message's
+// trip between ranks: the input is named by its start and its size.
+TEST_F(ConfigFile, HugeOverridesAreClippedInMessages) {
+  const std::string path = write("base.yaml", {"run: {seed: 5}"});
+  const std::string mega(1 << 20, 'x');
+  // A flow value that is not valid YAML.
+  std::string msg = error_of([&] { load_config(path, {"model.layers=[" + mega}); });
+  EXPECT_THAT(msg, StartsWith("--set model.layers=[xxxx"));
+  EXPECT_THAT(msg, HasSubstr("... (1048590 bytes): value '[xxxx"));
+  EXPECT_THAT(msg, HasSubstr("... (1048577 bytes)' is not valid YAML"));
+  EXPECT_LT(msg.size(), 1000u) << msg.size();
+  // No '=' at all, and a key that is not a dotted name.
+  msg = error_of([&] { load_config(path, {mega}); });
+  EXPECT_THAT(msg, AllOf(StartsWith("--set xxxx"), HasSubstr("... (1048576 bytes): malformed override: expected")));
+  EXPECT_LT(msg.size(), 1000u) << msg.size();
+  msg = error_of([&] { load_config(path, {"a-" + mega + "=1"}); });
+  EXPECT_THAT(msg, HasSubstr("malformed override key 'a-xxxx"));
+  EXPECT_LT(msg.size(), 1000u) << msg.size();
+  // A value the typed reading refuses: the key is named first, and the reader clips its quote.
+  msg = error_of([&] { load_config(path, {"model.layers=" + mega}); });
+  EXPECT_THAT(msg, StartsWith("--set model.layers=xxxx"));
+  EXPECT_THAT(msg, HasSubstr("... (1048589 bytes): 'model.layers' must be an integer, got 'xxxx"));
+  EXPECT_THAT(msg, HasSubstr("... (1048576 bytes)'"));
+  EXPECT_LT(msg.size(), 1000u) << msg.size();
+  // An unknown key as long: named by its start, and the known keys are still listed.
+  msg = error_of([&] { load_config(path, {"model." + mega + "=1"}); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("unknown key 'model.xxxx"), HasSubstr("(known keys in 'model': ")));
+  EXPECT_LT(msg.size(), 2000u) << msg.size();
+}
+
 // ---- writing ----------------------------------------------------------------------------
 
 TEST_F(ConfigFile, EffectiveConfigRoundTrips) {

@@ -88,6 +88,24 @@ TEST_F(TextFileTest, OnlyNothingAtTheNameIsAbsent) {
   EXPECT_FALSE(is_absent(std::string(5000, 'x')));
 }
 
+// A symbolic link that is there but leads nowhere, or round in a loop, says so: it read "No such
+// file or directory" (as if nothing were there) or "does not exist" in its callers.
+TEST_F(TextFileTest, AnUnresolvableLinkSaysWhatItIs) {
+  const std::string file = write("file", "x");
+  EXPECT_EQ(why_unresolvable(file), "");
+  EXPECT_EQ(why_unresolvable(dir_.str()), "");
+  const std::string dangling = dir_.path("dangling"), loop = dir_.path("loop");
+  ASSERT_EQ(::symlink(dir_.path("nowhere").c_str(), dangling.c_str()), 0);
+  ASSERT_EQ(::symlink(loop.c_str(), loop.c_str()), 0);
+  const std::string to_nowhere = "it is a symbolic link to '" + dir_.path("nowhere") + "', which does not exist";
+  EXPECT_EQ(why_unresolvable(dangling), to_nowhere);
+  EXPECT_EQ(why_unresolvable(loop), "it is a symbolic-link loop (too many levels of symbolic links)");
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(dangling, "config 'l'"); }),
+            "input: cannot read config 'l': " + to_nowhere);
+  EXPECT_EQ(kind_and_what_of([&] { read_text_file(loop, "config 'l'"); }),
+            "input: cannot read config 'l': it is a symbolic-link loop (too many levels of symbolic links)");
+}
+
 TEST_F(TextFileTest, AProcFileIsReadToItsEndAndBounded) {
   // /proc files are regular but report size 0: read to their end, the bound applies to what is read.
   const std::string whole = read_text_file("/proc/self/cmdline", "cmdline");

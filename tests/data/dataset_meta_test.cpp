@@ -295,7 +295,12 @@ TEST_F(DatasetMetaTest, AMalformedSidecarIsRefusedNamingIt) {
   // would leave the data unchecked).
   fs::create_symlink(dir.path("nowhere.meta.json"), path);
   EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }),
-              HasSubstr("cannot read dataset sidecar '" + path + "': No such file or directory"));
+              HasSubstr("cannot read dataset sidecar '" + path + "': it is a symbolic link to '" +
+                        dir.path("nowhere.meta.json") + "', which does not exist"));
+  fs::remove(path);
+  fs::create_symlink(path, path);  // a loop
+  EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }),
+              HasSubstr("cannot read dataset sidecar '" + path + "': it is a symbolic-link loop"));
   fs::remove(path);
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);  // refused at once, not waited on for a writer
   EXPECT_THAT(error_of([&] { read_dataset_meta(prefix); }),

@@ -59,6 +59,27 @@ TEST_F(CollectiveWatchdogTest, AScopeThatOutlastsTheTimeoutIsReportedOnceNamingI
       << got[0];
 }
 
+// A sub-second timeout (comm.peer_timeout_s = 0.001 is valid) is reported with the time it
+// waited, not rounded to "0 s".
+TEST_F(CollectiveWatchdogTest, ASubSecondWaitIsReportedInSignificantDigits) {
+  set_collective_timeout(0.001, 0);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const CollectiveScope scope("the probe collective");
+    while (messages().empty() && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(1ms);
+  }
+  const auto got = messages();
+  ASSERT_EQ(got.size(), 1u);
+  const std::string prefix = "[rank 0] error: no progress for ";
+  ASSERT_EQ(got[0].rfind(prefix, 0), 0u) << got[0];
+  // The wait itself depends on when the thread looks (its previous sleep may be long, and a wait of
+  // 2.00 s prints "2"): whatever it is, it is not rounded down to "0" (seconds_text_test checks
+  // the digits themselves).
+  const std::string seconds = got[0].substr(prefix.size(), got[0].find(' ', prefix.size()) - prefix.size());
+  EXPECT_GE(std::stod(seconds), 0.001) << got[0];
+  EXPECT_NE(got[0].find(" s in the probe collective (comm.peer_timeout_s = 0.001)"), std::string::npos) << got[0];
+}
+
 TEST_F(CollectiveWatchdogTest, ManyShortScopesAreNotAnOverrun) {
   set_collective_timeout(0.5, 0);
   for (int i = 0; i < 300; ++i) {  // 1.5 s in all, 3 timeouts, none of them in one scope

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <tuple>
@@ -201,6 +202,17 @@ TEST_F(HfTokenizerFile, ErrorsNameTheFile) {
   const std::string missing = dir_.path("nope.json");
   EXPECT_THAT(error_of([&] { load_tokenizer(missing); }), HasSubstr("'" + missing + "' does not exist"));
   EXPECT_THAT(error_of([&] { load_tokenizer(""); }), HasSubstr("tokenizer spec is empty"));
+  // A symbolic link at the name is there: one that leads nowhere, or round in a loop, is named as
+  // such (it was "does not exist").
+  const std::string dangling = dir_.path("dangling.json"), loop = dir_.path("loop.json");
+  std::filesystem::create_symlink(missing, dangling);
+  std::filesystem::create_symlink(loop, loop);
+  EXPECT_EQ(error_of([&] { load_tokenizer(dangling); }),
+            "cannot read tokenizer.json '" + dangling + "': it is a symbolic link to '" + missing +
+                "', which does not exist");
+  EXPECT_EQ(error_of([&] { load_tokenizer(loop); }),
+            "cannot read tokenizer.json '" + loop +
+                "': it is a symbolic-link loop (too many levels of symbolic links)");
 
   const std::string bad_json = dir_.write("bad.json", "{\"model\": ");
   EXPECT_THAT(error_of([&] { load_tokenizer(bad_json); }), HasSubstr("'" + bad_json + "' is not valid JSON"));

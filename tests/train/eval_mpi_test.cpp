@@ -224,6 +224,19 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   const TrainedRun& run = trained_run();
   const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
   expect_input_error([&] { eval(run.dir + "/no_such_run", 1); }, "does not exist");
+  // A symbolic link at the name is not "does not exist": it says what is wrong with it.
+  const std::string loop = run.dir + "/loop", dangling = run.dir + "/dangling";
+  if (world_rank() == 0) {
+    fs::remove(loop);
+    fs::remove(dangling);
+    fs::create_symlink(loop, loop);
+    fs::create_symlink(run.dir + "/no_such_run", dangling);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect_input_error([&] { eval(loop, 1); },
+                     "checkpoint '" + loop + "' cannot be resolved: it is a symbolic-link loop");
+  expect_input_error([&] { eval(dangling, 1); }, "checkpoint '" + dangling + "' cannot be resolved: it is a symbolic "
+                                                 "link to '" + run.dir + "/no_such_run', which does not exist");
   if (world_rank() == 0) fs::create_directories(run.dir + "/empty_run/checkpoints");
   MPI_Barrier(MPI_COMM_WORLD);
   expect_input_error([&] { eval(run.dir + "/empty_run", 1); }, "no complete checkpoint");
@@ -236,6 +249,9 @@ TEST(Eval, BadInputsAreRefusedInWords) {
       });
   expect_input_error([&] { eval(ckpt, 1, {}, bad + "/data/valid"); }, "token id 64 is out of range [0, 64)");
   expect_input_error([&] { eval(ckpt, 1, {"comm.bits=3"}); }, "comm.bits");
+  // The layout comes from --tp: a --set of it was silently ignored.
+  expect_input_error([&] { eval(ckpt, 1, {"parallel.tp=2"}); },
+                     "--set parallel.tp: echo_eval takes its layout from --tp");
   // More batches than the data holds would wrap around and count sequences twice (it reported
   // more tokens than the data has). The largest count that fits is named, and it runs.
   EvalRequest req;

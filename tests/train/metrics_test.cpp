@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/metrics.h"
+#include "../support/log_capture.h"
 #include "../support/test_util.h"
 
 namespace echo::train {
@@ -107,6 +108,37 @@ TEST(Metrics, TruncationForAResumeDropsLaterStepsAndATornLine) {
   EXPECT_EQ(read_all(path), before);
   truncate_metrics((dir / "none.jsonl").string(), 3);  // no file: nothing to do
   EXPECT_FALSE(fs::exists(dir / "none.jsonl"));
+  fs::remove_all(dir);
+}
+
+// A line that is not JSON is named as such, not counted among the lines logged after the resume
+// point (it was "dropped 1 metrics lines logged after it"); one among the lines before the resume
+// point is kept with them, and no valid line before it is lost.
+TEST(Metrics, TruncationNamesALineThatIsNotJsonAndKeepsTheLinesBeforeTheResumePoint) {
+  const fs::path dir = scratch("truncate_not_json");
+  const fs::path path = dir / "metrics.jsonl";
+  {
+    std::ofstream out(path);
+    out << R"({"step":1,"loss":3})" << "\n"
+        << "a note typed into the file\n"
+        << R"({"step":2,"loss":2.5})" << "\n"
+        << R"({"step":3,"loss":2})" << "\n"
+        << R"({"step":4,"loss":1.5})" << "\n"
+        << R"({"step": 5, "lo)" << "\n";  // cut off by a crash
+  }
+  const echo::testing::LogCapture log;
+  truncate_metrics(path.string(), 3);
+  EXPECT_EQ(read_all(path), "{\"step\":1,\"loss\":3}\na note typed into the file\n{\"step\":2,\"loss\":2.5}\n"
+                            "{\"step\":3,\"loss\":2}\n");
+  const std::string text = log.text();
+  EXPECT_NE(text.find("line 2 of the metrics file '" + path.string() +
+                      "' is not JSON: 'a note typed into the file'; kept"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("line 6 of the metrics file '" + path.string() + R"(' is not JSON: '{"step": 5, "lo'; dropped)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("resuming at step 3: dropped 1 metrics lines logged after it"), std::string::npos) << text;
   fs::remove_all(dir);
 }
 

@@ -567,10 +567,13 @@ TEST(TrainerGuard, ARank0WriteFailureAtStartUpEndsEveryRank) {
       [&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
   const std::string expected = "run: cannot write the metrics file '" + metrics + "'";
   EXPECT_EQ(got.rfind(expected, 0), 0u) << got;
-  if (world_size() > 1 && world_rank() > 0)
+  if (world_size() > 1 && world_rank() > 0) {
     EXPECT_NE(got.find("(reported by rank 0 of " + std::to_string(world_size()) + ")"), std::string::npos) << got;
+  }
   sync();
-  if (world_rank() == 0) EXPECT_TRUE(fs::is_directory(metrics));  // nothing else was written over it
+  if (world_rank() == 0) {
+    EXPECT_TRUE(fs::is_directory(metrics));  // nothing else was written over it
+  }
 }
 
 // config.json's max_position_embeddings is the model's context: model.max_position_embeddings, or

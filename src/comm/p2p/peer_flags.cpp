@@ -8,6 +8,7 @@
 
 #include "comm/p2p/p2p_geometry.h"
 #include "core/error.h"
+#include "core/seconds_text.h"
 
 namespace echo::comm::p2p {
 
@@ -58,9 +59,9 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
       const double waited = std::chrono::duration<double>(clock::now() - start).count();
       // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
       ECHO_RUN_CHECK(ctx.timeout_s <= 0 || waited < ctx.timeout_s,
-                     "shm all-reduce at {}: timed out after {:.1f} s in the {} stage waiting for rank {} "
+                     "shm all-reduce at {}: timed out after {} s in the {} stage waiting for rank {} "
                      "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
-                     ctx.site, waited, stage, peer, ctx.timeout_s);
+                     ctx.site, seconds_text(waited), stage, peer, ctx.timeout_s);
     }
     // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:
     // yield at once, and sleep once the wait is long.

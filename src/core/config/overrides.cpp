@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string_view>
 
+#include "core/clip_text.h"
 #include "core/config/schema.h"
 #include "core/config/stages.h"
 
@@ -36,7 +37,8 @@ std::vector<std::string> split_key(std::string_view key, const std::string& wher
     const std::size_t dot = key.find('.', start);
     const std::string_view part = key.substr(start, dot == std::string_view::npos ? dot : dot - start);
     if (!is_name(part))
-      fail_at(where, fmt::format("malformed override key '{}': expected dotted names like comm.compensator.eta", key));
+      fail_at(where, fmt::format("malformed override key '{}': expected dotted names like comm.compensator.eta",
+                                 clip_text(key)));
     path.emplace_back(part);
     if (dot == std::string_view::npos) return path;
     start = dot + 1;
@@ -50,12 +52,15 @@ YAML::Node parse_value(std::string_view text, const std::string& where) {
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", text, yaml_error_text(e)));
+    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", clip_text(text), yaml_error_text(e)));
   }
 }
 
+// "--set key=value" for a message, clipped: a 10 MB value is named by its start and its size.
+std::string set_where(const std::string& text) { return "--set " + clip_text(text); }
+
 Override parse_override(const std::string& text) {
-  const std::string where = "--set " + text;
+  const std::string where = set_where(text);
   const std::size_t eq = text.find('=');
   if (eq == std::string::npos) fail_at(where, "malformed override: expected key=value, e.g. --set comm.bits=8");
   const std::string_view view(text);
@@ -77,7 +82,7 @@ void apply_override(YAML::Node& root, const Override& item, Origins& origins) {
       origins.add_override(key, item.text);
       child.reset(node[name]);
     } else if (!child.IsMap()) {
-      fail_at("--set " + item.text, fmt::format("cannot set a key inside '{}': it is not a mapping ({})", key,
+      fail_at(set_where(item.text), fmt::format("cannot set a key inside '{}': it is not a mapping ({})", key,
                                                 origins.where_line(key, child.Mark().line + 1)));
     }
     node.reset(child);

@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -182,8 +183,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     const auto& off = value["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      bad(fmt::format("data_offsets {} must be non-negative integers", json_excerpt(off)));
+    for (const auto& o : off) {
+      // An integer past 2^64 - 1 is parsed as a double: it is a whole number out of range, not a
+      // "negative" or fractional one (it read "must be non-negative integers").
+      if (o.is_number_float() && o.get<double>() >= 0 && o.get<double>() == std::floor(o.get<double>()))
+        bad(fmt::format("data_offsets {}: offset {} is out of range: beyond 2^64 - 1, the largest offset a file "
+                        "can have (this one holds {} bytes of data)",
+                        json_excerpt(off), o.dump(), data_size));
+      if (!o.is_number_unsigned()) bad(fmt::format("data_offsets {} must be non-negative integers", json_excerpt(off)));
+    }
     t.begin = off[0].get<uint64_t>();
     t.end = off[1].get<uint64_t>();
     if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] run backwards", t.begin, t.end));
