@@ -61,7 +61,7 @@ int bench_main(int argc, char** argv) {
   dist::World world = dist::World::create(size);
   const model::ModelShape shape = model::make_model_shape(cfg.model, size, world.layout.tp_rank);
   const model::Qwen3Plan plan = model::make_qwen3_plan(shape);
-  auto be = backend::make_backend(Device::cpu, 0);
+  auto be = backend::make_backend(Device::cpu);
   model::ParameterSet<float> params(plan, shape, *be);
   params.init(cfg.run.seed);
   train::AdamW opt(params);

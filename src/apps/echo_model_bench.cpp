@@ -60,7 +60,8 @@ int bench_main(int argc, char** argv) {
   const config::Config cfg = config::load_config(path, overrides, tp.size());
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp.size(), tp.rank());
   const Device device = cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu;
-  auto be = backend::make_backend(device, dist::node_local_rank(tp));  // chooses the rank's GPU first
+  const dist::NodePlace node = dist::node_place(tp);
+  auto be = backend::make_backend(device, {node.local_rank, node.local_size});  // chooses the rank's GPU first
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
   model::CommTpOps ops(tp, *blocks, edge.get(), cfg.run.device, comm::transport_options_from(cfg.comm).kind);

@@ -16,15 +16,14 @@ Tensor Backend::zeros(std::vector<int64_t> shape, DType dtype) {
   return t;
 }
 
-std::unique_ptr<Backend> make_backend(Device device, int device_index) {
+std::unique_ptr<Backend> make_backend(Device device, BackendPlace place) {
   switch (device) {
     case Device::cpu:
-      return std::make_unique<CpuBackend>();
+      return std::make_unique<CpuBackend>(place.ranks_on_node);
     case Device::cuda:
 #ifdef ECHO_CUDA
-      return make_cuda_backend(device_index);
+      return make_cuda_backend(place.device_index);
 #else
-      (void)device_index;
       ECHO_INPUT_FAIL(
           "'run.device' = cuda, but this build has no CUDA backend: rebuild with nvcc installed (-DECHO_CUDA=ON)");
 #endif

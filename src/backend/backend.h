@@ -50,17 +50,20 @@ class Backend {
   // The trainer calls it once per step with the loss; the CPU raises in the op itself.
   virtual void raise_deferred_faults() = 0;
   // Scratch the backend allocates by itself for attention over (batch, seq, heads, kv_heads,
-  // head_dim) in the activation dtype (CUDA: the materialized scores; CPU: none).
+  // head_dim) in the activation dtype of f32 master weights, the trainer's (CUDA: the materialized
+  // scores, bf16; CPU: the (seq, seq) f32 score matrices of one head at a time, on the heap).
   virtual size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                  int64_t head_dim) const = 0;
   // The scratch one INT8 linear call of (rows, in, out) takes beyond its saved operands
-  // (model/memory_plan.h); seq_len is the example length EC groups rows by. CPU: none counted
-  // (its scratch is host heap, and nothing is reserved there).
+  // (model/memory_plan.h); seq_len is the example length EC groups rows by. CPU: its heap buffers
+  // (G', Q, E and an int32 GEMM result), so reserve()'s host check counts them.
   virtual quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
                                                       int64_t out, int64_t seq_len) const = 0;
   // Start-up check (model/memory_plan.h): `bytes` (described by `what`) must fit in the
   // device's free memory, else an InputError names both; the CUDA backend then keeps that much
-  // in its memory pool, so step 1 allocates from it. CPU: nothing to check.
+  // in its memory pool, so step 1 allocates from it. CPU: the ranks on the node share its memory,
+  // so `bytes` times their count, plus headroom, must fit in MemAvailable (core/host_memory.h);
+  // nothing is set aside, and an unreadable MemAvailable is a warning, not a refusal.
   virtual void reserve(size_t bytes, const std::string& what) = 0;
   // The most bytes of this backend's tensors in use at once so far (for the log against the plan).
   virtual size_t peak_bytes_in_use() const = 0;
@@ -150,8 +153,15 @@ class Backend {
                                     bool accumulate_dx, Tensor* dw_accum) = 0;
 };
 
-// The backend of run.device ("cpu" | "cuda"); the CUDA one on device `device_index`.
+// Where a rank's backend runs on its node (dist::node_place): the GPU it takes, and how many
+// ranks share the node's memory (the CPU backend's reserve() checks the host's memory for all).
+struct BackendPlace {
+  int device_index = 0;   // CUDA: which GPU (the rank's local rank)
+  int ranks_on_node = 1;  // CPU: ranks sharing this host's memory
+};
+
+// The backend of run.device ("cpu" | "cuda") at `place`.
 // A build without the CUDA backend names the build option in its error.
-std::unique_ptr<Backend> make_backend(Device device, int device_index = 0);
+std::unique_ptr<Backend> make_backend(Device device, BackendPlace place = {});
 
 }  // namespace echo::backend

@@ -309,8 +309,9 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   }
 
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp, world.layout.tp_rank);
+  const dist::NodePlace node = dist::node_place(world.world);
   auto backend = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
-                                       dist::node_local_rank(world.world));
+                                       {node.local_rank, node.local_size});
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, world.tp);
   model::CommTpOps tp_ops(world.tp, *blocks, edge.get(), cfg.run.device,

@@ -154,8 +154,9 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const std::optional<int> init_context = from_hf ? check_init_from_config(cfg.run.init_from, cfg.model) : std::nullopt;
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
+  const dist::NodePlace node = dist::node_place(world.world);
   backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
-                                   dist::node_local_rank(world.world));
+                                   {node.local_rank, node.local_size});
   grad_sync_ = std::make_unique<GradientSync>(world, cfg.run.device);
   blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
   edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);

@@ -484,7 +484,7 @@ TEST(Int8LinearCudaTest, DeferredFaultsRaiseOnceNamingLayerSiteAndRow) {
                        nullptr, nullptr, &faults);
   expect_error([&] { faults.raise_if_any(nullptr); }, "row 4 of the output gradient");
   // The backend raises what its ops noted, once.
-  const auto be = backend::make_backend(Device::cuda, 0);
+  const auto be = backend::make_backend(Device::cuda);
   Tensor y2 = be->empty({s.rows, s.out}, DType::f32);
   be->int8_linear_forward(cfg, ctx, device_tensor(bad_x, {s.rows, s.in}, DType::f32), w, y2, saved);
   expect_error([&] { be->raise_deferred_faults(); }, "row 5 of the input x");
@@ -495,7 +495,7 @@ TEST(Int8LinearCudaTest, DeferredFaultsRaiseOnceNamingLayerSiteAndRow) {
 // passes them), and either output may be left out.
 TEST(Int8LinearCudaTest, CudaBackendRunsTheInt8Linear) {
   ECHO_REQUIRE_DEVICE();
-  const auto be = backend::make_backend(Device::cuda, 0);
+  const auto be = backend::make_backend(Device::cuda);
   const Shape s{10, 5, 33, 21};
   const Inputs in = make_inputs(s, DType::bf16, 77);
   const auto cfg = make_config({BackwardRounding::s3r, ThresholdMode::per_token}, EcMode::two_way);

@@ -1,20 +1,25 @@
 // What the trainer guards at start-up and on every step (2 and 4 ranks, tiny model): token ids
-// against the true vocabulary, data.eos_id and model.vocab_size against the data's sidecar, a diverging run that must not be saved, the run
-// directory after a failed start or a failed --resume, what a --resume may change, metrics
-// after a resume, and a stop signal that arrives during start-up.
+// against the true vocabulary, data.eos_id and model.vocab_size against the data's sidecar, a
+// diverging run that must not be saved, the run directory after a failed start or a failed
+// --resume, what a --resume may change, metrics after a resume, a stop signal that arrives during
+// start-up, and a plan beyond the host's memory.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/host_memory.h"
+#include "core/tensor.h"
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
@@ -103,6 +108,33 @@ TEST(TrainerGuard, TheDataIsCheckedBeforeTheModelIsBuilt) {
   sync();
   expect_error([&] { train(make_config(dir, {missing_init, "data.train=" + dir + "/data/typo"}), RunDirMode::fresh); },
                "/data/typo.idx does not exist");
+}
+
+// A plan beyond the host's memory is refused at start-up in words, before the model is allocated
+// (before, the CPU backend ran for most of a minute into std::bad_alloc or the OOM killer).
+// Hidden 4096 and FFN 2^20 over tp 2 put 2 x 3 x 4096 x 2^19 MLP parameters on each rank: 192 GiB
+// of weights, gradients and moments (a long data.seq_len would do too, but not on the test's short data).
+TEST(TrainerGuard, APlanBeyondTheHostsMemoryIsRefusedBeforeTheModelIsBuilt) {
+  const std::optional<size_t> available = host_memory_available_bytes();
+  if (!available) GTEST_SKIP() << "no MemAvailable: the check is skipped";
+  if (*available > (size_t{128} << 30)) GTEST_SKIP() << "this host could hold the plan";
+  const std::string dir = scratch_dir("hostmem");
+  reset_host_memory_peak();
+  const size_t live_before = host_memory_stats().live;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string got = echo::testing::kind_and_what_of(
+      [&] { train(make_config(dir, {"model.hidden=4096", "model.ffn=1048576"}), RunDirMode::fresh); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(got.rfind("input: ", 0), 0u) << got;
+  // The test's ranks all run on this host, so all of them share its memory.
+  for (const std::string& needle :
+       {std::string("training this model (per rank: weights 48."), std::string("optimizer 96."),
+        std::string("does not fit in this host's memory"), std::to_string(world_size()) + " rank(s) on this node",
+        std::string("MemAvailable is"), std::string("train.micro_batch"), std::string("data.seq_len")})
+    EXPECT_NE(got.find(needle), std::string::npos) << "expected '" << needle << "' in: " << got;
+  EXPECT_LT(host_memory_stats().peak - live_before, size_t{64} << 20) << "tensors were allocated before the check";
+  EXPECT_LT(seconds, 20.0) << "the refusal took " << seconds << " s";
+  sync();
 }
 
 // The sidecar echo_prep writes beside a dataset (data/dataset_meta.h): a data.eos_id or a

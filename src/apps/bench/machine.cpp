@@ -8,9 +8,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "core/host_memory.h"
 
 namespace echo::bench {
 namespace {
@@ -30,10 +33,7 @@ std::string proc_field(const char* path, const std::string& key) {
   return {};
 }
 
-double meminfo_gib(const std::string& key) {  // "MemTotal: 24683620 kB"
-  const std::string v = proc_field("/proc/meminfo", key);
-  return v.empty() ? 0.0 : std::strtod(v.c_str(), nullptr) / (1024.0 * 1024.0);
-}
+double gib(std::optional<size_t> bytes) { return bytes ? static_cast<double>(*bytes) / (1 << 30) : 0.0; }
 
 std::string widest_isa(const std::string& flags) {
   std::istringstream in(flags);
@@ -48,8 +48,6 @@ std::string widest_isa(const std::string& flags) {
 
 }  // namespace
 
-size_t available_memory_bytes() { return static_cast<size_t>(meminfo_gib("MemAvailable") * 1024.0 * 1024.0 * 1024.0); }
-
 MachineInfo describe_machine() {
   MachineInfo m;
   std::string model = proc_field("/proc/cpuinfo", "model name");
@@ -63,8 +61,8 @@ MachineInfo describe_machine() {
   CPU_ZERO(&set);
   m.logical_cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
   m.online_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  m.mem_total_gib = meminfo_gib("MemTotal");
-  m.mem_available_gib = meminfo_gib("MemAvailable");
+  m.mem_total_gib = gib(host_memory_total_bytes());
+  m.mem_available_gib = gib(host_memory_available_bytes());
   double load[1];
   if (getloadavg(load, 1) == 1) m.load_avg_1min = load[0];
   m.openblas_core = trim(openblas_get_corename());

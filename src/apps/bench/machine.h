@@ -15,8 +15,8 @@ struct MachineInfo {
   std::string cpu_isa;           // widest SIMD the CPU reports: avx512f | avx2 | avx | sse
   int logical_cpus = 0;          // CPUs this process may run on (its affinity mask)
   int online_cpus = 0;           // CPUs online on the host
-  double mem_total_gib = 0;      // MemTotal
-  double mem_available_gib = 0;  // MemAvailable when the benchmark started
+  double mem_total_gib = 0;      // MemTotal (core/host_memory.h; 0 when unknown)
+  double mem_available_gib = 0;  // MemAvailable when the benchmark started (0 when unknown)
   double load_avg_1min = -1;     // other work on the host when the benchmark started
   std::string openblas_core;     // openblas_get_corename(): the kernel family OpenBLAS chose
   std::string openblas_config;   // openblas_get_config(): version and build options
@@ -32,8 +32,5 @@ MachineInfo describe_machine();
 std::string machine_header(const MachineInfo& m, const std::string& prefix = "# ");
 
 nlohmann::json to_json(const MachineInfo& m);
-
-// Bytes of memory available now (MemAvailable; 0 when unknown).
-size_t available_memory_bytes();
 
 }  // namespace echo::bench

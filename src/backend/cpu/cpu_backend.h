@@ -9,6 +9,9 @@ namespace echo::backend {
 
 class CpuBackend final : public Backend {
  public:
+  // ranks_on_node: the ranks sharing this host's memory, reserve()'s multiplier.
+  explicit CpuBackend(int ranks_on_node = 1);
+
   Device device() const override { return Device::cpu; }
   std::string name() const override { return "cpu"; }
   std::string device_model() const override { return "cpu"; }
@@ -21,12 +24,11 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   void raise_deferred_faults() override {}
   std::string memory_pool_note() const override { return {}; }
-  size_t workspace_bytes(int64_t, int64_t, int64_t, int64_t, int64_t) const override { return 0; }
-  quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig&, int64_t, int64_t, int64_t,
-                                              int64_t) const override {
-    return {};
-  }
-  void reserve(size_t, const std::string&) override {}
+  size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim) const override;
+  quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
+                                              int64_t out, int64_t seq_len) const override;
+  void reserve(size_t bytes, const std::string& what) override;
   size_t peak_bytes_in_use() const override { return host_memory_stats().peak; }
 
   void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
@@ -60,6 +62,9 @@ class CpuBackend final : public Backend {
   void int8_linear_backward(const quant::Int8LinearConfig& cfg, const quant::LinearContext& ctx, const Tensor& dy,
                             const quant::Int8LinearSaved& saved, Tensor* dx, bool accumulate_dx,
                             Tensor* dw_accum) override;
+
+ private:
+  int ranks_on_node_;
 };
 
 }  // namespace echo::backend
