@@ -13,6 +13,7 @@
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "data/dataset_meta.h"
 #include "data/stored_eos.h"
 #include "dist/agreement.h"
@@ -70,12 +71,15 @@ int64_t count_parameters(const model::Qwen3Plan& plan) {
 
 // Opens the dataset of config key `key`; a missing one says how to get the demo data.
 data::IndexedDataset open_dataset(const std::string& key, const std::string& prefix) {
-  std::error_code ec;
-  if (!std::filesystem::exists(prefix + ".idx", ec))
+  if (is_absent(prefix + ".idx"))
     ECHO_INPUT_FAIL(
         "'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
         "(data/demo, data/demo-bytes), or make one from your corpus with echo_prep",
         key, prefix, prefix);
+  // Something is there: a link that leads nowhere, or round in a loop, is not "missing".
+  const std::string unresolvable = why_unresolvable(prefix + ".idx");
+  ECHO_INPUT_CHECK(unresolvable.empty(), "'{}' = {}: {}.idx cannot be resolved: {}", key, prefix, prefix,
+                   unresolvable);
   return data::IndexedDataset::open(prefix);
 }
 
@@ -216,6 +220,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // is agreed, so the other ranks raise it too instead of waiting for rank 0 in the first step.
   std::exception_ptr write_failure;
   std::string rank0_write_error;
+  bool rank0_input_error = false;
   if (L.rank == 0 && !stopped_in_start_up_ && start_step_ < cfg.train.steps) {
     try {
       // --overwrite: the old run goes only now that start-up has succeeded.
@@ -229,10 +234,16 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     } catch (const std::exception& e) {
       write_failure = std::current_exception();
       rank0_write_error = dist::error_text(e);
+      const auto* err = dynamic_cast<const Error*>(&e);
+      rank0_input_error = err != nullptr && err->is_input();
     }
   }
   if (const std::string agreed = dist::agree(world.world, rank0_write_error); !agreed.empty()) {
-    if (write_failure) std::rethrow_exception(write_failure);  // rank 0 keeps the error's kind
+    // Every rank raises the kind rank 0 raised (an InputError, e.g. a directory in the way of
+    // config.yaml, or a RunError), so an in-process caller sees one error on all of them.
+    MPI_CHECK(MPI_Bcast(&rank0_input_error, 1, MPI_C_BOOL, 0, world.world.get()));
+    if (write_failure) std::rethrow_exception(write_failure);
+    if (rank0_input_error) ECHO_INPUT_FAIL("{}", agreed);
     ECHO_RUN_FAIL("{}", agreed);
   }
   peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();

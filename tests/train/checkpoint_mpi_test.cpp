@@ -465,12 +465,15 @@ TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {
         {"weight_map", {{"model.norm.weight", "a.safetensors"}, {"extra.weight", "a.safetensors"}}}};
     std::ofstream(sub("badindex/model.safetensors.index.json")) << index.dump();
     // Indexes naming files outside their folder, each of which exists and holds the tensor.
-    for (const std::string& name : {"up", "absolute"}) {
+    for (const std::string name : {"up", "absolute"}) {
       fs::create_directories(sub("outside_" + name));
       const std::string target = name == "up" ? "../tied.safetensors" : sub("tied.safetensors");
       std::ofstream(sub("outside_" + name + "/model.safetensors.index.json"))
           << nlohmann::json{{"weight_map", {{"model.norm.weight", target}}}}.dump();
     }
+    // A Hugging Face cache snapshot whose blob was removed: model.safetensors links nowhere.
+    fs::create_directories(sub("dangling"));
+    fs::create_symlink("../../blobs/gone", sub("dangling/model.safetensors"));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   dist::World world = dist::World::create(W);
@@ -495,6 +498,11 @@ TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {
               std::string::npos)
         << msg;
   }
+  msg = error_of([&] { load_hf_weights(sub("dangling"), s.params, world); });
+  EXPECT_NE(msg.find("cannot open safetensors file '" + sub("dangling/model.safetensors") +
+                     "': it is a symbolic link to '../../blobs/gone', which does not exist"),
+            std::string::npos)
+      << msg;
   msg = error_of([&] { load_hf_weights(sub("nothing_here"), s.params, world); });
   EXPECT_NE(msg.find("cannot open safetensors file"), std::string::npos) << msg;
 }

@@ -212,6 +212,9 @@ TEST_F(SafetensorsTest, RefusesMalformedFilesWithClearMessages) {
       {"fractional_offset",
        raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,7.5]}})", eight),
        {"tensor 't'", "data_offsets [0, 7.5] must be non-negative integers"}},
+      {"float_offset",  // a whole number written as a float is not out of range, only not an integer
+       raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}})", eight),
+       {"tensor 't'", "data_offsets [0, 8.0] must be non-negative integers"}},
       {"missing_offsets",
        raw_file(R"({"t":{"dtype":"F32","shape":[2]}})", eight),
        {"tensor 't'", "'data_offsets' must be an array of two integers"}},

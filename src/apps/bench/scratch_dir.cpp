@@ -22,14 +22,16 @@ namespace {
 std::string make_scratch(const std::string& parent, const std::string& prefix, const std::string& flag,
                          std::vector<fs::path>& created, std::string& error) {
   std::error_code ec;
+  fs::path base = parent;  // where the scratch directory goes
   if (!fs::exists(parent, ec)) {
     fs::path level = fs::path(parent).lexically_normal();
     if (!level.has_filename()) level = level.parent_path();  // "a/b/c/" is a/b/c
+    base = level;  // a/../b/c with a missing is b/c: the levels counted are the ones made
     for (fs::path p = level; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
       created.push_back(p);
       if (p == p.parent_path()) break;
     }
-    fs::create_directories(parent, ec);
+    fs::create_directories(level, ec);  // the path whose levels were counted
     if (ec) {
       error = fmt::format("{} '{}' does not exist and cannot be created: {}", flag, parent, ec.message());
       return {};
@@ -38,11 +40,13 @@ std::string make_scratch(const std::string& parent, const std::string& prefix, c
     error = fmt::format("{} '{}' is not a directory", flag, parent);
     return {};
   }
-  std::string templ = (fs::path(parent) / (prefix + ".XXXXXX")).string();
+  std::string templ = (base / (prefix + ".XXXXXX")).string();
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) {
     error = fmt::format("{} '{}': cannot create a scratch directory in it: {}", flag, parent, std::strerror(errno));
+    for (const fs::path& dir : created)  // no destructor runs after the constructor throws
+      if (!fs::remove(dir, ec)) break;
     return {};
   }
   return std::string(buf.data());

@@ -6,6 +6,7 @@
 #include "bf16_codec.cuh"
 #include "comm/echo/quantize.h"
 #include "core/error.h"
+#include "core/seconds_text.h"
 #include "cuda_check.h"
 #include "p2p_flags.cuh"
 #include "quantize.cuh"
@@ -243,9 +244,9 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
   switch (fault.fault) {
     case cuda::kP2pTimeout:  // a run error, as the shm transport's (peer_flags.cpp)
       ECHO_RUN_FAIL(
-          "cuda_ipc all-reduce at {}: timed out after {:.1f} s in the {} stage{} waiting for rank {} "
+          "cuda_ipc all-reduce at {}: timed out after {} s in the {} stage{} waiting for rank {} "
           "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
-          where, static_cast<double>(fault.waited_ns) * 1e-9, stage, tile, fault.peer, peer_timeout_s_);
+          where, seconds_text(static_cast<double>(fault.waited_ns) * 1e-9), stage, tile, fault.peer, peer_timeout_s_);
     case cuda::kP2pOutOfStep:
       ECHO_CHECK(fault.observed != cuda::kP2pPoison,
                  "cuda_ipc all-reduce at {}: rank {} failed in this call (in the {} stage here; its own error names "

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_guard.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "dist/agreement.h"
 #include "train/checkpoint/agreed_failure.h"
 #include "train/checkpoint/checksums.h"
@@ -46,8 +47,10 @@ HfCheckpoint open_hf(const std::string& path) {
   fs::path p(path);
   std::error_code ec;  // the non-throwing forms: a bad name ends in the file's own "cannot open" message
   if (fs::is_directory(p, ec)) {
-    const bool index = fs::exists(p / "model.safetensors.index.json", ec);
-    const bool single = fs::exists(p / "model.safetensors", ec);
+    // A dangling link (a Hugging Face cache whose blob was removed) counts as there, and its
+    // reader then says why it cannot be opened.
+    const bool index = !is_absent((p / "model.safetensors.index.json").string());
+    const bool single = !is_absent((p / "model.safetensors").string());
     // NOTE: transformers loads model.safetensors when both are there; taking the index would load
     // other weights than it does, with no error.
     ECHO_INPUT_CHECK(!(index && single),
@@ -79,7 +82,8 @@ HfCheckpoint open_hf(const std::string& path) {
                      name, rel);
     auto it = by_file.find(rel);
     if (it == by_file.end()) {
-      ck.files.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / rel).string()));
+      // The checked (normalized) path is the one opened: "sub/../x" with sub a link does not leave.
+      ck.files.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / rel_path).string()));
       it = by_file.emplace(rel, ck.files.back().get()).first;
     }
     ECHO_INPUT_CHECK(it->second->contains(name),

@@ -11,12 +11,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "core/half.h"
 #include "core/json_guard.h"
 
@@ -111,7 +113,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
   try {
     file_ = data::MappedFile::open(path, access);
   } catch (const Error& e) {
-    ECHO_INPUT_FAIL("cannot open safetensors file '{}': {}", path, e.message());
+    // A link that leads nowhere (a Hugging Face cache whose blob was removed) says so.
+    std::error_code ec;
+    const std::string unresolvable = std::filesystem::is_symlink(path, ec) ? why_unresolvable(path) : "";
+    ECHO_INPUT_FAIL("cannot open safetensors file '{}': {}", path, unresolvable.empty() ? e.message() : unresolvable);
   }
   const uint64_t file_size = file_.size();
   ECHO_INPUT_CHECK(file_size >= 8, "safetensors file '{}' is {} bytes, too short for the 8-byte header length", path,
@@ -186,7 +191,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
     for (const auto& o : off) {
       // An integer past 2^64 - 1 is parsed as a double: it is a whole number out of range, not a
       // "negative" or fractional one (it read "must be non-negative integers").
-      if (o.is_number_float() && o.get<double>() >= 0 && o.get<double>() == std::floor(o.get<double>()))
+      if (o.is_number_float() && o.get<double>() >= 18446744073709551616.0)  // 2^64: 8.0 or 1e3 are not
         bad(fmt::format("data_offsets {}: offset {} is out of range: beyond 2^64 - 1, the largest offset a file "
                         "can have (this one holds {} bytes of data)",
                         json_excerpt(off), o.dump(), data_size));
