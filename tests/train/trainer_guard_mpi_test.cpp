@@ -97,7 +97,8 @@ TEST(TrainerGuard, TokenIdsAreCheckedAgainstTheTrueVocabulary) {
 
 // The data is checked before the model is built and loaded: with the default config that costs a
 // minute and gigabytes, which a typo in data.train used to cost before its error. Here the model
-// step that would fail is run.init_from (a folder that does not exist); the data's error comes first.
+// steps that would fail are run.init_from (a folder that does not exist) and the memory plan (a
+// model no host holds); the data's error comes first.
 TEST(TrainerGuard, TheDataIsCheckedBeforeTheModelIsBuilt) {
   const std::string dir = scratch_dir("order");
   const std::string missing_init = "run.init_from=" + dir + "/no_such_model";
@@ -108,27 +109,40 @@ TEST(TrainerGuard, TheDataIsCheckedBeforeTheModelIsBuilt) {
   sync();
   expect_error([&] { train(make_config(dir, {missing_init, "data.train=" + dir + "/data/typo"}), RunDirMode::fresh); },
                "/data/typo.idx does not exist");
+  // And before the memory plan is checked (the model is allocated right after it): a model far
+  // beyond any host's memory with a data typo is refused for the typo.
+  sync();
+  const std::vector<std::string> huge = {"model.hidden=4096", "model.ffn=1048576", "model.layers=10"};
+  std::vector<std::string> huge_with_typo = huge;
+  huge_with_typo.push_back("data.train=" + dir + "/data/typo");
+  expect_error([&] { train(make_config(dir, huge_with_typo), RunDirMode::fresh); }, "/data/typo.idx does not exist");
+  sync();
+  expect_error([&] { train(make_config(dir, huge), RunDirMode::fresh); }, "does not fit in this host's memory");
 }
 
 // A plan beyond the host's memory is refused at start-up in words, before the model is allocated
 // (before, the CPU backend ran for most of a minute into std::bad_alloc or the OOM killer).
-// Hidden 4096 and FFN 2^20 over tp 2 put 2 x 3 x 4096 x 2^19 MLP parameters on each rank: 192 GiB
-// of weights, gradients and moments (a long data.seq_len would do too, but not on the test's short data).
+// Hidden 4096, FFN 2^20 and 10 layers over tp 2 put 10 x 3 x 4096 x 2^19 MLP parameters on each
+// rank: 960 GiB of weights, gradients and moments, just under the 1 TiB per rank the config allows
+// (a long data.seq_len would do too, but not on the test's short data). Only a host with more
+// MemAvailable than that could hold it, and there the refusal cannot be shown this way.
 TEST(TrainerGuard, APlanBeyondTheHostsMemoryIsRefusedBeforeTheModelIsBuilt) {
   const std::optional<size_t> available = host_memory_available_bytes();
-  if (!available) GTEST_SKIP() << "no MemAvailable: the check is skipped";
-  if (*available > (size_t{128} << 30)) GTEST_SKIP() << "this host could hold the plan";
+  ASSERT_TRUE(available.has_value()) << "no MemAvailable in /proc/meminfo on this Linux host";
+  if (*available > (size_t{960} << 30)) GTEST_SKIP() << "this host's MemAvailable could hold the largest plan";
   const std::string dir = scratch_dir("hostmem");
   reset_host_memory_peak();
   const size_t live_before = host_memory_stats().live;
   const auto start = std::chrono::steady_clock::now();
   const std::string got = echo::testing::kind_and_what_of(
-      [&] { train(make_config(dir, {"model.hidden=4096", "model.ffn=1048576"}), RunDirMode::fresh); });
+      [&] {
+        train(make_config(dir, {"model.hidden=4096", "model.ffn=1048576", "model.layers=10"}), RunDirMode::fresh);
+      });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(got.rfind("input: ", 0), 0u) << got;
   // The test's ranks all run on this host, so all of them share its memory.
   for (const std::string& needle :
-       {std::string("training this model (per rank: weights 48."), std::string("optimizer 96."),
+       {std::string("training this model (per rank: weights 240."), std::string("optimizer 480."),
         std::string("does not fit in this host's memory"), std::to_string(world_size()) + " rank(s) on this node",
         std::string("MemAvailable is"), std::string("train.micro_batch"), std::string("data.seq_len")})
     EXPECT_NE(got.find(needle), std::string::npos) << "expected '" << needle << "' in: " << got;
