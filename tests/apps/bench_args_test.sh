@@ -9,9 +9,7 @@ mpirun=("$@")
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/echo_bench_args.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; echo "$2" | tail -20 | sed 's/^/    /'; failed=$((failed + 1)); }
+source "$(dirname "$0")/results.sh"
 
 # refused NAME MESSAGE CMD...: CMD exits non-zero within 60 s (an exit, not a signal) and prints
 # MESSAGE, no library text.
@@ -160,4 +158,4 @@ if [[ -x "$build/echo_ipc_bench" ]]; then
   refused "echo_ipc_bench iters 0" "--iters must be >= 1" "${ipc[@]}" --iters 0
 fi
 
-echo "$passed passed, $failed failed"
+finish

@@ -11,9 +11,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/echo_depth_test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; echo "$2" | tail -20 | sed 's/^/    /'; failed=$((failed + 1)); }
+source "$(dirname "$0")/results.sh"
 
 for np in 2 4; do
   out=$(timeout 240 "${mpirun[@]}" -np $np "$build/echo_depth" --sites 8,16,32 --eta 0,0.75,1 \
@@ -64,5 +62,4 @@ refused "eta above 1" "η must lie in [0, 1]" --eta 1.5
 refused "bad coeffs" "β1 and β2 must lie in [0, 1)" --coeffs 1,0.3,0.35
 refused "bad bits" "must be 4 or 8" --bits 3
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

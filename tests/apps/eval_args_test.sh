@@ -5,16 +5,16 @@
 #   eval_args_test.sh BUILD_DIR
 set -uo pipefail
 build=$1
-passed=0 failed=0
+source "$(dirname "$0")/results.sh"
 # refused NAME MESSAGE ARGS...: echo_eval exits 1 within 60 s and prints MESSAGE without a source location.
 refused() {
   local name=$1 message=$2; shift 2
   local out rc
   out=$(timeout 60 "$build/echo_eval" /nonexistent/checkpoint "$@" 2>&1 </dev/null); rc=$?
-  if ((rc != 1)); then echo "FAIL: $name: exit $rc, expected 1"; echo "$out" | tail -5; failed=$((failed + 1))
-  elif [[ $out != *"error: $message"* ]]; then echo "FAIL: $name: missing '$message'"; echo "$out" | tail -5; failed=$((failed + 1))
-  elif [[ $out == *"[at /"* || $out == *"does not exist"* ]]; then echo "FAIL: $name: wrong kind of error"; echo "$out" | tail -5; failed=$((failed + 1))
-  else echo "ok: $name"; passed=$((passed + 1)); fi
+  if ((rc != 1)); then bad "$name: exit $rc, expected 1" "$out"
+  elif [[ $out != *"error: $message"* ]]; then bad "$name: missing '$message'" "$out"
+  elif [[ $out == *"[at /"* || $out == *"does not exist"* ]]; then bad "$name: wrong kind of error" "$out"
+  else ok "$name"; fi
 }
 for opt in --tp --batches --micro-batch --global-batch --seq-len; do
   refused "$opt 0" "$opt 0: must be positive" "$opt" 0
@@ -24,15 +24,14 @@ done
 refused "--set parallel.tp" "--set parallel.tp: echo_eval takes its layout from --tp" --set parallel.tp=2
 # Without the options, the checkpoint is what is wrong.
 out=$(timeout 60 "$build/echo_eval" /nonexistent/checkpoint 2>&1 </dev/null)
-if [[ $out == *"error: checkpoint '/nonexistent/checkpoint' does not exist"* ]]; then echo "ok: defaults"; passed=$((passed + 1))
-else echo "FAIL: defaults"; echo "$out" | tail -5; failed=$((failed + 1)); fi
+if [[ $out == *"error: checkpoint '/nonexistent/checkpoint' does not exist"* ]]; then ok "defaults"
+else bad "defaults" "$out"; fi
 # A symbolic-link loop at the checkpoint's name is not "does not exist".
 loop_dir=$(mktemp -d /tmp/echo_eval_args.XXXXXX)
 ln -s "$loop_dir/loop" "$loop_dir/loop"
 out=$(timeout 60 "$build/echo_eval" "$loop_dir/loop" 2>&1 </dev/null)
 if [[ $out == *"error: checkpoint '$loop_dir/loop' cannot be resolved: it is a symbolic-link loop"* ]]; then
-  echo "ok: symbolic-link loop"; passed=$((passed + 1))
-else echo "FAIL: symbolic-link loop"; echo "$out" | tail -5; failed=$((failed + 1)); fi
+  ok "symbolic-link loop"
+else bad "symbolic-link loop" "$out"; fi
 rm -rf "$loop_dir"
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

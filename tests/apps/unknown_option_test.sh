@@ -5,19 +5,17 @@
 #   unknown_option_test.sh BUILD_DIR
 set -uo pipefail
 build=$1
-passed=0 failed=0
+source "$(dirname "$0")/results.sh"
 # unknown NAME PROGRAM ARGS...: PROGRAM exits non-zero within 60 s naming --bogus as not expected,
 # and does not blame a missing required argument.
 unknown() {
   local name=$1 program=$2; shift 2
   local out rc
   out=$(timeout 60 "$build/$program" "$@" 2>&1 </dev/null); rc=$?
-  if ((rc == 0 || rc == 124)); then echo "FAIL: $name: exit $rc"; echo "$out" | tail -5; failed=$((failed + 1))
-  elif [[ $out != *"The following argument was not expected: --bogus"* ]]; then
-    echo "FAIL: $name: --bogus not named"; echo "$out" | tail -5; failed=$((failed + 1))
-  elif [[ $out == *"is required"* ]]; then
-    echo "FAIL: $name: blames a required argument"; echo "$out" | tail -5; failed=$((failed + 1))
-  else echo "ok: $name"; passed=$((passed + 1)); fi
+  if ((rc == 0 || rc == 124)); then bad "$name: exit $rc" "$out"
+  elif [[ $out != *"The following argument was not expected: --bogus"* ]]; then bad "$name: --bogus not named" "$out"
+  elif [[ $out == *"is required"* ]]; then bad "$name: blames a required argument" "$out"
+  else ok "$name"; fi
 }
 unknown "echo_train alone" echo_train --bogus
 unknown "echo_train before the config" echo_train --bogus configs/quickstart.yaml
@@ -28,7 +26,5 @@ unknown "echo_prep alone" echo_prep --bogus
 unknown "echo_prep with its options" echo_prep --bogus --input x.txt --tokenizer byte --output-prefix /tmp/x
 # A missing required argument on its own is still named.
 out=$(timeout 60 "$build/echo_train" 2>&1 </dev/null)
-if [[ $out == *"config is required"* ]]; then echo "ok: missing config"; passed=$((passed + 1))
-else echo "FAIL: missing config"; echo "$out" | tail -5; failed=$((failed + 1)); fi
-echo "$passed passed, $failed failed"
-((failed == 0))
+if [[ $out == *"config is required"* ]]; then ok "missing config"; else bad "missing config" "$out"; fi
+finish
