@@ -50,7 +50,8 @@ for entry in "${modes[@]}"; do
           --set comm.telemetry_interval=0)
     for s in "${sets[@]}"; do args+=(--set "$s"); done
     echo "== $name, seed $seed" >&2
-    OPENBLAS_NUM_THREADS=1 bash scripts/mpirun.sh -np 2 "$echo_train" configs/quickstart.yaml "${args[@]}" >"$run.log" 2>&1 ||
+    OPENBLAS_NUM_THREADS=1 bash scripts/mpirun.sh -np 2 "$echo_train" configs/quickstart.yaml "${args[@]}" \
+      >"$run.log" 2>&1 ||
       { echo "s3r_compare.sh: run $run failed; see $run.log" >&2; exit 1; }
     val=$(grep -o '"val_loss":[0-9.eE+-]*' "$run/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2) || true
     [[ -n $val ]] || { echo "s3r_compare.sh: run $run logged no val_loss in $run/metrics.jsonl" >&2; exit 1; }

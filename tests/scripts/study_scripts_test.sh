@@ -42,11 +42,14 @@ cmp -s "$work/fail2" "$work/depth/echo_train" || fail "depth_study.sh without --
 echo "the old table" > "$work/table.md"
 msg=$(bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/fail1" --out "$work/table.md" 2>&1) &&
   fail "s3r_compare.sh succeeded with a failing echo_train"
-[[ $msg == *"see $work/s3r/bf16_1.log"* && -s $work/s3r/bf16_1.log ]] || fail "the failed run's log is not named or missing: $msg"
+[[ $msg == *"see $work/s3r/bf16_1.log"* && -s $work/s3r/bf16_1.log ]] ||
+  fail "the failed run's log is not named or missing: $msg"
 grep -q fail-1 "$work/s3r/bf16_1.log" || fail "the log lacks the run's output"
-[[ $(cat "$work/table.md") == "the old table" ]] || fail "a failed s3r_compare.sh changed --out: $(cat "$work/table.md")"
+[[ $(cat "$work/table.md") == "the old table" ]] ||
+  fail "a failed s3r_compare.sh changed --out: $(cat "$work/table.md")"
 [[ $(ls "$work" | grep -c 'table.md.') == 0 ]] || fail "a failed s3r_compare.sh left a temporary file: $(ls "$work")"
-bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out "$work/table.md" >/dev/null 2>&1 ||
+bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out "$work/table.md" \
+  >/dev/null 2>&1 ||
   fail "s3r_compare.sh failed with a working echo_train"
 grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/table.md" ||
   fail "s3r_compare.sh --out table wrong: $(cat "$work/table.md")"
