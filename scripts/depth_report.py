@@ -62,8 +62,12 @@ def final_val(point_dir):
         raise ReportError(f"bad metrics.jsonl: {e}")
     last = m["train"][-1]["step"] if m["train"] else 0
     # A validation at last < train.steps is a mid-run evaluation, not the final one.
-    if last != steps or not m["val"] or m["val"][-1]["step"] != steps:
+    if last != steps:
         raise ReportError(f"step {last} of {steps}")
+    if not m["val"] or m["val"][-1]["step"] != steps:
+        at = f"the last at step {m['val'][-1]['step']}" if m["val"] else "none logged"
+        # echo_train validates every eval_interval steps only, not at the end.
+        raise ReportError(f"no validation at step {steps}, {at}; train.eval_interval must divide train.steps")
     return steps, m["val"][-1]["val_loss"]
 
 

@@ -4,7 +4,8 @@
 # CPU ranks: 48 runs of 300 steps, about 70 minutes on 2 cores.
 #   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--seeds "1 2 3"] [--steps N]
 #                               [--echo-train PATH]
-# --steps N trains N steps instead of the configs' 300 (the cosine schedule stretches with it);
+# --steps N trains N steps instead of the configs' 300 (the cosine schedule stretches with it; N a
+# multiple of their eval_interval, 150, so that the run ends with a validation);
 # give it its own --out-root: the points are named layers=L_seed=S_steps=N, so they are runs of
 # their own, but scripts/depth_report.py refuses a study whose finished runs differ in length.
 # It goes depth by depth (2 layers, then 4, ...) and within a depth seed by seed (seed 1 of all
@@ -49,6 +50,13 @@ copy_echo_train() {
   cp "$echo_train" "$copy"
 }
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-numpy/-matplotlib
+# echo_train validates every train.eval_interval steps, not at the end: a length that is not a
+# multiple would end without the final validation depth_report.py reports.
+every=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["train"]["eval_interval"])' \
+  "$repo/configs/depth/bf16.yaml")
+if [[ -n $steps ]] && ! [[ $steps =~ ^[1-9][0-9]*$ && $((steps % every)) -eq 0 ]]; then
+  echo "depth_study.sh: --steps $steps: not a multiple of the configs' train.eval_interval ($every)" >&2; exit 2
+fi
 mkdir -p "$out_root"
 copy_echo_train
 grid_dir=$(mktemp -d)

@@ -29,6 +29,8 @@ run bf16 4 1 4 1.9; run bf16 4 2 4 2.1; run bf16 4 3 4 2.3
 run echo4 4 1 4 1.881; run echo4 4 2 4 2.163; run echo4 4 3 3 9.9
 # Depth 8: echo4 stopped right after the mid-run validation at step 3 of 4 (train.steps): left out.
 run bf16 8 1 4 1.8; run echo4 8 1 3 1.7 3
+# ... and one whose last validation is not at train.steps (eval_interval does not divide it).
+run echo4 8 2 4 1.7 2
 # Depth 16: a metrics.jsonl cut off mid-line (a run killed while writing): listed, not fatal.
 run bf16 16 1 4 1.6 && printf '{"step":5,"lo' >> "$work/study/bf16/layers=16_seed=1/metrics.jsonl"
 out=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) || { echo "$out"; fail "depth_report.py exited non-zero"; }
@@ -39,6 +41,8 @@ grep -q '^| 2 | 0.67 ± 0.58 % |$' "$md" || fail "depth-2 gap row wrong: $(grep 
 grep -q '^| 4 | 1.00 ± 2.83 % (n=2) |$' "$md" || fail "depth-4 gap row wrong: $(grep '^| 4 ' "$md" | tail -1)"
 grep -q 'echo4/layers=4_seed=3 (step 3 of 4)' "$md" || fail "the unfinished run is not listed"
 grep -q 'echo4/layers=8_seed=1 (step 3 of 4)' "$md" || fail "a run stopped after a mid-run validation is not listed"
+grep -q 'echo4/layers=8_seed=2 (no validation at step 4, the last at step 2; ' "$md" ||
+  fail "a run without its final validation is not listed with the reason"
 grep -q '^| 8 | – |$' "$md" || fail "depth-8 gap row counts the run stopped mid-way: $(grep '^| 8 ' "$md" | tail -1)"
 grep -q 'bf16/layers=16_seed=1 (bad metrics.jsonl: .*:6: not a JSON line)' "$md" ||
   fail "the run with a cut metrics.jsonl is not listed with its reason"

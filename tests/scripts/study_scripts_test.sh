@@ -14,6 +14,10 @@ for s in depth_study eta_lr_study; do
   [[ $msg == "$s.sh: --out-root needs a value" ]] || fail "$s.sh --out-root without a value says: $msg"
 done
 
+msg=$(bash "$src/scripts/depth_study.sh" --steps 7 --out-root "$work/d7" 2>&1) && fail "depth_study.sh --steps 7 ran"
+[[ $msg == *"--steps 7: not a multiple of the configs' train.eval_interval (150)"* && ! -e $work/d7 ]] ||
+  fail "depth_study.sh --steps 7: $msg"
+
 # Stand-ins for echo_train: fail prints its name and fails; ok writes val_loss 2.00SEED to run.out_dir.
 printf '#!/bin/sh\necho fail-1; exit 1\n' > "$work/fail1"
 printf '#!/bin/sh\necho fail-2; exit 1\n' > "$work/fail2"
