@@ -10,8 +10,10 @@ percent, paired by seed: (val - val_baseline) / val_baseline of the same seed an
 data order and initial weights, which the seed fixes, cancel. Writes OUT_ROOT/depth-gap.md (two
 tables: validation loss and gap, mean +- sample std over seeds) and OUT_ROOT/depth-gap.png (gap
 against depth, one line per setting, error bars one std). A run counts as finished when its
-metrics reach the step of its last validation, i.e. train.steps; unfinished runs are listed and
-left out.
+last training step and its last validation are both at train.steps of its config.yaml (the
+effective config echo_train writes); unfinished runs, and runs whose metrics.jsonl or config.yaml
+cannot be read, are listed with the reason and left out. Finished runs of different train.steps
+are refused, naming the folders: give each length its own OUT_ROOT.
 """
 
 import argparse
@@ -20,6 +22,7 @@ import re
 import sys
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -35,11 +38,54 @@ class ReportError(Exception):
     pass
 
 
+def train_steps(point_dir):
+    """train.steps of the run's config.yaml."""
+    path = os.path.join(point_dir, "config.yaml")
+    if not os.path.exists(path):
+        raise ReportError("no config.yaml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            steps = (yaml.safe_load(f) or {}).get("train", {}).get("steps")
+    except (OSError, yaml.YAMLError, AttributeError) as e:
+        raise ReportError(f"config.yaml unreadable: {e}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ReportError(f"config.yaml has no train.steps (got {steps!r})")
+    return steps
+
+
+def final_val(point_dir):
+    """(train.steps, the validation loss at train.steps); ReportError says why a run has none."""
+    steps = train_steps(point_dir)
+    try:
+        m = read_metrics(os.path.join(point_dir, "metrics.jsonl"), missing_ok=True)
+    except MetricsError as e:
+        raise ReportError(f"bad metrics.jsonl: {e}")
+    last = m["train"][-1]["step"] if m["train"] else 0
+    # A validation at last < train.steps is a mid-run evaluation, not the final one.
+    if last != steps:
+        raise ReportError(f"step {last} of {steps}")
+    if not m["val"] or m["val"][-1]["step"] != steps:
+        at = f"the last at step {m['val'][-1]['step']}" if m["val"] else "none logged"
+        # echo_train validates every eval_interval steps only, not at the end.
+        raise ReportError(f"no validation at step {steps}, {at}; train.eval_interval must divide train.steps")
+    return steps, m["val"][-1]["val_loss"]
+
+
+def refuse_mixed(lengths):
+    """Averaging a 300-step run with a 1200-step one hides the difference: refuse, naming them."""
+    if len(lengths) < 2:
+        return
+    parts = [f"{n} steps ({', '.join(lengths[n][:3])}{', ...' if len(lengths[n]) > 3 else ''})"
+             for n in sorted(lengths)]
+    raise ReportError("finished runs of different lengths: " + "; ".join(parts)
+                      + "; give each length its own --out-root")
+
+
 def collect(out_root):
-    """{setting: {(layers, seed): final val loss}}, and the unfinished points."""
+    """{setting: {(layers, seed): final val loss}}, and the unfinished or unreadable points."""
     if not os.path.isdir(out_root):
         raise ReportError(f"{out_root}: no such folder")
-    results, unfinished = {}, []
+    results, unfinished, lengths = {}, [], {}
     for setting in sorted(os.listdir(out_root)):
         folder = os.path.join(out_root, setting)
         if not os.path.isdir(folder):
@@ -48,14 +94,17 @@ def collect(out_root):
             match = POINT.match(point)
             if not match:
                 continue
-            m = read_metrics(os.path.join(folder, point, "metrics.jsonl"), missing_ok=True)
-            last_step = m["train"][-1]["step"] if m["train"] else 0
-            if not m["val"] or m["val"][-1]["step"] != last_step or last_step == 0:
-                unfinished.append(f"{setting}/{point} (step {last_step})")
+            try:
+                steps, val = final_val(os.path.join(folder, point))
+            except ReportError as e:
+                unfinished.append(f"{setting}/{point} ({e})")
                 continue
-            results.setdefault(setting, {})[(int(match[1]), int(match[2]))] = m["val"][-1]["val_loss"]
+            lengths.setdefault(steps, []).append(f"{setting}/{point}")
+            results.setdefault(setting, {})[(int(match[1]), int(match[2]))] = val
     if not results:
-        raise ReportError(f"{out_root}: no finished layers=L_seed=S runs in any setting folder")
+        raise ReportError(f"{out_root}: no finished layers=L_seed=S runs in any setting folder"
+                          + (f" (not finished: {', '.join(unfinished)})" if unfinished else ""))
+    refuse_mixed(lengths)
     return results, unfinished
 
 
@@ -135,7 +184,7 @@ def main(argv):
     args = ap.parse_args(argv)
     try:
         md, png, text = report(args.out_root, args.baseline)
-    except (ReportError, MetricsError, OSError) as e:
+    except (ReportError, OSError) as e:
         print(f"depth_report: {e}", file=sys.stderr)
         return 1
     print(text)

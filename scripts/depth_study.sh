@@ -4,36 +4,61 @@
 # CPU ranks: 48 runs of 300 steps, about 70 minutes on 2 cores.
 #   bash scripts/depth_study.sh [--out-root runs/depth] [--layers "2 4 8 16"] [--seeds "1 2 3"] [--steps N]
 #                               [--echo-train PATH]
-# --steps N trains N steps instead of the configs' 300 (the cosine schedule stretches with it);
-# give it its own --out-root, as a finished 300-step run would otherwise count as done.
+# --steps N trains N steps instead of the configs' 300 (the cosine schedule stretches with it; N a
+# multiple of their eval_interval, 150, so that the run ends with a validation);
+# give it its own --out-root: the points are named layers=L_seed=S_steps=N, so they are runs of
+# their own, but scripts/depth_report.py refuses a study whose finished runs differ in length.
 # It goes depth by depth (2 layers, then 4, ...) and within a depth seed by seed (seed 1 of all
 # four settings, then seed 2, ...), so that a study cut short is complete for the smaller depths
 # and has whole paired seeds at the depth it stopped in; run it again to finish it: scripts/sweep.py skips
 # finished runs and resumes unfinished ones from their last checkpoint. At the end
 # scripts/depth_report.py writes OUT_ROOT/depth-gap.md (final validation loss, mean +- std
 # over seeds, and the gap to 16-bit per depth) and OUT_ROOT/depth-gap.png. The runs use a copy of
-# the echo_train binary (OUT_ROOT/echo_train), so rebuilding while the study runs changes nothing.
+# the echo_train binary (OUT_ROOT/echo_train), so rebuilding while the study runs changes nothing;
+# --echo-train PATH replaces that copy.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/depth
 layers="2 4 8 16"
 seeds="1 2 3"
 echo_train=$repo/build/echo_train
+echo_train_given=""
+# need OPTION VALUE...: an option at the end of the line has no value (set -u would say "$2: unbound").
+need() { [[ $# -ge 2 ]] || { echo "depth_study.sh: $1 needs a value" >&2; exit 2; }; }
 steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --out-root) out_root=$2; shift 2 ;;
-    --layers) layers=$2; shift 2 ;;
-    --seeds) seeds=$2; shift 2 ;;
-    --echo-train) echo_train=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
+    --out-root) need "$@"; out_root=$2; shift 2 ;;
+    --layers) need "$@"; layers=$2; shift 2 ;;
+    --seeds) need "$@"; seeds=$2; shift 2 ;;
+    --echo-train) need "$@"; echo_train=$2; echo_train_given=1; shift 2 ;;
+    --steps) need "$@"; steps=$2; shift 2 ;;
     *) echo "depth_study.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
 settings="bf16 echo4 nocomp4 echo8"
+# The runs use OUT_ROOT/echo_train. A given --echo-train replaces it (saying so when it differs);
+# without one, an existing copy is kept, so that a rebuild does not change a study half done.
+copy_echo_train() {
+  local copy=$out_root/echo_train
+  if [[ -n $echo_train_given && -e $copy ]] && ! cmp -s "$echo_train" "$copy"; then
+    [[ -f $echo_train ]] || { echo "depth_study.sh: --echo-train $echo_train: no such file" >&2; exit 2; }
+    echo "depth_study.sh: replacing $copy with --echo-train $echo_train" >&2
+  elif [[ -x $copy ]]; then
+    return 0
+  fi
+  cp "$echo_train" "$copy"
+}
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-numpy/-matplotlib
+# echo_train validates every train.eval_interval steps, not at the end: a length that is not a
+# multiple would end without the final validation depth_report.py reports.
+every=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["train"]["eval_interval"])' \
+  "$repo/configs/depth/bf16.yaml")
+if [[ -n $steps ]] && ! [[ $steps =~ ^[1-9][0-9]*$ && $((steps % every)) -eq 0 ]]; then
+  echo "depth_study.sh: --steps $steps: not a multiple of the configs' train.eval_interval ($every)" >&2; exit 2
+fi
 mkdir -p "$out_root"
-[[ -x $out_root/echo_train ]] || cp "$echo_train" "$out_root/echo_train"
+copy_echo_train
 grid_dir=$(mktemp -d)
 trap 'rm -rf "$grid_dir"' EXIT
 

@@ -7,21 +7,37 @@
 # Finished runs are skipped and unfinished ones resumed, so a study cut short is finished by
 # running it again. At the end scripts/plot.py --sweep draws OUT_ROOT/eta.png and OUT_ROOT/lr.png
 # (final validation loss, mean +- std over seeds) from the sweeps' results.csv; the tables are
-# OUT_ROOT/*/results.md. The runs use a copy of echo_train (OUT_ROOT/echo_train).
+# OUT_ROOT/*/results.md. The runs use a copy of echo_train (OUT_ROOT/echo_train), which
+# --echo-train PATH replaces.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/sweeps
 echo_train=$repo/build/echo_train
+echo_train_given=""
+# need OPTION VALUE...: an option at the end of the line has no value (set -u would say "$2: unbound").
+need() { [[ $# -ge 2 ]] || { echo "eta_lr_study.sh: $1 needs a value" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --out-root) out_root=$2; shift 2 ;;
-    --echo-train) echo_train=$2; shift 2 ;;
+    --out-root) need "$@"; out_root=$2; shift 2 ;;
+    --echo-train) need "$@"; echo_train=$2; echo_train_given=1; shift 2 ;;
     *) echo "eta_lr_study.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+# The runs use OUT_ROOT/echo_train. A given --echo-train replaces it (saying so when it differs);
+# without one, an existing copy is kept, so that a rebuild does not change a study half done.
+copy_echo_train() {
+  local copy=$out_root/echo_train
+  if [[ -n $echo_train_given && -e $copy ]] && ! cmp -s "$echo_train" "$copy"; then
+    [[ -f $echo_train ]] || { echo "eta_lr_study.sh: --echo-train $echo_train: no such file" >&2; exit 2; }
+    echo "eta_lr_study.sh: replacing $copy with --echo-train $echo_train" >&2
+  elif [[ -x $copy ]]; then
+    return 0
+  fi
+  cp "$echo_train" "$copy"
+}
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-numpy/-matplotlib
 mkdir -p "$out_root"
-[[ -x $out_root/echo_train ]] || cp "$echo_train" "$out_root/echo_train"
+copy_echo_train
 sweep() {  # BASE GRID OUT
   echo "== $1 over $2"
   "$PY" "$repo/scripts/sweep.py" "$repo/configs/depth/$1.yaml" "$repo/configs/depth/grids/$2.yaml" \

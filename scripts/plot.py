@@ -39,7 +39,9 @@ values span a factor of 4 or more.
 import argparse
 import math
 import os
+import re
 import sys
+import tempfile
 
 import matplotlib
 
@@ -64,11 +66,34 @@ def metrics_path(run):
     return path
 
 
+def read_cut(path, error):
+    """The metrics of a run killed while writing its last line: the lines before it, with a warning.
+    Any other bad line (not the last one) is still an error. read_metrics names the line only in
+    its message, hence the match on it."""
+    match = re.fullmatch(re.escape(path) + r":(\d+): not a JSON line", str(error))
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    n = int(match[1]) if match else 0
+    if n != len(lines) or lines[-1].endswith("\n"):
+        raise PlotError(str(error))
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8") as head:
+        head.writelines(lines[:-1])
+        head.flush()
+        m = read_metrics(head.name)
+    print(f"plot: {path}:{n}: the last line is cut off (a run stopped while writing it); "
+          f"plotting the {n - 1} lines before it", file=sys.stderr)
+    return dict(m, path=path)
+
+
 def read_run(run):
     """{'train': [(step, loss)], 'val': [(step, val_loss)], 'sites': {(direction, site): [...]},
     'tail100': the tail-100 mean training loss}"""
+    path = metrics_path(run)
     try:
-        m = read_metrics(metrics_path(run))
+        try:
+            m = read_metrics(path)
+        except MetricsError as e:
+            m = read_cut(path, e)
     except MetricsError as e:
         raise PlotError(str(e))
     return {"path": m["path"], "train": [(d["step"], d["loss"]) for d in m["train"]],
@@ -76,17 +101,33 @@ def read_run(run):
             "tail100": tail_mean(m["train"])}
 
 
-def labels_for(runs, given):
+def labels_for(runs, given, what="runs"):
+    """One label per run (or per sweep CSV): --labels, else the folder names."""
     if given:
         labels = given.split(",")
         if len(labels) != len(runs):
-            raise PlotError(f"--labels names {len(labels)} runs, but {len(runs)} were given")
-        return labels
-    names = [os.path.basename(os.path.normpath(r if os.path.isdir(r) else os.path.dirname(r) or "."))
-             for r in runs]
-    if len(set(names)) < len(names):
-        names = [os.path.normpath(r) for r in runs]
-    return names
+            raise PlotError(f"--labels names {len(labels)} {what}, but {len(runs)} were given")
+    else:
+        labels = [os.path.basename(os.path.normpath(r if os.path.isdir(r) else os.path.dirname(r) or "."))
+                  for r in runs]
+        if len(set(labels)) < len(labels):
+            labels = [os.path.normpath(r) for r in runs]
+    refuse_same(runs, labels, what)
+    return labels
+
+
+def refuse_same(runs, labels, what):
+    """Two runs under one label would share a legend entry and a telemetry-LABEL.png, the second
+    overwriting the first: refuse, naming them."""
+    seen = {}
+    for run, label in zip(runs, labels):
+        if safe(label) in seen:
+            first, other = seen[safe(label)]
+            if first == run:
+                raise PlotError(f"{run} is given twice")
+            raise PlotError(f"{what} {first} and {run} have the same label ('{other}' and '{label}'); "
+                            "give each its own with --labels")
+        seen[safe(label)] = (run, label)
 
 
 # ---------------------------------------------------------------- smoothing -------------------
@@ -337,7 +378,7 @@ def main(argv):
         if not args.sweep_x:
             ap.error("--sweep needs --sweep-x KEY (the grid key to plot against)")
         try:
-            series = list(zip(labels_for(args.sweep, args.labels),
+            series = list(zip(labels_for(args.sweep, args.labels, "sweep CSV files"),
                               [read_sweep_csv(p, args.sweep_x) for p in args.sweep]))
             os.makedirs(args.out, exist_ok=True)
             path = os.path.join(args.out, safe(args.sweep_x.split(".")[-1]) + ".png")

@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
 # The S3R training comparison (issue: INT8 linear layers): the quickstart model on the demo
 # corpus, for each backward mode and 3 seeds, final validation loss as a Markdown table.
-#   bash scripts/s3r_compare.sh [STEPS] > docs/s3r_comparison.md
+#   bash scripts/s3r_compare.sh [STEPS] [--out docs/s3r_comparison.md] [--runs runs/s3r] [--echo-train PATH]
+# The table goes to --out only when every run finished (written beside it, then moved into place,
+# so a failed comparison leaves the old file as it was); without --out it is printed at the end.
+# The runs go to --runs (default runs/s3r), each with its log RUNS/NAME_SEED.log.
 set -euo pipefail
+steps=200 out="" out_arg="" runs=runs/s3r echo_train=build/echo_train  # the defaults: relative to the repository
+need() { [[ $# -ge 2 ]] || { echo "s3r_compare.sh: $1 needs a value" >&2; exit 2; }; }
+given() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }  # a given path: relative to the caller's folder
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --out) need "$@"; out=$(given "$2"); out_arg=$2; shift 2 ;;
+    --runs) need "$@"; runs=$(given "$2"); shift 2 ;;
+    --echo-train) need "$@"; echo_train=$(given "$2"); shift 2 ;;
+    [0-9]*) steps=$1; shift ;;
+    *) echo "s3r_compare.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
-steps=${1:-200}
 modes=(
   "bf16|linear.mode=bf16"
   "int8 RTNE|linear.mode=int8 linear.backward_rounding=rtne linear.ec=none"
@@ -13,27 +27,41 @@ modes=(
   "S3R-EC dx_only|linear.mode=int8 linear.backward_rounding=s3r linear.thresholds=per_token linear.ec=dx_only"
   "S3R-EC two_way|linear.mode=int8 linear.backward_rounding=s3r linear.thresholds=per_token linear.ec=two_way"
 )
-echo "Quickstart model (configs/quickstart.yaml, Echo 4-bit all-reduces, tp = 2), $steps steps, eval every"
-echo "$steps steps on 8 validation batches; \`bash scripts/s3r_compare.sh $steps\`."
-echo
-echo "| backward | seed 1 | seed 2 | seed 3 | mean |"
-echo "|---|---|---|---|---|"
+mkdir -p "$runs"
+# The table is built in a temporary file: beside --out, so that the final mv is a rename.
+table=$(mktemp "${out:-${TMPDIR:-/tmp}/s3r_compare}.XXXXXX")
+trap 'rm -f "$table"' EXIT
+{
+  echo "Quickstart model (configs/quickstart.yaml, Echo 4-bit all-reduces, tp = 2), $steps steps, eval every"
+  echo "$steps steps on 8 validation batches; \`bash scripts/s3r_compare.sh $steps${out_arg:+ --out $out_arg}\`."
+  echo
+  echo "| backward | seed 1 | seed 2 | seed 3 | mean |"
+  echo "|---|---|---|---|---|"
+} > "$table"
 for entry in "${modes[@]}"; do
   name=${entry%%|*}
   read -r -a sets <<<"${entry#*|}"
   row="| $name |"
   sum=0
   for seed in 1 2 3; do
-    out=runs/s3r/${name// /_}_$seed
-    args=(--overwrite --set run.seed=$seed --set run.out_dir=$out --set train.steps=$steps
+    run=$runs/${name// /_}_$seed
+    args=(--overwrite --set run.seed=$seed --set run.out_dir=$run --set train.steps=$steps
           --set train.eval_interval=$steps --set train.checkpoint_interval=0 --set train.log_interval=1000
           --set comm.telemetry_interval=0)
     for s in "${sets[@]}"; do args+=(--set "$s"); done
-    OPENBLAS_NUM_THREADS=1 bash scripts/mpirun.sh -np 2 build/echo_train configs/quickstart.yaml "${args[@]}" >"$out.log" 2>&1 ||
-      { echo "run $out failed; see $out.log" >&2; exit 1; }
-    val=$(grep -o '"val_loss":[0-9.eE+-]*' "$out/metrics.jsonl" | tail -1 | cut -d: -f2)
+    echo "== $name, seed $seed" >&2
+    OPENBLAS_NUM_THREADS=1 bash scripts/mpirun.sh -np 2 "$echo_train" configs/quickstart.yaml "${args[@]}" \
+      >"$run.log" 2>&1 ||
+      { echo "s3r_compare.sh: run $run failed; see $run.log" >&2; exit 1; }
+    val=$(grep -o '"val_loss":[0-9.eE+-]*' "$run/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2) || true
+    [[ -n $val ]] || { echo "s3r_compare.sh: run $run logged no val_loss in $run/metrics.jsonl" >&2; exit 1; }
     row+=" $(printf '%.4f' "$val") |"
     sum=$(echo "$sum + $val" | bc -l)
   done
-  echo "$row $(printf '%.4f' "$(echo "$sum / 3" | bc -l)") |"
+  echo "$row $(printf '%.4f' "$(echo "$sum / 3" | bc -l)") |" >> "$table"
 done
+if [[ -n $out ]]; then
+  chmod 644 "$table" && mv "$table" "$out" && echo "wrote $out" >&2
+else
+  cat "$table"
+fi

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # scripts/depth_report.py on a hand-made study folder: the table's means, stds and paired gaps
-# against numbers worked out by hand, an unfinished run listed and left out, the PNG written,
-# and a folder without the baseline refused with a message naming it.
+# against numbers worked out by hand, an unfinished run listed and left out (also one stopped
+# right after a mid-run validation, and one with a cut metrics.jsonl), the PNG written, runs of
+# different train.steps refused naming them, and a folder without the baseline refused naming it.
 #   depth_report_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work" && mkdir -p "$work"
-# run SETTING LAYERS SEED LAST_STEP VAL_LOSS: a metrics.jsonl of 3 logged steps and one validation.
+# run SETTING LAYERS SEED LAST_STEP VAL_LOSS [VAL_STEP [STEPS [ROOT [SUFFIX]]]]: a metrics.jsonl of
+# 3 logged steps and one validation (at step 4), and the config.yaml of a train.steps = 4 run.
 run() {
-  local dir=$work/study/$1/layers=$2_seed=$3
+  local dir=${8:-$work/study}/$1/layers=$2_seed=$3${9:-}
   mkdir -p "$dir"
+  printf 'train:\n  steps: %d\n  eval_interval: 2\n' "${7:-4}" > "$dir/config.yaml"
   printf '{"step":%d,"loss":3.0,"tokens_per_s":100}\n{"step":%d,"loss":2.9,"tokens_per_s":100}\n' 1 2 > "$dir/metrics.jsonl"
   printf '{"kind":"echo_site","step":2,"direction":"forward","site":0,"delta_norm":1,"partial_sum_norm":1}\n' >> "$dir/metrics.jsonl"
-  printf '{"step":%d,"loss":2.8,"tokens_per_s":100}\n{"step":%d,"val_loss":%s}\n' "$4" 4 "$5" >> "$dir/metrics.jsonl"
+  printf '{"step":%d,"loss":2.8,"tokens_per_s":100}\n{"step":%d,"val_loss":%s}\n' "$4" "${6:-4}" "$5" >> "$dir/metrics.jsonl"
 }
 # Depth 2: baseline 2.0, 2.2, 2.4; echo4 +1 %, +0 %, +1 % -> gap 0.67 +- 0.58 %,
 # echo4 val 2.02, 2.2, 2.424: mean 2.214667, sample std sqrt(0.081931 / 2) = 0.2024.
@@ -24,13 +27,25 @@ run echo4 2 1 4 2.02; run echo4 2 2 4 2.2; run echo4 2 3 4 2.424
 # seeds 1 and 2: -1 % and +3 % -> 1.00 +- 2.83 %.
 run bf16 4 1 4 1.9; run bf16 4 2 4 2.1; run bf16 4 3 4 2.3
 run echo4 4 1 4 1.881; run echo4 4 2 4 2.163; run echo4 4 3 3 9.9
+# Depth 8: echo4 stopped right after the mid-run validation at step 3 of 4 (train.steps): left out.
+run bf16 8 1 4 1.8; run echo4 8 1 3 1.7 3
+# ... and one whose last validation is not at train.steps (eval_interval does not divide it).
+run echo4 8 2 4 1.7 2
+# Depth 16: a metrics.jsonl cut off mid-line (a run killed while writing): listed, not fatal.
+run bf16 16 1 4 1.6 && printf '{"step":5,"lo' >> "$work/study/bf16/layers=16_seed=1/metrics.jsonl"
 out=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) || { echo "$out"; fail "depth_report.py exited non-zero"; }
 md=$work/study/depth-gap.md
 [[ -s $md ]] || fail "no depth-gap.md"
 grep -q '^| 2 | 2.2000 ± 0.2000 | 2.2147 ± 0.2024 |$' "$md" || fail "depth-2 loss row wrong: $(grep '^| 2 ' "$md" | head -1)"
 grep -q '^| 2 | 0.67 ± 0.58 % |$' "$md" || fail "depth-2 gap row wrong: $(grep '^| 2 ' "$md" | tail -1)"
 grep -q '^| 4 | 1.00 ± 2.83 % (n=2) |$' "$md" || fail "depth-4 gap row wrong: $(grep '^| 4 ' "$md" | tail -1)"
-grep -q 'echo4/layers=4_seed=3 (step 3)' "$md" || fail "the unfinished run is not listed"
+grep -q 'echo4/layers=4_seed=3 (step 3 of 4)' "$md" || fail "the unfinished run is not listed"
+grep -q 'echo4/layers=8_seed=1 (step 3 of 4)' "$md" || fail "a run stopped after a mid-run validation is not listed"
+grep -q 'echo4/layers=8_seed=2 (no validation at step 4, the last at step 2; ' "$md" ||
+  fail "a run without its final validation is not listed with the reason"
+grep -q '^| 8 | – |$' "$md" || fail "depth-8 gap row counts the run stopped mid-way: $(grep '^| 8 ' "$md" | tail -1)"
+grep -q 'bf16/layers=16_seed=1 (bad metrics.jsonl: .*:6: not a JSON line)' "$md" ||
+  fail "the run with a cut metrics.jsonl is not listed with its reason"
 [[ $(head -c 8 "$work/study/depth-gap.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
   fail "depth-gap.png missing or not a PNG"
 # The same study with the point names of depth_study.sh --steps (layers=L_seed=S_steps=N).
@@ -40,6 +55,11 @@ for d in "$work"/study/*/layers=*; do
 done
 "$PY" "$src/scripts/depth_report.py" "$work/long" >/dev/null 2>&1 || fail "depth_report.py refused _steps=N points"
 grep -q '^| 2 | 0.67 ± 0.58 % |$' "$work/long/depth-gap.md" || fail "_steps=N points: depth-2 gap row wrong"
+# Runs of 7 and 3 steps (depth_study.sh --steps 7, then --steps 3, into one out-root) are refused.
+run bf16 2 1 7 2.0 7 7 "$work/mixed" _steps=7; run bf16 2 2 3 2.2 3 3 "$work/mixed" _steps=3
+msg=$("$PY" "$src/scripts/depth_report.py" "$work/mixed" 2>&1) && fail "runs of 7 and 3 steps were averaged"
+[[ $msg == *"3 steps (bf16/layers=2_seed=2_steps=3)"*"7 steps (bf16/layers=2_seed=1_steps=7)"* ]] ||
+  fail "the message does not name the runs of each length: $msg"
 rm -rf "$work/study/bf16"
 msg=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) && fail "a study without its baseline was accepted"
 [[ $msg == *"baseline setting 'bf16'"* ]] || fail "the message does not name the missing baseline: $msg"
