@@ -330,6 +330,9 @@ def write_results(out_root, grid, points, steps_of):
                                      "not started" if not train else "incomplete")
         if err:
             status = f"bad metrics ({err})"
+        elif not train and os.path.isdir(os.path.join(out_dir, "checkpoints")):
+            # Not "not started": a rerun resumes the checkpoint but cannot bring back its lost lines.
+            status = "no metrics.jsonl although a checkpoint exists"
         rows.append({"point": p["name"], **dict(p["set"]), "status": status,
                      "steps_done": s["steps_done"], "steps": steps,
                      "tail100_loss": fmt(s["tail100_loss"], 6), "final_val_loss": fmt(s["final_val_loss"], 6),
