@@ -187,7 +187,7 @@ signal_sweep() {  # signal_sweep SIGNAL EXPECTED_EXIT STOPS: a step or two after
   sleep 0.5
   if [[ $rc -eq $2 && $(<"$work/sig.out") == *"interrupted at point 1 of 1 (seed=1); rerun the same command to resume"* \
         && $(<"$work/sig.out") != *Traceback* ]] && ! pgrep -f -- "run.out_dir=$work/sig/" >/dev/null &&
-     (( $(grep -c "stopping at step .* on signal 15; checkpoint saved" "$work/sig/logs/seed=1.log") == $3 ))
+     (( $(grep -c "rank 0/.*stopping at step .* on signal 15; checkpoint saved" "$work/sig/logs/seed=1.log") == $3 ))
   then ok "SIG$1: forwarded as SIGTERM, checkpoint saved, exit $2"
   else bad "SIG$1: exit $rc: $(<"$work/sig.out")"; fi
 }
