@@ -82,8 +82,8 @@ def read_metrics(path, missing_ok=False):
                     check_fields(d, SITE_FIELDS, where, "telemetry (echo_site)")
                     x_norm = d.get("x_norm", math.nan)
                     if not is_kind(x_norm, "number"):
-                        raise MetricsError(f"{where}: 'x_norm' of a telemetry (echo_site) line is {json.dumps(x_norm)}, "
-                                           "not a number")
+                        raise MetricsError(f"{where}: 'x_norm' of a telemetry (echo_site) line is "
+                                           f"{json.dumps(x_norm)}, not a number")
                     sites.setdefault((d["direction"], d["site"]), {})[d["step"]] = (
                         d["step"], d["delta_norm"], d["partial_sum_norm"], x_norm)
                 elif kind is not None:

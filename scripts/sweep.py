@@ -2,7 +2,7 @@
 """Runs a grid of echo_train jobs over one base config and tabulates the results.
 
     scripts/sweep.py BASE.yaml GRID.yaml [--print] [--np N] [--out-root DIR]
-                     [--echo-train PATH] [--mpirun CMD]
+                     [--echo-train PATH] [--mpirun CMD] [--yes]
 
 GRID.yaml maps dotted config keys to lists of values, e.g.
 
@@ -16,7 +16,7 @@ fastest). Each point runs
 
 where NAME joins `key=value` for every grid key (the key's last component, or the whole dotted
 key where two grid keys share a last component), e.g. `eta=0.7_seed=1`. Values are passed as
-written in GRID.yaml. N defaults to the base config's parallel.tp (one data-parallel replica).
+written in GRID.yaml. N defaults to the point's parallel.tp (one data-parallel replica).
 
 A point whose metrics.jsonl already reaches train.steps is skipped; any other point is started
 with --resume, which continues from its newest checkpoint (or starts it, when there is none).
@@ -30,11 +30,19 @@ validation loss; mean tokens/s over the logged steps after the first) and OUT_RO
 
 A grid is refused before anything runs when a key is not a leaf key of configs/default.yaml,
 when a value list is empty or not a list, when a value does not have the key's type (number,
-true/false, text), or when it names run.out_dir (the sweep sets it). Ranges and cross-key
-checks are echo_train's: a point it refuses fails with echo_train's message in its log.
+integer written with digits only, true/false, text that is not a bare number), when a key lists
+one value twice (compared by value: 1e-3 and 0.001), when two points' names map to one folder,
+when it names run.out_dir (the sweep sets it), or when it has more than 1000 points (--yes runs
+them). A name over 200 characters keeps its start and ends in a hash of the whole. A point
+folder that already holds a config.yaml differing from the point's (base + point keys) is
+refused: it is an earlier sweep's run, not this one's. Ranges and cross-key checks are
+echo_train's: a point it refuses fails with echo_train's message in its log.
 
-Exit status: 0 when every point finished, 1 when a point failed, 2 for a bad command line,
-config or grid.
+SIGINT and SIGTERM are forwarded to the running point as SIGTERM (echo_train saves a checkpoint
+and exits); the results are written and the sweep exits 128 + the signal.
+
+Exit status: 0 when every point finished, 1 when a point is unfinished (each is listed with why),
+2 for a bad command line, config or grid, 130 / 143 when interrupted.
 """
 
 import argparse

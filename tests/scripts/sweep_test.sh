@@ -130,11 +130,13 @@ check_refused "holds a run of another config: optim.lr is 0.001 there, 0.002 her
 # 5d. --print: each point's parallel.tp is its -np; a long name is shortened with a hash; a repository path
 # with a space and a quote is one argument, quoted so that the line can be pasted into a shell.
 out=$("${sweep[@]}" "$work/base.yaml" <(printf 'parallel.tp: [1, 2]\n') --print --out-root "$work/p" 2>&1)
-[[ $(grep -o -- ' -np [0-9]' <<<"$out" | tr -d '\n') == " -np 1 -np 2" ]] && ok "a grid over parallel.tp: -np 1 and -np 2" ||
+[[ $(grep -o -- ' -np [0-9]' <<<"$out" | tr -d '\n') == " -np 1 -np 2" ]] &&
+  ok "a grid over parallel.tp: -np 1 and -np 2" ||
   bad "parallel.tp grid: $out"
 out=$("${sweep[@]}" "$work/base.yaml" <(printf 'optim.lr: [1%0250d]\n' 0) --print --out-root "$work/p" 2>&1); rc=$?
 name=$(grep -o 'run.out_dir=[^ ]*' <<<"$out" | sed 's|.*/||')
-[[ $rc -eq 0 && ${#name} -eq 200 && $name =~ ^lr=10000.*-[0-9a-f]{16}$ ]] && ok "a 250-digit value: name shortened to 200" ||
+[[ $rc -eq 0 && ${#name} -eq 200 && $name =~ ^lr=10000.*-[0-9a-f]{16}$ ]] &&
+  ok "a 250-digit value: name shortened to 200" ||
   bad "long name: exit $rc, name of ${#name}: $out"
 odd="$work/my dir'q"
 mkdir -p "$odd" && cp -r "$src/scripts" "$src/configs" "$odd/" && ln -sfn "$build" "$odd/build"
@@ -154,7 +156,8 @@ except metrics.MetricsError as e: print(e)' "$work/m.jsonl" 2>&1)
 }
 check_metrics '{"step":1,"loss":null,"tokens_per_s":1}' "'loss' of a training line is null, not a number"
 check_metrics '{"step":1,"loss":1.5}' "a training line lacks 'tokens_per_s'"
-check_metrics '{"step":"1","loss":1.5,"tokens_per_s":1}' "'step' of a training line is \"1\", not a non-negative integer"
+check_metrics '{"step":"1","loss":1.5,"tokens_per_s":1}' \
+  "'step' of a training line is \"1\", not a non-negative integer"
 check_metrics '{"loss":1.5,"tokens_per_s":1}' "a training line lacks 'step'"
 check_metrics $'\xff\xfe' "not UTF-8 text"
 
@@ -185,7 +188,8 @@ signal_sweep() {  # signal_sweep SIGNAL EXPECTED_EXIT STOPS: a step or two after
   done
   kill -"$1" $pid; wait $pid; rc=$?
   sleep 0.5
-  if [[ $rc -eq $2 && $(<"$work/sig.out") == *"interrupted at point 1 of 1 (seed=1); rerun the same command to resume"* \
+  local said="interrupted at point 1 of 1 (seed=1); rerun the same command to resume"
+  if [[ $rc -eq $2 && $(<"$work/sig.out") == *"$said"* \
         && $(<"$work/sig.out") != *Traceback* ]] && ! pgrep -f -- "run.out_dir=$work/sig/" >/dev/null &&
      (( $(grep -c "rank 0/.*stopping at step .* on signal 15; checkpoint saved" "$work/sig/logs/seed=1.log") == $3 ))
   then ok "SIG$1: forwarded as SIGTERM, checkpoint saved, exit $2"
