@@ -2,7 +2,8 @@
 # scripts/sweep.py as a user runs it, on a tiny model (2 ranks, 4 steps per point): a 2 x 2 grid
 # over run.seed and comm.compensator.eta writes results.csv / results.md with one row per point
 # and the seeds averaged; a second invocation runs nothing; an interrupted point is resumed;
-# --print prints one command line per point; bad grids are refused before anything runs.
+# --print prints one command line per point; bad grids are refused before anything runs; the
+# hostile-input cases (5b-5g: colliding names, a stale out-root, damaged metrics, odd paths, signals).
 # Leaves its runs in WORK for plot_test.sh (ctest fixture sweep_runs).
 #   sweep_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
