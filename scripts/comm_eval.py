@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-from launch import default_tool, launcher
+from launch import LaunchError, SignalForwarder, default_tool, launcher
 
 
 def echo(bits, compensated, early_site_8bit=False):
@@ -97,12 +97,17 @@ def main(argv):
         print(f"comm_eval: {args.checkpoint}: no such checkpoint or run directory", file=sys.stderr)
         return 2
     prefix = args.out or default_prefix(args.checkpoint)
+    try:
+        mpirun = launcher(args.mpirun)
+    except LaunchError as e:
+        print(f"comm_eval: {e}", file=sys.stderr)
+        return 2
 
     done = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, SignalForwarder() as signals:
         for i, (label, sets) in enumerate(ROWS):
             out_json = os.path.join(tmp, f"row{i}.json")
-            cmd = [*launcher(args.mpirun), "-np", str(args.np), args.echo_eval, args.checkpoint, "--tp", str(args.np)]
+            cmd = [*mpirun, "-np", str(args.np), args.echo_eval, args.checkpoint, "--tp", str(args.np)]
             for key, value in sets.items():
                 cmd += ["--set", f"{key}={value}"]
             if args.batches is not None:
@@ -111,13 +116,18 @@ def main(argv):
                 cmd += ["--data", args.data]
             print(f"comm_eval: [{i + 1}/{len(ROWS)}] {label}: {shlex.join(cmd)}", flush=True)
             try:
-                proc = subprocess.run(cmd + ["--json", out_json], capture_output=True, text=True)
+                rc, out, err = signals.run(cmd + ["--json", out_json], stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
             except OSError as e:
                 print(f"comm_eval: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
                 return 2
-            if proc.returncode != 0 or not os.path.exists(out_json):
-                print(f"comm_eval: {label}: echo_eval exited {proc.returncode}:", file=sys.stderr)
-                print((proc.stdout + proc.stderr)[-3000:], file=sys.stderr)
+            if signals.signum:
+                # echo_eval got SIGTERM and stops; nothing is written (the table needs every row).
+                print(f"comm_eval: interrupted at row {i + 1} ({label}); nothing written", file=sys.stderr)
+                return 128 + signals.signum
+            if rc != 0 or not os.path.exists(out_json):
+                print(f"comm_eval: {label}: echo_eval exited {rc}:", file=sys.stderr)
+                print((out + err)[-3000:], file=sys.stderr)
                 return 1
             with open(out_json, encoding="utf-8") as f:
                 result = json.load(f)

@@ -1,10 +1,16 @@
-"""Paths and the MPI launcher shared by the scripts that start echo's binaries (sweep.py,
-comm_eval.py)."""
+"""Paths, the MPI launcher and signal forwarding shared by the scripts that start echo's binaries
+(sweep.py, comm_eval.py)."""
 
 import os
 import shlex
+import signal
+import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class LaunchError(Exception):
+    """A launcher command that cannot be split into arguments."""
 
 
 def default_tool(relpath):
@@ -13,9 +19,63 @@ def default_tool(relpath):
 
 
 def launcher(command):
-    """The MPI launcher as an argument list: `command` split like a shell would, a lone *.sh
-    script run through bash (scripts/mpirun.sh need not be executable in a fresh clone)."""
-    argv = shlex.split(command)
-    if command.endswith(".sh") and len(argv) == 1:
-        argv = ["bash", command]
+    """The MPI launcher as an argument list: an existing file is one argument (a repository path
+    may hold spaces or quotes), anything else is split like a shell would; a lone *.sh script is
+    run through bash (scripts/mpirun.sh need not be executable in a fresh clone)."""
+    if os.path.isfile(command):
+        argv = [command]
+    else:
+        try:
+            argv = shlex.split(command)
+        except ValueError as e:
+            raise LaunchError(f"--mpirun {command!r}: cannot be split into arguments ({e})")
+        if not argv:
+            raise LaunchError("--mpirun is empty")
+    if len(argv) == 1 and argv[0].endswith(".sh"):
+        argv = ["bash", argv[0]]
     return argv
+
+
+class SignalForwarder:
+    """While active, SIGINT and SIGTERM do not kill this script: they are remembered (signum) and
+    SIGTERM is sent to the running child's process group, so echo_train saves a checkpoint and
+    exits; the caller then stops starting children. Children run in their own session, so a
+    terminal's Ctrl-C reaches them only through this forwarding (one clean SIGTERM)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum = None
+        self.child = None
+        self.previous = {}
+
+    def __enter__(self):
+        self.previous = {s: signal.signal(s, self.on_signal) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+        return False
+
+    def on_signal(self, signum, frame):
+        self.signum = self.signum or signum
+        self.forward()
+
+    def forward(self):
+        if self.child is not None and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def run(self, cmd, **popen_kwargs):
+        """(exit status, stdout, stderr) of cmd, waited for even after a signal."""
+        self.child = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+        try:
+            if self.signum:  # the signal came while the child was being started
+                self.forward()
+            out, err = self.child.communicate()
+            return self.child.returncode, out, err
+        finally:
+            self.child = None

@@ -3,7 +3,8 @@
 Each line of metrics.jsonl is one JSON object: a training step ({"step", "loss", "tokens_per_s",
 ...}), a validation ({"step", "val_loss"}) or, with a "kind" field, telemetry (kind "echo_site":
 the per-site norms of the Echo paper's Eqns. 4-6). A resumed run logs the steps after its
-checkpoint again; the last line of a step wins.
+checkpoint again; the last line of a step wins. Every field a reader uses is checked here, so a
+damaged file is one MetricsError naming FILE:LINE and the field, never a traceback in a caller.
 """
 
 import json
@@ -12,9 +13,55 @@ import os
 
 TAIL = 100  # steps in the "tail-100" mean, as in the Echo paper's Table 7
 
+# The fields each kind of line must have, and their kinds; x_norm of a site line is optional.
+TRAIN_FIELDS = {"step": "int", "loss": "number", "tokens_per_s": "number"}
+VAL_FIELDS = {"step": "int", "val_loss": "number"}
+SITE_FIELDS = {"step": "int", "direction": "text", "site": "int", "delta_norm": "number",
+               "partial_sum_norm": "number"}
+
 
 class MetricsError(Exception):
     """A metrics.jsonl that cannot be read or parsed; the message names the file and line."""
+
+
+def is_kind(value, kind):
+    # bool is an int to Python but never a step or a loss; null is no number either.
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, int) and value >= 0
+    if kind == "number":
+        return isinstance(value, (int, float))
+    return isinstance(value, str)
+
+
+KIND_WORDS = {"int": "a non-negative integer", "number": "a number", "text": "a string"}
+
+
+def check_fields(d, fields, where, what):
+    for name, kind in fields.items():
+        if name not in d:
+            raise MetricsError(f"{where}: a {what} line lacks '{name}'")
+        if not is_kind(d[name], kind):
+            raise MetricsError(f"{where}: '{name}' of a {what} line is {json.dumps(d[name])}, "
+                               f"not {KIND_WORDS[kind]}")
+
+
+def parse_line(raw, where):
+    """The JSON object of one line (bytes), or None for a blank line."""
+    try:
+        line = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise MetricsError(f"{where}: not UTF-8 text")
+    if not line:
+        return None
+    try:
+        d = json.loads(line)
+    except ValueError:
+        raise MetricsError(f"{where}: not a JSON line")
+    if not isinstance(d, dict):
+        raise MetricsError(f"{where}: not a JSON object")
+    return d
 
 
 def read_metrics(path, missing_ok=False):
@@ -24,31 +71,32 @@ def read_metrics(path, missing_ok=False):
     if missing_ok and not os.path.exists(path):
         return {"path": path, "train": [], "val": [], "sites": {}}
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                where = f"{path}:{n}"
+                d = parse_line(raw, where)
+                if d is None:
                     continue
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError:
-                    raise MetricsError(f"{path}:{n}: not a JSON line")
-                if not isinstance(d, dict):
-                    raise MetricsError(f"{path}:{n}: not a JSON object")
-                if d.get("kind") == "echo_site":
-                    key = (d["direction"], int(d["site"]))
-                    sites.setdefault(key, {})[d["step"]] = (
-                        d["step"], d["delta_norm"], d["partial_sum_norm"], d.get("x_norm", math.nan))
-                elif d.get("kind"):
+                kind = d.get("kind")
+                if kind == "echo_site":
+                    check_fields(d, SITE_FIELDS, where, "telemetry (echo_site)")
+                    x_norm = d.get("x_norm", math.nan)
+                    if not is_kind(x_norm, "number"):
+                        raise MetricsError(f"{where}: 'x_norm' of a telemetry (echo_site) line is "
+                                           f"{json.dumps(x_norm)}, not a number")
+                    sites.setdefault((d["direction"], d["site"]), {})[d["step"]] = (
+                        d["step"], d["delta_norm"], d["partial_sum_norm"], x_norm)
+                elif kind is not None:
                     continue  # a kind this reader does not know yet
                 elif "val_loss" in d:
+                    check_fields(d, VAL_FIELDS, where, "validation")
                     val[d["step"]] = d
                 elif "loss" in d:
+                    check_fields(d, TRAIN_FIELDS, where, "training")
                     train[d["step"]] = d
+                # Any other line (no loss, val_loss or kind) is not one this reader knows: skipped.
     except OSError as e:
         raise MetricsError(f"{path}: {e.strerror}")
-    except (KeyError, TypeError, ValueError) as e:
-        raise MetricsError(f"{path}: a telemetry line lacks a field or has a bad one ({e})")
     return {"path": path, "train": [train[s] for s in sorted(train)], "val": [val[s] for s in sorted(val)],
             "sites": {k: [v[s] for s in sorted(v)] for k, v in sites.items()}}
 

@@ -2,7 +2,7 @@
 """Runs a grid of echo_train jobs over one base config and tabulates the results.
 
     scripts/sweep.py BASE.yaml GRID.yaml [--print] [--np N] [--out-root DIR]
-                     [--echo-train PATH] [--mpirun CMD]
+                     [--echo-train PATH] [--mpirun CMD] [--yes]
 
 GRID.yaml maps dotted config keys to lists of values, e.g.
 
@@ -16,7 +16,7 @@ fastest). Each point runs
 
 where NAME joins `key=value` for every grid key (the key's last component, or the whole dotted
 key where two grid keys share a last component), e.g. `eta=0.7_seed=1`. Values are passed as
-written in GRID.yaml. N defaults to the base config's parallel.tp (one data-parallel replica).
+written in GRID.yaml. N defaults to the point's parallel.tp (one data-parallel replica).
 
 A point whose metrics.jsonl already reaches train.steps is skipped; any other point is started
 with --resume, which continues from its newest checkpoint (or starts it, when there is none).
@@ -30,15 +30,24 @@ validation loss; mean tokens/s over the logged steps after the first) and OUT_RO
 
 A grid is refused before anything runs when a key is not a leaf key of configs/default.yaml,
 when a value list is empty or not a list, when a value does not have the key's type (number,
-true/false, text), or when it names run.out_dir (the sweep sets it). Ranges and cross-key
-checks are echo_train's: a point it refuses fails with echo_train's message in its log.
+integer written with digits only, true/false, text that is not a bare number), when a key lists
+one value twice (compared by value: 1e-3 and 0.001), when two points' names map to one folder,
+when it names run.out_dir (the sweep sets it), or when it has more than 1000 points (--yes runs
+them). A name over 200 characters keeps its start and ends in a hash of the whole. A point
+folder that already holds a config.yaml differing from the point's (base + point keys) is
+refused: it is an earlier sweep's run, not this one's. Ranges and cross-key checks are
+echo_train's: a point it refuses fails with echo_train's message in its log.
 
-Exit status: 0 when every point finished, 1 when a point failed, 2 for a bad command line,
-config or grid.
+SIGINT and SIGTERM are forwarded to the running point as SIGTERM (echo_train saves a checkpoint
+and exits); the results are written and the sweep exits 128 + the signal.
+
+Exit status: 0 when every point finished, 1 when a point is unfinished (each is listed with why),
+2 for a bad command line, config or grid, 130 / 143 when interrupted.
 """
 
 import argparse
 import csv
+import hashlib
 import itertools
 import math
 import os
@@ -49,10 +58,12 @@ import sys
 
 import yaml
 
-from launch import REPO, default_tool, launcher
+from launch import REPO, LaunchError, SignalForwarder, default_tool, launcher
 from metrics import MetricsError, mean_std, read_metrics, tail_mean
 
 DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
+MAX_POINTS = 1000  # more needs --yes: a typo (a list of 10 where 2 was meant) should not start a year of runs
+MAX_NAME = 200  # bytes of a point name; the file system allows 255 for NAME.log, a margin is kept
 
 
 class SweepError(Exception):
@@ -85,7 +96,7 @@ def load_yaml(path, what):
 
 
 def effective_config(base_path):
-    """The base config's keys over configs/default.yaml's, flattened."""
+    """(the base config's keys over configs/default.yaml's, the base config's own keys), flattened."""
     defaults = load_yaml(DEFAULTS, "defaults")
     base = load_yaml(base_path, "base config")
     if base is None:
@@ -97,7 +108,7 @@ def effective_config(base_path):
         if key not in config:
             raise SweepError(f"base config {base_path}: unknown key '{key}' (see configs/default.yaml)")
         config[key] = value
-    return config
+    return config, flatten(base)
 
 
 # ---------------------------------------------------------------- the grid --------------------
@@ -118,16 +129,30 @@ def check_value(where, key, text, node_tag, default):
         if text.lower() not in ("true", "false"):
             raise SweepError(f"{key}: value '{text}' must be true or false")
     elif want == "number":
+        # Python's float() takes 1_0 and echo_train does not; an integer key takes digits only (4.0 is refused there).
+        if "_" in text:
+            raise SweepError(f"{key}: value '{text}' is not a number (no '_' in numbers)")
         try:
             number = float(text)
         except ValueError:
             raise SweepError(f"{key}: value '{text}' is not a number")
         if not math.isfinite(number):
             raise SweepError(f"{key}: value '{text}' is not a finite number")
-        if isinstance(default, int) and not number.is_integer():
-            raise SweepError(f"{key}: value '{text}' must be an integer")
+        if isinstance(default, int) and not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise SweepError(f"{key}: value '{text}' must be an integer, written without a fraction or exponent")
     elif node_tag.endswith(":null") or text == "":
         raise SweepError(f"{key}: empty value")
+    elif node_tag.endswith((":int", ":float", ":bool")):
+        # A text or choice key (a path, comm.allreduce) never takes a bare number or true/false.
+        raise SweepError(f"{key}: value '{text}' is not text (quote it if it really is a name)")
+
+
+def value_identity(text, default):
+    """What two values of one key are compared by: 1e-3 and 0.001 are one value."""
+    kind = scalar_kind(default)
+    if kind == "number":
+        return float(text)
+    return text.lower() if kind == "bool" else text
 
 
 def load_grid(path, known):
@@ -177,10 +202,29 @@ def load_grid(path, known):
                 raise SweepError(f"{where}: '{key}': every value must be a single value, not a list or mapping")
             check_value(where, key, item.value, item.tag, known[key])
             values.append(item.value)
-        if len(set(values)) != len(values):
-            raise SweepError(f"{where}: '{key}' lists a value twice")
+        same = duplicate(values, known[key])
+        if same:
+            raise SweepError(f"{where}: '{key}' lists one value twice: {same[0]} and {same[1]}")
         grid.append((key, values))
     return grid
+
+
+def duplicate(values, default):
+    """The first pair of values that are one value (as written), or None."""
+    first = {}
+    for text in values:
+        ident = value_identity(text, default)
+        if ident in first:
+            return first[ident], text
+        first[ident] = text
+    return None
+
+
+def grid_size(grid, allow_big):
+    size = math.prod(len(values) for _, values in grid)
+    if size > MAX_POINTS and not allow_big:
+        raise SweepError(f"the grid has {size} points (more than {MAX_POINTS}); pass --yes to run them all")
+    return size
 
 
 def point_names(grid):
@@ -193,14 +237,66 @@ def safe(text):
     return re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
 
 
+def shorten(name):
+    """A name short enough for a folder: a long one keeps its start and gets a hash of the whole
+    (deterministic, so a rerun finds the same folder)."""
+    if len(name) <= MAX_NAME:
+        return name
+    return name[:MAX_NAME - 17] + "-" + hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
 def make_points(grid):
+    """The points in order; refused when two of them would share a run folder."""
     short = point_names(grid)
-    points = []
+    points, by_name = [], {}
     for combo in itertools.product(*[values for _, values in grid]):
         assignment = list(zip([key for key, _ in grid], combo))
-        name = "_".join(safe(f"{s}={v}") for s, v in zip(short, combo))
-        points.append({"name": name, "set": assignment})
+        name = shorten("_".join(safe(f"{s}={v}") for s, v in zip(short, combo)))
+        if name in by_name:
+            other = by_name[name]["set"]
+            differ = "; ".join(f"{k}: '{a}' and '{b}'" for (k, a), (_, b) in zip(other, assignment) if a != b)
+            raise SweepError(f"two points map to one run folder '{name}' ({differ}): their names differ only "
+                             "in characters a folder name cannot hold; change one of the values")
+        point = {"name": name, "set": assignment}
+        by_name[name] = point
+        points.append(point)
     return points
+
+
+# ---------------------------------------------------------------- existing runs ---------------
+
+def same_value(want, got):
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)) and \
+            not isinstance(want, bool) and not isinstance(got, bool):
+        return math.isclose(want, got, rel_tol=1e-12, abs_tol=0.0)
+    return want == got or str(want) == str(got)
+
+
+def check_existing(out_dir, expected):
+    """Refuses an existing run folder whose config.yaml (echo_train's effective config) differs
+    from what this sweep would run there: an earlier sweep's results are not this one's."""
+    path = os.path.join(out_dir, "config.yaml")
+    if not os.path.exists(path):
+        return
+    try:
+        existing = flatten(load_yaml(path, "run config") or {})
+    except (SweepError, AttributeError) as e:
+        raise SweepError(f"{path}: cannot compare with this sweep ({e}); use another --out-root")
+    for key, want in expected.items():
+        if key == "run.out_dir":
+            continue
+        if key not in existing or not same_value(want, existing[key]):
+            got = existing.get(key, "(missing)")
+            raise SweepError(f"{out_dir} holds a run of another config: {key} is {got!r} there, {want!r} here; "
+                             "use another --out-root (or remove the folder)")
+
+
+def expected_config(base_keys, point):
+    """The keys the base config and the point set, as echo_train would write them."""
+    expected = dict(base_keys)
+    for key, text in point["set"]:
+        expected[key] = yaml.safe_load(text)
+    return expected
 
 
 # ---------------------------------------------------------------- metrics ---------------------
@@ -242,6 +338,9 @@ def write_results(out_root, grid, points, steps_of):
                                      "not started" if not train else "incomplete")
         if err:
             status = f"bad metrics ({err})"
+        elif not train and os.path.isdir(os.path.join(out_dir, "checkpoints")):
+            # Not "not started": a rerun resumes the checkpoint but cannot bring back its lost lines.
+            status = "no metrics.jsonl although a checkpoint exists"
         rows.append({"point": p["name"], **dict(p["set"]), "status": status,
                      "steps_done": s["steps_done"], "steps": steps,
                      "tail100_loss": fmt(s["tail100_loss"], 6), "final_val_loss": fmt(s["final_val_loss"], 6),
@@ -292,6 +391,31 @@ def write_results(out_root, grid, points, steps_of):
 
 # ---------------------------------------------------------------- main ------------------------
 
+def ranks_of(point, config, np_arg):
+    """-np of a point: --np, else the point's parallel.tp (a grid may sweep it), else the config's."""
+    if np_arg is not None:
+        return np_arg
+    tp = dict(point["set"]).get("parallel.tp", config["parallel.tp"])
+    if isinstance(tp, bool) or not re.fullmatch(r"[0-9]+", str(tp)) or int(tp) < 1:
+        raise SweepError(f"parallel.tp {tp!r}: must be a positive integer (or pass --np)")
+    return int(tp)
+
+
+def check_tool(path):
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise SweepError(f"--echo-train {path}: no executable file there (build it, or name it with --echo-train)")
+
+
+def report_failure(name, rc, log):
+    with open(log, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    # echo_train's own message ("[rank N] error: ..."), else the end of the log.
+    errors = [line for line in lines if re.search(r"\berror\b", line)][:3] or lines[-5:]
+    print(f"sweep: {name} failed with exit {rc} (log: {log}):", file=sys.stderr)
+    for line in errors:
+        print("    " + line.rstrip(), file=sys.stderr)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(
         prog="sweep.py", description="Run echo_train over the cartesian product of a grid of config values.",
@@ -308,22 +432,30 @@ def main(argv):
     ap.add_argument("--mpirun", default=default_tool("scripts/mpirun.sh"),
                     help="the MPI launcher, a command split like a shell would "
                          "(default: scripts/mpirun.sh, mpirun with the flags echo's scripts use)")
+    ap.add_argument("--yes", action="store_true", help=f"run a grid of more than {MAX_POINTS} points")
     args = ap.parse_args(argv)
-
-    try:
-        config = effective_config(args.base)
-        grid = load_grid(args.grid, config)
-        np_ = args.np if args.np is not None else int(config["parallel.tp"])
-        if np_ < 1:
-            raise SweepError(f"--np {np_}: must be at least 1")
-        points = make_points(grid)
-    except SweepError as e:
-        print(f"sweep: {e}", file=sys.stderr)
-        return 2
-
     out_root = args.out_root or os.path.join(
         "runs", "sweep-" + os.path.splitext(os.path.basename(args.base))[0])
-    mpirun = launcher(args.mpirun)
+
+    try:
+        config, base_keys = effective_config(args.base)
+        grid = load_grid(args.grid, config)
+        if args.np is not None and args.np < 1:
+            raise SweepError(f"--np {args.np}: must be at least 1")
+        grid_size(grid, args.yes)
+        points = make_points(grid)
+        for p in points:
+            p["np"] = ranks_of(p, config, args.np)
+        mpirun = launcher(args.mpirun)
+        if os.path.exists(out_root) and not os.path.isdir(out_root):
+            raise SweepError(f"--out-root {out_root}: exists and is not a folder")
+        for p in points:
+            check_existing(os.path.join(out_root, p["name"]), expected_config(base_keys, p))
+        if not args.print_only:
+            check_tool(args.echo_train)
+    except (SweepError, LaunchError) as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        return 2
 
     def steps_of(point):
         for key, value in point["set"]:
@@ -332,7 +464,7 @@ def main(argv):
         return int(config["train.steps"])
 
     def command(point, out_dir):
-        cmd = [*mpirun, "-np", str(np_), args.echo_train, args.base]
+        cmd = [*mpirun, "-np", str(point["np"]), args.echo_train, args.base]
         for key, value in point["set"]:
             cmd += ["--set", f"{key}={value}"]
         return cmd + ["--set", f"run.out_dir={out_dir}", "--resume"]
@@ -354,39 +486,52 @@ def main(argv):
             print(shlex.join(command(p, out_dir)))
         return 0
 
-    os.makedirs(os.path.join(out_root, "logs"), exist_ok=True)
+    try:
+        os.makedirs(os.path.join(out_root, "logs"), exist_ok=True)
+    except OSError as e:
+        print(f"sweep: cannot make {os.path.join(out_root, 'logs')}: {e.strerror}", file=sys.stderr)
+        return 2
+    nps = sorted({p["np"] for p in points})
     print(f"sweep: {len(points)} points, {len(points) - len(todo)} finished, {len(todo)} to run "
-          f"(np {np_}, out-root {out_root})", flush=True)
+          f"(np {','.join(map(str, nps))}, out-root {out_root})", flush=True)
     failed = 0
-    for i, (p, out_dir, started) in enumerate(todo, 1):
-        cmd = command(p, out_dir)
-        log = os.path.join(out_root, "logs", p["name"] + ".log")
-        print(f"sweep: [{i}/{len(todo)}] {'resume' if started else 'run'} {p['name']}: {shlex.join(cmd)}",
-              flush=True)
-        try:
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(f"$ {shlex.join(cmd)}\n")
-                f.flush()
-                rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-        except OSError as e:
-            print(f"sweep: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
-            return 2
-        if rc != 0:
+    with SignalForwarder() as signals:
+        for i, (p, out_dir, started) in enumerate(todo, 1):
+            if signals.signum:  # the signal came between two points
+                interrupted = i
+                break
+            cmd = command(p, out_dir)
+            log = os.path.join(out_root, "logs", p["name"] + ".log")
+            print(f"sweep: [{i}/{len(todo)}] {'resume' if started else 'run'} {p['name']}: {shlex.join(cmd)}",
+                  flush=True)
+            try:
+                with open(log, "a", encoding="utf-8") as f:
+                    f.write(f"$ {shlex.join(cmd)}\n")
+                    f.flush()
+                    rc, _, _ = signals.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+            except OSError as e:
+                print(f"sweep: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
+                return 2
+            if signals.signum:
+                interrupted = i
+                break
+            if rc == 0:
+                continue
             failed += 1
             p["status"] = f"failed (exit {rc}; see {log})"
-            with open(log, encoding="utf-8", errors="replace") as f:
-                lines = f.readlines()
-            # echo_train's own message ("[rank N] error: ..."), else the end of the log.
-            errors = [line for line in lines if re.search(r"\berror\b", line)][:3] or lines[-5:]
-            print(f"sweep: {p['name']} failed with exit {rc} (log: {log}):", file=sys.stderr)
-            for line in errors:
-                print("    " + line.rstrip(), file=sys.stderr)
+            report_failure(p["name"], rc, log)
 
-    os.makedirs(out_root, exist_ok=True)
-    write_results(out_root, grid, points, steps_of)
+    rows = write_results(out_root, grid, points, steps_of)
     print(f"sweep: results in {os.path.join(out_root, 'results.csv')} and {os.path.join(out_root, 'results.md')}")
-    if failed:
-        print(f"sweep: {failed} of {len(todo)} points failed", file=sys.stderr)
+    if signals.signum:
+        print(f"sweep: interrupted at point {interrupted} of {len(todo)} ({todo[interrupted - 1][0]['name']}); "
+              "rerun the same command to resume", file=sys.stderr)
+        return 128 + signals.signum
+    unfinished = [r for r in rows if r["status"] != "done"]
+    if unfinished:
+        print(f"sweep: {len(unfinished)} of {len(rows)} points unfinished:", file=sys.stderr)
+        for r in unfinished:
+            print(f"    {r['point']}: {r['status']}", file=sys.stderr)
         return 1
     return 0
 

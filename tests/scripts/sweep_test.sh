@@ -2,7 +2,8 @@
 # scripts/sweep.py as a user runs it, on a tiny model (2 ranks, 4 steps per point): a 2 x 2 grid
 # over run.seed and comm.compensator.eta writes results.csv / results.md with one row per point
 # and the seeds averaged; a second invocation runs nothing; an interrupted point is resumed;
-# --print prints one command line per point; bad grids are refused before anything runs.
+# --print prints one command line per point; bad grids are refused before anything runs; the
+# hostile-input cases (5b-5g: colliding names, a stale out-root, damaged metrics, odd paths, signals).
 # Leaves its runs in WORK for plot_test.sh (ctest fixture sweep_runs).
 #   sweep_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
@@ -96,6 +97,109 @@ check_bad $'run.seed: [1]\ncomm.bitz: [4, 8]' "unknown key 'comm.bitz'"
 check_bad 'run.seed: []' "'run.seed' is empty"
 check_bad 'comm.compensator.eta: 0.5' "'comm.compensator.eta' must be a list"
 check_bad 'optim.lr: [fast]' "'optim.lr'"
+
+# 5b. Grids that echo_train would refuse at every point, or that would run one folder twice (hostile-input audit).
+check_bad 'data.train: [d/x-y/train, d/x/y/train]' "data.train: 'd/x-y/train' and 'd/x/y/train'"
+check_bad 'optim.lr: [1e-3, 0.001]' "lists one value twice: 1e-3 and 0.001"
+check_bad 'train.steps: [4.0, 8]' "value '4.0' must be an integer"
+check_bad 'train.steps: [1_0]' "value '1_0' is not a number"
+check_bad 'comm.allreduce: [1]' "value '1' is not text"
+check_bad "$(for k in run.seed optim.lr train.steps model.layers; do echo "$k: [1,2,3,4,5,6,7,8,9,10]"; done)" \
+  "10000 points (more than 1000); pass --yes"
+
+# 5c. Command lines and bases refused before anything runs (exit 2, the message names the culprit).
+check_refused() {  # check_refused WORD_IN_MESSAGE ARGS...
+  local want=$1 out rc; shift
+  out=$("${sweep[@]}" "$@" 2>&1); rc=$?
+  if [[ $rc -eq 2 && $out == *"$want"* && $out != *Traceback* ]]; then ok "refused ($out)"
+  else bad "expected exit 2 and '$want': exit $rc: $out"; fi
+}
+printf 'run.seed: [1]\n' > "$work/one.yaml"
+check_refused "--echo-train $work/no-echo-train: no executable file" "$work/base.yaml" "$work/one.yaml" \
+  --out-root "$work/bad" --echo-train "$work/no-echo-train" --mpirun "$mpirun_cmd"
+touch "$work/a-file"
+check_refused "--out-root $work/a-file: exists and is not a folder" "$work/base.yaml" "$work/one.yaml" \
+  --out-root "$work/a-file" --echo-train "$build/echo_train" --mpirun "$mpirun_cmd"
+sed 's/parallel: {tp: 2}/parallel: {tp: two}/' "$work/base.yaml" > "$work/base-tp.yaml"
+check_refused "parallel.tp 'two': must be a positive integer" "$work/base-tp.yaml" "$work/one.yaml" --print
+check_refused "--mpirun \"'unclosed\": cannot be split" "$work/base.yaml" "$work/one.yaml" --print --mpirun "'unclosed"
+# An earlier sweep's runs in the out-root, made with another base config, are not this sweep's results.
+sed 's/lr: 1.0e-3/lr: 2.0e-3/' "$work/base.yaml" > "$work/base-lr.yaml"
+check_refused "holds a run of another config: optim.lr is 0.001 there, 0.002 here" "$work/base-lr.yaml" \
+  "$work/grid.yaml" --out-root "$root" --echo-train "$build/echo_train" --mpirun "$mpirun_cmd"
+
+# 5d. --print: each point's parallel.tp is its -np; a long name is shortened with a hash; a repository path
+# with a space and a quote is one argument, quoted so that the line can be pasted into a shell.
+out=$("${sweep[@]}" "$work/base.yaml" <(printf 'parallel.tp: [1, 2]\n') --print --out-root "$work/p" 2>&1)
+[[ $(grep -o -- ' -np [0-9]' <<<"$out" | tr -d '\n') == " -np 1 -np 2" ]] &&
+  ok "a grid over parallel.tp: -np 1 and -np 2" ||
+  bad "parallel.tp grid: $out"
+out=$("${sweep[@]}" "$work/base.yaml" <(printf 'optim.lr: [1%0250d]\n' 0) --print --out-root "$work/p" 2>&1); rc=$?
+name=$(grep -o 'run.out_dir=[^ ]*' <<<"$out" | sed 's|.*/||')
+[[ $rc -eq 0 && ${#name} -eq 200 && $name =~ ^lr=10000.*-[0-9a-f]{16}$ ]] &&
+  ok "a 250-digit value: name shortened to 200" ||
+  bad "long name: exit $rc, name of ${#name}: $out"
+odd="$work/my dir'q"
+mkdir -p "$odd" && cp -r "$src/scripts" "$src/configs" "$odd/" && ln -sfn "$build" "$odd/build"
+out=$(cd "$work" && "$PY" "$odd/scripts/sweep.py" base.yaml one.yaml --print --out-root p 2>&1); rc=$?
+eval "set -- $out" 2>/dev/null
+[[ $rc -eq 0 && ${1-} == bash && ${2-} == "my dir'q/scripts/mpirun.sh" && ${5-} == "my dir'q/build/echo_train" ]] &&
+  ok "a repository path with a space and a quote: one argument, pasteable" || bad "odd path: exit $rc: $out"
+
+# 5e. Damaged metrics: one clear FILE:LINE message naming the field, never a traceback.
+check_metrics() {  # check_metrics LINE MESSAGE
+  printf '%s\n' "$1" > "$work/m.jsonl"
+  local out
+  out=$(cd "$src/scripts" && "$PY" -c 'import sys, metrics
+try: metrics.read_metrics(sys.argv[1])
+except metrics.MetricsError as e: print(e)' "$work/m.jsonl" 2>&1)
+  [[ $out == "$work/m.jsonl:1: $2" ]] && ok "metrics: $2" || bad "metrics line '$1': $out"
+}
+check_metrics '{"step":1,"loss":null,"tokens_per_s":1}' "'loss' of a training line is null, not a number"
+check_metrics '{"step":1,"loss":1.5}' "a training line lacks 'tokens_per_s'"
+check_metrics '{"step":"1","loss":1.5,"tokens_per_s":1}' \
+  "'step' of a training line is \"1\", not a non-negative integer"
+check_metrics '{"loss":1.5,"tokens_per_s":1}' "a training line lacks 'step'"
+check_metrics $'\xff\xfe' "not UTF-8 text"
+
+# 5f. Exit 1 when a point is unfinished, naming it and why (a point of 2 steps in its own out-root).
+one=("${sweep[@]}" "$work/base.yaml" "$work/one.yaml" --out-root "$work/unfin" --echo-train "$build/echo_train"
+     --mpirun "$mpirun_cmd")
+"${one[@]}" >/dev/null 2>&1 || bad "the one-point sweep failed"
+echo 'garbage' >> "$work/unfin/seed=1/metrics.jsonl"
+out=$("${one[@]}" 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"1 of 1 points unfinished"*"seed=1: bad metrics ("*"metrics.jsonl:"*": not a JSON line)"* ]] &&
+  ok "damaged metrics: exit 1, the point named" || bad "damaged metrics: exit $rc: $out"
+rm "$work/unfin/seed=1/metrics.jsonl"
+out=$("${one[@]}" 2>&1); rc=$?
+[[ $rc -eq 1 && $out == *"seed=1: no metrics.jsonl although a checkpoint exists"* ]] &&
+  ok "lost metrics: exit 1, the point named" || bad "lost metrics: exit $rc: $out"
+
+# 5g. SIGTERM, then SIGINT, to a sweep of long points: forwarded to echo_train (a checkpoint, no orphan),
+# exit 128 + signal, and the rerun resumes.
+sed 's/steps: 4,/steps: 100000,/' "$work/base.yaml" > "$work/base-long.yaml"
+long=("${sweep[@]}" "$work/base-long.yaml" "$work/one.yaml" --out-root "$work/sig" --echo-train "$build/echo_train"
+      --mpirun "$mpirun_cmd")
+signal_sweep() {  # signal_sweep SIGNAL EXPECTED_EXIT STOPS: a step or two after training starts; STOPS: in the log
+  local before pid rc i
+  before=$(cat "$work/sig/seed=1/metrics.jsonl" 2>/dev/null | wc -l)
+  "${long[@]}" >"$work/sig.out" 2>&1 & pid=$!
+  for i in $(seq 1 600); do
+    (( $(cat "$work/sig/seed=1/metrics.jsonl" 2>/dev/null | wc -l) > before + 2 )) && break; sleep 0.1
+  done
+  kill -"$1" $pid; wait $pid; rc=$?
+  sleep 0.5
+  local said="interrupted at point 1 of 1 (seed=1); rerun the same command to resume"
+  if [[ $rc -eq $2 && $(<"$work/sig.out") == *"$said"* \
+        && $(<"$work/sig.out") != *Traceback* ]] && ! pgrep -f -- "run.out_dir=$work/sig/" >/dev/null &&
+     (( $(grep -c "rank 0/.*stopping at step .* on signal 15; checkpoint saved" "$work/sig/logs/seed=1.log") == $3 ))
+  then ok "SIG$1: forwarded as SIGTERM, checkpoint saved, exit $2"
+  else bad "SIG$1: exit $rc: $(<"$work/sig.out")"; fi
+}
+signal_sweep TERM 143 1
+signal_sweep INT 130 2
+grep -q 'resumed from .*step_' "$work/sig/logs/seed=1.log" && ok "the rerun after SIGTERM resumed" ||
+  bad "no resume in $work/sig/logs/seed=1.log"
 
 # 6. The shipped grids are valid with the bases they are written for (--print runs nothing).
 check_shipped() {  # check_shipped BASE GRID POINTS
