@@ -122,7 +122,7 @@ def main(argv):
                 print(f"comm_eval: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
                 return 2
             if signals.signum:
-                # echo_eval got SIGTERM and stops; nothing is written (the table needs every row).
+                # echo_eval got SIGUSR1 and stops; nothing is written (the table needs every row).
                 print(f"comm_eval: interrupted at row {i + 1} ({label}); nothing written", file=sys.stderr)
                 return 128 + signals.signum
             if rc != 0 or not os.path.exists(out_json):

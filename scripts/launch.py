@@ -38,9 +38,12 @@ def launcher(command):
 
 class SignalForwarder:
     """While active, SIGINT and SIGTERM do not kill this script: they are remembered (signum) and
-    SIGTERM is sent to the running child's process group, so echo_train saves a checkpoint and
+    SIGUSR1 is sent to the running child's process group, so echo_train saves a checkpoint and
     exits; the caller then stops starting children. Children run in their own session, so a
-    terminal's Ctrl-C reaches them only through this forwarding (one clean SIGTERM)."""
+    terminal's Ctrl-C reaches them only through this forwarding (one clean SIGUSR1).
+    NOTE: SIGUSR1, not SIGTERM: mpirun forwards SIGUSR1 to the ranks and waits for them, while on
+    SIGTERM it aborts the job, killing ranks still saving their checkpoint about a second later
+    (a sweep under load lost its checkpoint that way)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -65,7 +68,7 @@ class SignalForwarder:
     def forward(self):
         if self.child is not None and self.child.poll() is None:
             try:
-                os.killpg(self.child.pid, signal.SIGTERM)
+                os.killpg(self.child.pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
 

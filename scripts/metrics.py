@@ -64,41 +64,52 @@ def parse_line(raw, where):
     return d
 
 
-def read_metrics(path, missing_ok=False):
-    """{'path', 'train': [dict], 'val': [dict], 'sites': {(direction, site): [(step, delta, s, x)]}},
-    train and val sorted by step. A missing file is an error unless missing_ok (then all empty)."""
+def read_metrics(path, missing_ok=False, cut_ok=False):
+    """{'path', 'train': [dict], 'val': [dict], 'sites': {(direction, site): [(step, delta, s, x)]},
+    'cut_line': N or None}, train and val sorted by step. A missing file is an error unless
+    missing_ok (then all empty). With cut_ok, a last line without its newline that does not parse
+    (a run killed while writing it) is left out and its number returned as cut_line; any other
+    bad line is an error."""
     train, val, sites = {}, {}, {}
+    cut_line = None
     if missing_ok and not os.path.exists(path):
-        return {"path": path, "train": [], "val": [], "sites": {}}
+        return {"path": path, "train": [], "val": [], "sites": {}, "cut_line": None}
     try:
         with open(path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                where = f"{path}:{n}"
-                d = parse_line(raw, where)
-                if d is None:
-                    continue
-                kind = d.get("kind")
-                if kind == "echo_site":
-                    check_fields(d, SITE_FIELDS, where, "telemetry (echo_site)")
-                    x_norm = d.get("x_norm", math.nan)
-                    if not is_kind(x_norm, "number"):
-                        raise MetricsError(f"{where}: 'x_norm' of a telemetry (echo_site) line is "
-                                           f"{json.dumps(x_norm)}, not a number")
-                    sites.setdefault((d["direction"], d["site"]), {})[d["step"]] = (
-                        d["step"], d["delta_norm"], d["partial_sum_norm"], x_norm)
-                elif kind is not None:
-                    continue  # a kind this reader does not know yet
-                elif "val_loss" in d:
-                    check_fields(d, VAL_FIELDS, where, "validation")
-                    val[d["step"]] = d
-                elif "loss" in d:
-                    check_fields(d, TRAIN_FIELDS, where, "training")
-                    train[d["step"]] = d
-                # Any other line (no loss, val_loss or kind) is not one this reader knows: skipped.
+            lines = f.readlines()
     except OSError as e:
         raise MetricsError(f"{path}: {e.strerror}")
+    for n, raw in enumerate(lines, 1):
+        where = f"{path}:{n}"
+        try:
+            d = parse_line(raw, where)
+        except MetricsError:
+            if cut_ok and n == len(lines) and not raw.endswith(b"\n"):
+                cut_line = n
+                break
+            raise
+        if d is None:
+            continue
+        kind = d.get("kind")
+        if kind == "echo_site":
+            check_fields(d, SITE_FIELDS, where, "telemetry (echo_site)")
+            x_norm = d.get("x_norm", math.nan)
+            if not is_kind(x_norm, "number"):
+                raise MetricsError(f"{where}: 'x_norm' of a telemetry (echo_site) line is "
+                                   f"{json.dumps(x_norm)}, not a number")
+            sites.setdefault((d["direction"], d["site"]), {})[d["step"]] = (
+                d["step"], d["delta_norm"], d["partial_sum_norm"], x_norm)
+        elif kind is not None:
+            continue  # a kind this reader does not know yet
+        elif "val_loss" in d:
+            check_fields(d, VAL_FIELDS, where, "validation")
+            val[d["step"]] = d
+        elif "loss" in d:
+            check_fields(d, TRAIN_FIELDS, where, "training")
+            train[d["step"]] = d
+        # Any other line (no loss, val_loss or kind) is not one this reader knows: skipped.
     return {"path": path, "train": [train[s] for s in sorted(train)], "val": [val[s] for s in sorted(val)],
-            "sites": {k: [v[s] for s in sorted(v)] for k, v in sites.items()}}
+            "sites": {k: [v[s] for s in sorted(v)] for k, v in sites.items()}, "cut_line": cut_line}
 
 
 def tail_mean(train, tail=TAIL):

@@ -39,9 +39,7 @@ values span a factor of 4 or more.
 import argparse
 import math
 import os
-import re
 import sys
-import tempfile
 
 import matplotlib
 
@@ -66,36 +64,17 @@ def metrics_path(run):
     return path
 
 
-def read_cut(path, error):
-    """The metrics of a run killed while writing its last line: the lines before it, with a warning.
-    Any other bad line (not the last one) is still an error. read_metrics names the line only in
-    its message, hence the match on it."""
-    match = re.fullmatch(re.escape(path) + r":(\d+): not a JSON line", str(error))
-    with open(path, encoding="utf-8") as f:
-        lines = f.readlines()
-    n = int(match[1]) if match else 0
-    if n != len(lines) or lines[-1].endswith("\n"):
-        raise PlotError(str(error))
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8") as head:
-        head.writelines(lines[:-1])
-        head.flush()
-        m = read_metrics(head.name)
-    print(f"plot: {path}:{n}: the last line is cut off (a run stopped while writing it); "
-          f"plotting the {n - 1} lines before it", file=sys.stderr)
-    return dict(m, path=path)
-
-
 def read_run(run):
     """{'train': [(step, loss)], 'val': [(step, val_loss)], 'sites': {(direction, site): [...]},
     'tail100': the tail-100 mean training loss}"""
     path = metrics_path(run)
     try:
-        try:
-            m = read_metrics(path)
-        except MetricsError as e:
-            m = read_cut(path, e)
+        m = read_metrics(path, cut_ok=True)
     except MetricsError as e:
         raise PlotError(str(e))
+    if m["cut_line"]:
+        print(f"plot: {path}:{m['cut_line']}: the last line is cut off (a run stopped while writing it); "
+              f"plotting the {m['cut_line'] - 1} lines before it", file=sys.stderr)
     return {"path": m["path"], "train": [(d["step"], d["loss"]) for d in m["train"]],
             "val": [(d["step"], d["val_loss"]) for d in m["val"]], "sites": m["sites"],
             "tail100": tail_mean(m["train"])}

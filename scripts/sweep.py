@@ -38,8 +38,9 @@ folder that already holds a config.yaml differing from the point's (base + point
 refused: it is an earlier sweep's run, not this one's. Ranges and cross-key checks are
 echo_train's: a point it refuses fails with echo_train's message in its log.
 
-SIGINT and SIGTERM are forwarded to the running point as SIGTERM (echo_train saves a checkpoint
-and exits); the results are written and the sweep exits 128 + the signal.
+SIGINT and SIGTERM are forwarded to the running point as SIGUSR1 (mpirun passes it to the ranks;
+echo_train saves a checkpoint and exits); the results are written and the sweep exits 128 + the
+signal.
 
 Exit status: 0 when every point finished, 1 when a point is unfinished (each is listed with why),
 2 for a bad command line, config or grid, 130 / 143 when interrupted.

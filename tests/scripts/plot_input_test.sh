@@ -9,7 +9,8 @@ PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work" && mkdir -p "$work"/a "$work"/b
 for d in a b; do
-  printf '{"step":1,"loss":3.0}\n{"step":2,"loss":2.9}\n{"step":2,"val_loss":2.8}\n' > "$work/$d/metrics.jsonl"
+  printf '%s\n' '{"step":1,"loss":3.0,"tokens_per_s":100}' '{"step":2,"loss":2.9,"tokens_per_s":100}' \
+    '{"step":2,"val_loss":2.8}' > "$work/$d/metrics.jsonl"
   printf '{"kind":"echo_site","step":2,"direction":"forward","site":0,"delta_norm":1,"partial_sum_norm":1}\n' \
     >> "$work/$d/metrics.jsonl"
 done
