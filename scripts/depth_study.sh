@@ -23,8 +23,8 @@ layers="2 4 8 16"
 seeds="1 2 3"
 echo_train=$repo/build/echo_train
 echo_train_given=""
-# need OPTION VALUE...: an option at the end of the line has no value (set -u would say "$2: unbound").
-need() { [[ $# -ge 2 ]] || { echo "depth_study.sh: $1 needs a value" >&2; exit 2; }; }
+STUDY=depth_study.sh
+source "$repo/scripts/study_common.sh"  # need, copy_echo_train
 steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -37,18 +37,6 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 settings="bf16 echo4 nocomp4 echo8"
-# The runs use OUT_ROOT/echo_train. A given --echo-train replaces it (saying so when it differs);
-# without one, an existing copy is kept, so that a rebuild does not change a study half done.
-copy_echo_train() {
-  local copy=$out_root/echo_train
-  if [[ -n $echo_train_given && -e $copy ]] && ! cmp -s "$echo_train" "$copy"; then
-    [[ -f $echo_train ]] || { echo "depth_study.sh: --echo-train $echo_train: no such file" >&2; exit 2; }
-    echo "depth_study.sh: replacing $copy with --echo-train $echo_train" >&2
-  elif [[ -x $copy ]]; then
-    return 0
-  fi
-  cp "$echo_train" "$copy"
-}
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-numpy/-matplotlib
 # echo_train validates every train.eval_interval steps, not at the end: a length that is not a
 # multiple would end without the final validation depth_report.py reports.

@@ -14,8 +14,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/sweeps
 echo_train=$repo/build/echo_train
 echo_train_given=""
-# need OPTION VALUE...: an option at the end of the line has no value (set -u would say "$2: unbound").
-need() { [[ $# -ge 2 ]] || { echo "eta_lr_study.sh: $1 needs a value" >&2; exit 2; }; }
+STUDY=eta_lr_study.sh
+source "$repo/scripts/study_common.sh"  # need, copy_echo_train
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out-root) need "$@"; out_root=$2; shift 2 ;;
@@ -23,18 +23,6 @@ while [[ $# -gt 0 ]]; do
     *) echo "eta_lr_study.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
-# The runs use OUT_ROOT/echo_train. A given --echo-train replaces it (saying so when it differs);
-# without one, an existing copy is kept, so that a rebuild does not change a study half done.
-copy_echo_train() {
-  local copy=$out_root/echo_train
-  if [[ -n $echo_train_given && -e $copy ]] && ! cmp -s "$echo_train" "$copy"; then
-    [[ -f $echo_train ]] || { echo "eta_lr_study.sh: --echo-train $echo_train: no such file" >&2; exit 2; }
-    echo "eta_lr_study.sh: replacing $copy with --echo-train $echo_train" >&2
-  elif [[ -x $copy ]]; then
-    return 0
-  fi
-  cp "$echo_train" "$copy"
-}
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-numpy/-matplotlib
 mkdir -p "$out_root"
 copy_echo_train
