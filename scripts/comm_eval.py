@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-from launch import LaunchError, SignalForwarder, default_tool, launcher
+from launch import LaunchError, SignalForwarder, default_tool, exit_status, launcher
 
 
 def echo(bits, compensated, early_site_8bit=False):
@@ -61,7 +61,7 @@ def default_prefix(checkpoint):
 def table(checkpoint, np_, rows):
     """The Markdown table of (label, command, result) rows; rows[0] is the 16-bit reference."""
     ref = rows[0][2]
-    lines = [f"# Loss of one checkpoint under each tensor-parallel communication setting",
+    lines = ["# Loss of one checkpoint under each tensor-parallel communication setting",
              "",
              f"Checkpoint `{checkpoint}` (step {ref['step']}), tp = {np_}, {ref['tokens']} tokens of "
              f"`{ref['data']}` ({ref['batches']} batches of {ref['micro_batch'] * ref['num_micro']} x "
@@ -148,4 +148,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_status(main(sys.argv[1:]))

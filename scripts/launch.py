@@ -5,6 +5,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,12 +44,16 @@ class SignalForwarder:
     terminal's Ctrl-C reaches them only through this forwarding (one clean SIGUSR1).
     NOTE: SIGUSR1, not SIGTERM: mpirun forwards SIGUSR1 to the ranks and waits for them, while on
     SIGTERM it aborts the job, killing ranks still saving their checkpoint about a second later
-    (a sweep under load lost its checkpoint that way)."""
+    (a sweep under load lost its checkpoint that way). A second signal sends SIGTERM and a third
+    SIGKILL, for a run that cannot stop between steps (a hung collective, a launcher that ignores
+    SIGUSR1). SIGHUP (the terminal closed) counts as well: the run is not left unattended."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    ESCALATION = (signal.SIGUSR1, signal.SIGTERM, signal.SIGKILL)
 
     def __init__(self):
         self.signum = None
+        self.count = 0  # signals received
         self.child = None
         self.previous = {}
 
@@ -63,12 +68,16 @@ class SignalForwarder:
 
     def on_signal(self, signum, frame):
         self.signum = self.signum or signum
+        self.count += 1
         self.forward()
 
     def forward(self):
         if self.child is not None and self.child.poll() is None:
+            sig = self.ESCALATION[min(max(self.count, 1), len(self.ESCALATION)) - 1]
+            if sig != signal.SIGUSR1:
+                print(f"signal {self.count}: sending {sig.name} to the run", file=sys.stderr, flush=True)
             try:
-                os.killpg(self.child.pid, signal.SIGUSR1)
+                os.killpg(self.child.pid, sig)
             except ProcessLookupError:
                 pass
 
@@ -82,3 +91,16 @@ class SignalForwarder:
             return self.child.returncode, out, err
         finally:
             self.child = None
+
+
+def exit_status(status):
+    """sys.exit(status); a status of 128 + SIGINT, SIGTERM or SIGHUP is re-raised as that signal
+    instead, so that a calling shell loop (depth_study.sh runs one sweep after another) stops as
+    it does for a child killed by it: bash goes on after a child that merely exits 130."""
+    signum = status - 128 if isinstance(status, int) and status > 128 else None
+    if signum in SignalForwarder.SIGNALS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    sys.exit(status)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The S3R training comparison (issue: INT8 linear layers): the quickstart model on the demo
 # corpus, for each backward mode and 3 seeds, final validation loss as a Markdown table.
-#   bash scripts/s3r_compare.sh [STEPS] [--out docs/s3r_comparison.md] [--runs runs/s3r] [--echo-train PATH]
+#   bash scripts/s3r_compare.sh [STEPS] [--out runs/s3r/table.md] [--runs runs/s3r] [--echo-train PATH]
+# --out gets the whole output (a title line and the table): paste the table into
+# docs/s3r_comparison.md, whose analysis below it --out would replace.
 # The table goes to --out only when every run finished (written beside it, then moved into place,
 # so a failed comparison leaves the old file as it was); without --out it is printed at the end.
 # The runs go to --runs (default runs/s3r), each with its log RUNS/NAME_SEED.log.
@@ -14,7 +16,8 @@ while [[ $# -gt 0 ]]; do
     --out) need "$@"; out=$(given "$2"); out_arg=$2; shift 2 ;;
     --runs) need "$@"; runs=$(given "$2"); shift 2 ;;
     --echo-train) need "$@"; echo_train=$(given "$2"); shift 2 ;;
-    [0-9]*) steps=$1; shift ;;
+    [1-9]*) [[ $1 =~ ^[1-9][0-9]*$ ]] || { echo "s3r_compare.sh: steps '$1' is not a whole number >= 1" >&2; exit 2; }
+            steps=$1; shift ;;
     *) echo "s3r_compare.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done

@@ -33,7 +33,7 @@ when a value list is empty or not a list, when a value does not have the key's t
 integer written with digits only, true/false, text that is not a bare number), when a key lists
 one value twice (compared by value: 1e-3 and 0.001), when two points' names map to one folder,
 when it names run.out_dir (the sweep sets it), or when it has more than 1000 points (--yes runs
-them). A name over 200 characters keeps its start and ends in a hash of the whole. A point
+them). A name over 250 characters keeps its start and ends in a hash of the whole. A point
 folder that already holds a config.yaml differing from the point's (base + point keys) is
 refused: it is an earlier sweep's run, not this one's. Ranges and cross-key checks are
 echo_train's: a point it refuses fails with echo_train's message in its log.
@@ -54,17 +54,18 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
 import yaml
 
-from launch import REPO, LaunchError, SignalForwarder, default_tool, launcher
+from launch import REPO, LaunchError, SignalForwarder, default_tool, exit_status, launcher
 from metrics import MetricsError, mean_std, read_metrics, tail_mean
 
 DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
 MAX_POINTS = 1000  # more needs --yes: a typo (a list of 10 where 2 was meant) should not start a year of runs
-MAX_NAME = 200  # bytes of a point name; the file system allows 255 for NAME.log, a margin is kept
+MAX_NAME = 250  # bytes of a point name: the file system allows 255 for NAME.log
 
 
 class SweepError(Exception):
@@ -266,10 +267,26 @@ def make_points(grid):
 
 # ---------------------------------------------------------------- existing runs ---------------
 
+def as_number(value):
+    """value as a float when it is a number or a string that reads as one, else None.
+    NOTE: PyYAML (YAML 1.1) reads 3e-3 as the string '3e-3' (an exponent needs a dot), while
+    echo_train reads it as 0.003 and writes that into config.yaml."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 def same_value(want, got):
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)) and \
-            not isinstance(want, bool) and not isinstance(got, bool):
-        return math.isclose(want, got, rel_tol=1e-12, abs_tol=0.0)
+    a, b = as_number(want), as_number(got)
+    if a is not None and b is not None:
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
     return want == got or str(want) == str(got)
 
 
@@ -403,6 +420,8 @@ def ranks_of(point, config, np_arg):
 
 
 def check_tool(path):
+    if os.sep not in path and shutil.which(path):  # a bare name, as mpirun resolves it through PATH
+        return
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
         raise SweepError(f"--echo-train {path}: no executable file there (build it, or name it with --echo-train)")
 
@@ -538,4 +557,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_status(main(sys.argv[1:]))

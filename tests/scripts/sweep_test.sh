@@ -127,6 +127,11 @@ check_refused "--mpirun \"'unclosed\": cannot be split" "$work/base.yaml" "$work
 sed 's/lr: 1.0e-3/lr: 2.0e-3/' "$work/base.yaml" > "$work/base-lr.yaml"
 check_refused "holds a run of another config: optim.lr is 0.001 there, 0.002 here" "$work/base-lr.yaml" \
   "$work/grid.yaml" --out-root "$root" --echo-train "$build/echo_train" --mpirun "$mpirun_cmd"
+# The same value spelled 1e-3 (a string to PyYAML, 0.001 to echo_train) is the same config.
+sed 's/lr: 1.0e-3/lr: 1e-3/' "$work/base.yaml" > "$work/base-exp.yaml"
+out=$("${sweep[@]}" "$work/base-exp.yaml" "$work/grid.yaml" --out-root "$root" --print 2>&1); rc=$?
+[[ $rc -eq 0 && $out != *"another config"* ]] && ok "lr 1e-3 is the 1.0e-3 the runs were made with" ||
+  bad "1e-3 vs 1.0e-3: exit $rc: $out"
 
 # 5d. --print: each point's parallel.tp is its -np; a long name is shortened with a hash; a repository path
 # with a space and a quote is one argument, quoted so that the line can be pasted into a shell.
@@ -136,8 +141,8 @@ out=$("${sweep[@]}" "$work/base.yaml" <(printf 'parallel.tp: [1, 2]\n') --print 
   bad "parallel.tp grid: $out"
 out=$("${sweep[@]}" "$work/base.yaml" <(printf 'optim.lr: [1%0250d]\n' 0) --print --out-root "$work/p" 2>&1); rc=$?
 name=$(grep -o 'run.out_dir=[^ ]*' <<<"$out" | sed 's|.*/||')
-[[ $rc -eq 0 && ${#name} -eq 200 && $name =~ ^lr=10000.*-[0-9a-f]{16}$ ]] &&
-  ok "a 250-digit value: name shortened to 200" ||
+[[ $rc -eq 0 && ${#name} -eq 250 && $name =~ ^lr=10000.*-[0-9a-f]{16}$ ]] &&
+  ok "a 251-digit value: name shortened to 250" ||
   bad "long name: exit $rc, name of ${#name}: $out"
 odd="$work/my dir'q"
 mkdir -p "$odd" && cp -r "$src/scripts" "$src/configs" "$odd/" && ln -sfn "$build" "$odd/build"
@@ -185,9 +190,12 @@ signal_sweep() {  # signal_sweep SIGNAL EXPECTED_EXIT STOPS: a step or two after
   local before pid rc i
   before=$(cat "$work/sig/seed=1/metrics.jsonl" 2>/dev/null | wc -l)
   "${long[@]}" >"$work/sig.out" 2>&1 & pid=$!
-  for i in $(seq 1 600); do
-    (( $(cat "$work/sig/seed=1/metrics.jsonl" 2>/dev/null | wc -l) > before + 2 )) && break; sleep 0.1
+  local started=""
+  for i in $(seq 1 1800); do  # up to 180 s: start-up on a loaded 2-core machine
+    (( $(cat "$work/sig/seed=1/metrics.jsonl" 2>/dev/null | wc -l) > before + 2 )) && { started=1; break; }
+    sleep 0.1
   done
+  [[ -n $started ]] || bad "SIG$1: training did not start within 180 s (the signal would land in start-up)"
   kill -"$1" $pid; wait $pid; rc=$?
   sleep 0.5
   local said="interrupted at point 1 of 1 (seed=1); rerun the same command to resume"
