@@ -112,4 +112,10 @@ std::string why_unresolvable(const std::string& path) {
   return std::strerror(error);
 }
 
+void require_resolvable(const std::string& path, const std::string& subject, const std::string& absent_hint) {
+  ECHO_INPUT_CHECK(!is_absent(path), "{} does not exist{}", subject, absent_hint);
+  const std::string unresolvable = why_unresolvable(path);
+  ECHO_INPUT_CHECK(unresolvable.empty(), "{} cannot be resolved: {}", subject, unresolvable);
+}
+
 }  // namespace echo

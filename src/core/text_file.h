@@ -34,4 +34,10 @@ bool is_absent(const std::string& path);
 // reason; "" when it can. For the "does not exist" a caller would otherwise say of such a name.
 std::string why_unresolvable(const std::string& path);
 
+// Refuses, as an InputError, a name a caller needs: "<subject> does not exist<absent_hint>" when
+// nothing is there, "<subject> cannot be resolved: <why>" for a link that leads nowhere or round in
+// a loop. `subject` names the file with its role ("checkpoint '/r/x'"); `absent_hint` says how to
+// make the missing thing ("; run `bash scripts/get_data.sh` ...").
+void require_resolvable(const std::string& path, const std::string& subject, const std::string& absent_hint = "");
+
 }  // namespace echo

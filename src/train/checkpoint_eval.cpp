@@ -67,10 +67,7 @@ bool is_dir(const fs::path& p) {
 
 Resolved resolve_checkpoint(const std::string& path) {
   ECHO_INPUT_CHECK(!path.empty(), "no checkpoint given");
-  ECHO_INPUT_CHECK(!is_absent(path), "checkpoint '{}' does not exist", path);
-  // Something is there: a symbolic link that leads nowhere, or round in a loop, is not "missing".
-  const std::string unresolvable = why_unresolvable(path);
-  ECHO_INPUT_CHECK(unresolvable.empty(), "checkpoint '{}' cannot be resolved: {}", path, unresolvable);
+  require_resolvable(path, fmt::format("checkpoint '{}'", path));
   const fs::path p(path);
   if (!is_dir(p)) {
     const std::string name = p.filename().string();
@@ -271,13 +268,8 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   // The data first: its errors cost nothing to find.
   const std::string& prefix = cfg.data.valid;
   check_outputs(req, prefix);
-  ECHO_INPUT_CHECK(!is_absent(prefix + ".idx"),
-                   "evaluation data '{}': {}.idx does not exist (make one with echo_prep, or run `bash "
-                   "scripts/get_data.sh` for data/demo)",
-                   prefix, prefix);
-  const std::string unresolvable = why_unresolvable(prefix + ".idx");
-  ECHO_INPUT_CHECK(unresolvable.empty(), "evaluation data '{}': {}.idx cannot be resolved: {}", prefix, prefix,
-                   unresolvable);
+  require_resolvable(prefix + ".idx", fmt::format("evaluation data '{}': {}.idx", prefix, prefix),
+                     " (make one with echo_prep, or run `bash scripts/get_data.sh` for data/demo)");
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);
   const std::optional<data::DatasetMeta> meta = data::read_dataset_meta(prefix);
   if (!eos.chosen) settle_eos(cfg, eos, ckpt, prefix, meta);

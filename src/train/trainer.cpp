@@ -71,15 +71,9 @@ int64_t count_parameters(const model::Qwen3Plan& plan) {
 
 // Opens the dataset of config key `key`; a missing one says how to get the demo data.
 data::IndexedDataset open_dataset(const std::string& key, const std::string& prefix) {
-  if (is_absent(prefix + ".idx"))
-    ECHO_INPUT_FAIL(
-        "'{}' = {}: {}.idx does not exist; run `bash scripts/get_data.sh` to make the demo datasets "
-        "(data/demo, data/demo-bytes), or make one from your corpus with echo_prep",
-        key, prefix, prefix);
-  // Something is there: a link that leads nowhere, or round in a loop, is not "missing".
-  const std::string unresolvable = why_unresolvable(prefix + ".idx");
-  ECHO_INPUT_CHECK(unresolvable.empty(), "'{}' = {}: {}.idx cannot be resolved: {}", key, prefix, prefix,
-                   unresolvable);
+  require_resolvable(prefix + ".idx", fmt::format("'{}' = {}: {}.idx", key, prefix, prefix),
+                     "; run `bash scripts/get_data.sh` to make the demo datasets (data/demo, data/demo-bytes), "
+                     "or make one from your corpus with echo_prep");
   return data::IndexedDataset::open(prefix);
 }
 

@@ -106,6 +106,23 @@ TEST_F(TextFileTest, AnUnresolvableLinkSaysWhatItIs) {
             "input: cannot read config 'l': it is a symbolic-link loop (too many levels of symbolic links)");
 }
 
+// A name a caller needs: nothing there "does not exist" with the caller's hint; a link that leads
+// nowhere or loops "cannot be resolved" with what it is; a file, a directory or a good link pass.
+TEST_F(TextFileTest, ARequiredNameIsThereAndResolvable) {
+  const std::string file = write("file", "x"), link = dir_.path("link"), dangling = dir_.path("dangling");
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::symlink(dir_.path("nowhere").c_str(), dangling.c_str()), 0);
+  for (const std::string& there : {file, link, dir_.str()})
+    EXPECT_EQ(kind_and_what_of([&] { require_resolvable(there, "data 'd'", "; make it"); }), testing::kNoErrorThrown) << there;
+  EXPECT_EQ(kind_and_what_of([&] { require_resolvable(dir_.path("missing.idx"), "data 'd'", "; make it"); }),
+            "input: data 'd' does not exist; make it");
+  EXPECT_EQ(kind_and_what_of([&] { require_resolvable(dir_.path("missing.idx"), "checkpoint 'c'"); }),
+            "input: checkpoint 'c' does not exist");
+  EXPECT_EQ(kind_and_what_of([&] { require_resolvable(dangling, "data 'd'", "; make it"); }),
+            "input: data 'd' cannot be resolved: it is a symbolic link to '" + dir_.path("nowhere") +
+                "', which does not exist");
+}
+
 TEST_F(TextFileTest, AProcFileIsReadToItsEndAndBounded) {
   // /proc files are regular but report size 0: read to their end, the bound applies to what is read.
   const std::string whole = read_text_file("/proc/self/cmdline", "cmdline");

@@ -16,6 +16,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Removes the directories made for the parent, deepest first, stopping at the first that is not
+// empty: fs::remove deletes only an empty directory, so a level that something else wrote into
+// meanwhile stays, and so do the levels above it.
+void remove_created(const std::vector<fs::path>& created) {
+  std::error_code ec;
+  for (const fs::path& dir : created)
+    if (!fs::remove(dir, ec)) break;
+}
+
 // Rank 0: creates the scratch directory; returns its path, or sets `error`.
 // `created` gets the directories it made for `parent`, deepest first (all of a/b/c for a --dir
 // a/b/c where nothing existed), so the destructor can take back exactly those.
@@ -45,8 +54,7 @@ std::string make_scratch(const std::string& parent, const std::string& prefix, c
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) {
     error = fmt::format("{} '{}': cannot create a scratch directory in it: {}", flag, parent, std::strerror(errno));
-    for (const fs::path& dir : created)  // no destructor runs after the constructor throws
-      if (!fs::remove(dir, ec)) break;
+    remove_created(created);  // no destructor runs after the constructor throws
     return {};
   }
   return std::string(buf.data());
@@ -77,10 +85,7 @@ ScratchDir::~ScratchDir() {
   if (!owner_) return;
   std::error_code ec;
   fs::remove_all(path_, ec);
-  // NOTE: fs::remove deletes a directory only when it is empty, so a parent that something else
-  // wrote into meanwhile stays, and so do the levels above it.
-  for (const fs::path& dir : created_parents_)
-    if (!fs::remove(dir, ec)) break;
+  remove_created(created_parents_);
 }
 
 }  // namespace echo::bench

@@ -125,6 +125,7 @@ class CudaBackend final : public Backend {
     // One allocation of the whole plan, freed at once: with the release threshold raised the
     // pool keeps it, and the tensors of step 1 are carved from it (peak_bytes_in_use and the
     // pool's reserved size in the log show whether it had to grow).
+    if (bytes == 0) return;  // cudaMallocAsync of 0 bytes gives no pointer to free
     void* p = nullptr;
     CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
     CUDA_CHECK(cudaFreeAsync(p, stream_));
