@@ -16,6 +16,10 @@ perplexity change in percent. Writes PREFIX.md (the table and the commands) and 
 (echo_eval's JSON per row); PREFIX defaults to CHECKPOINT's run folder + /comm-eval. The exact row
 runs first: it is the reference the others are compared with.
 
+Ctrl-C (SIGINT) or SIGTERM during a row is forwarded to echo_eval as SIGUSR1 and nothing is
+written; a Ctrl-C while no row runs ends the script with one line. Either way it dies of the
+signal (a calling shell loop stops).
+
 Exit status: 0 when every row ran, 1 when one failed (its echo_eval output is printed), 2 for a bad
 command line.
 """
@@ -28,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from launch import LaunchError, SignalForwarder, default_tool, exit_status, launcher
+from launch import LaunchError, SignalForwarder, default_tool, launcher, run_main
 
 
 def echo(bits, compensated, early_site_8bit=False):
@@ -148,4 +152,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    exit_status(main(sys.argv[1:]))
+    run_main("comm_eval", main, sys.argv[1:])

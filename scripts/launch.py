@@ -104,3 +104,15 @@ def exit_status(status):
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
     sys.exit(status)
+
+
+def run_main(prog, main, argv):
+    """exit_status(main(argv)). A Ctrl-C while no child runs (SIGINT is a KeyboardInterrupt outside
+    a SignalForwarder: reading the configs, writing the results) is one line, not a traceback, and
+    the script dies of SIGINT as it does after an interrupted run."""
+    try:
+        status = main(argv)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted (SIGINT); no run was in progress", file=sys.stderr)
+        status = 128 + signal.SIGINT
+    exit_status(status)

@@ -14,7 +14,9 @@ RUN is a run directory (run.out_dir, holding metrics.jsonl) or a metrics.jsonl f
                        steps as a --tail-smooth-step average with a +-1 s.d. band. Validation
                        losses, where logged, are the dots on the left panel. When a run is
                        shorter than twice --tail, the right panel shows its last quarter.
-  telemetry-LABEL.png  for each run with echo_site telemetry (comm.telemetry_interval > 0): the
+  telemetry-LABEL.png  for each run with echo_site telemetry (comm.telemetry_interval > 0; LABEL
+                       with characters other than letters, digits and ._-=+ as -, and -2, -3,
+                       ... where two labels come out the same, e.g. 'a b' and 'a-b'): the
                        norms of the error injected at each all-reduce site, ||delta_k||, and of
                        the accumulated error ||S_t|| (Echo paper Eqns. 4-6), over the steps, one
                        line per site colored by site index, forward and backward passes apart.
@@ -96,17 +98,39 @@ def labels_for(runs, given, what="runs"):
 
 
 def refuse_same(runs, labels, what):
-    """Two runs under one label would share a legend entry and a telemetry-LABEL.png, the second
-    overwriting the first: refuse, naming them."""
-    seen = {}
+    """One run given twice (as RUN and RUN/metrics.jsonl, through a link, with a trailing slash:
+    compared by the real path of its file) or two runs under one label (one legend entry): refuse,
+    naming them. Labels that differ only in characters a file name cannot hold ('a b' and 'a-b')
+    are fine: telemetry_files gives them files of their own."""
+    files, by_label = {}, {}
     for run, label in zip(runs, labels):
-        if safe(label) in seen:
-            first, other = seen[safe(label)]
-            if first == run:
+        real = os.path.realpath(metrics_path(run) if what == "runs" else run)
+        if real in files:
+            first = files[real]
+            if os.path.normpath(first) == os.path.normpath(run):
                 raise PlotError(f"{run} is given twice")
+            raise PlotError(f"{what} {first} and {run} are one file ({real}); give it once")
+        files[real] = run
+        if label in by_label:
+            first, other = by_label[label]
             raise PlotError(f"{what} {first} and {run} have the same label ('{other}' and '{label}'); "
                             "give each its own with --labels")
-        seen[safe(label)] = (run, label)
+        by_label[label] = (run, label)
+
+
+def telemetry_files(labels):
+    """telemetry-LABEL.png per label, LABEL made file-safe; labels that map to one name ('a b' and
+    'a-b') get -2, -3, ... after the first, so no figure overwrites another."""
+    names, taken = [], set()
+    for label in labels:
+        base = f"telemetry-{safe(label)}"
+        name, n = base + ".png", 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}.png"
+        taken.add(name)
+        names.append(name)
+    return names
 
 
 # ---------------------------------------------------------------- smoothing -------------------
@@ -400,10 +424,13 @@ def main(argv):
         written = [os.path.join(args.out, "loss.png")]
         plot_loss(runs, labels, written[0], args.smooth, args.tail, args.tail_smooth, args.ymax)
         if not args.no_telemetry:
-            for run, label in zip(runs, labels):
+            for run, label, name in zip(runs, labels, telemetry_files(labels)):
                 if run["sites"]:
-                    written.append(os.path.join(args.out, f"telemetry-{safe(label)}.png"))
+                    written.append(os.path.join(args.out, name))
                     plot_telemetry(run, label, written[-1])
+                    if name != f"telemetry-{safe(label)}.png":
+                        print(f"plot: {label!r}: telemetry-{safe(label)}.png is another label's; writing {name}",
+                              file=sys.stderr)
     except (PlotError, OSError) as e:
         print(f"plot: {e}", file=sys.stderr)
         return 1

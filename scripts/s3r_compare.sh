@@ -5,7 +5,8 @@
 # --out gets the whole output (a title line and the table): paste the table into
 # docs/s3r_comparison.md, whose analysis below it --out would replace.
 # The table goes to --out only when every run finished (written beside it, then moved into place,
-# so a failed comparison leaves the old file as it was); without --out it is printed at the end.
+# so a failed comparison leaves the old file as it was, and a replaced file keeps its mode); without
+# --out it is printed at the end.
 # The runs go to --runs (default runs/s3r), each with its log RUNS/NAME_SEED.log.
 set -euo pipefail
 steps=200 out="" out_arg="" runs=runs/s3r echo_train=build/echo_train  # the defaults: relative to the repository
@@ -64,7 +65,9 @@ for entry in "${modes[@]}"; do
   echo "$row $(printf '%.4f' "$(echo "$sum / 3" | bc -l)") |" >> "$table"
 done
 if [[ -n $out ]]; then
-  chmod 644 "$table" && mv "$table" "$out" && echo "wrote $out" >&2
+  # mktemp made the table 600: give it the mode of the --out it replaces, or a new file's (0666 less the umask).
+  if [[ -e $out ]]; then chmod --reference="$out" "$table"; else chmod "$(printf '%o' $((0666 & ~0$(umask))))" "$table"; fi
+  mv "$table" "$out" && echo "wrote $out" >&2
 else
   cat "$table"
 fi

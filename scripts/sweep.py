@@ -30,17 +30,27 @@ validation loss; mean tokens/s over the logged steps after the first) and OUT_RO
 
 A grid is refused before anything runs when a key is not a leaf key of configs/default.yaml,
 when a value list is empty or not a list, when a value does not have the key's type (number,
-integer written with digits only, true/false, text that is not a bare number), when a key lists
+integer written with digits only, true/false, text that is not a bare number), when a number has
+a leading zero (010: octal to PyYAML, refused by echo_train; 0 and -0 are fine), when a key lists
 one value twice (compared by value: 1e-3 and 0.001), when two points' names map to one folder,
 when it names run.out_dir (the sweep sets it), or when it has more than 1000 points (--yes runs
 them). A name over 250 characters keeps its start and ends in a hash of the whole. A point
 folder that already holds a config.yaml differing from the point's (base + point keys) is
-refused: it is an earlier sweep's run, not this one's. Ranges and cross-key checks are
-echo_train's: a point it refuses fails with echo_train's message in its log.
+refused: it is an earlier sweep's run, not this one's (numbers compared by value, text keys
+such as run.init_from as written: '1e3' is not '1000' there). The base config's train.steps must be
+an integer. Ranges and cross-key checks are echo_train's: a point it refuses fails with
+echo_train's message in its log.
+
+A point whose metrics.jsonl ends in a cut-off line (a run killed while writing it) is read up to
+that line. When the lines before it reach train.steps and the newest complete checkpoint is at
+train.steps, the point is done (with a warning naming the cut line): echo_train --resume would
+only say "nothing to train" and leave the line as it is. Otherwise the point is resumed (logged
+"resume"), and echo_train drops the cut line with the lines after its checkpoint.
 
 SIGINT and SIGTERM are forwarded to the running point as SIGUSR1 (mpirun passes it to the ranks;
 echo_train saves a checkpoint and exits); the results are written and the sweep exits 128 + the
-signal.
+signal. A Ctrl-C while no point runs (reading the configs, writing the results) ends the sweep
+with one line, and it dies of the signal too.
 
 Exit status: 0 when every point finished, 1 when a point is unfinished (each is listed with why),
 2 for a bad command line, config or grid, 130 / 143 when interrupted.
@@ -60,7 +70,7 @@ import sys
 
 import yaml
 
-from launch import REPO, LaunchError, SignalForwarder, default_tool, exit_status, launcher
+from launch import REPO, LaunchError, SignalForwarder, default_tool, launcher, run_main
 from metrics import MetricsError, mean_std, read_metrics, tail_mean
 
 DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
@@ -86,10 +96,11 @@ def flatten(tree, prefix=""):
     return out
 
 
-def load_yaml(path, what):
+def load_yaml(path, what, raw=False):
+    """The YAML of path; raw: every scalar as the text written there (yaml.BaseLoader)."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=yaml.BaseLoader) if raw else yaml.safe_load(f)
     except OSError as e:
         raise SweepError(f"cannot read {what} {path}: {e.strerror}")
     except yaml.YAMLError as e:
@@ -98,19 +109,26 @@ def load_yaml(path, what):
 
 
 def effective_config(base_path):
-    """(the base config's keys over configs/default.yaml's, the base config's own keys), flattened."""
-    defaults = load_yaml(DEFAULTS, "defaults")
+    """(the base config's keys over configs/default.yaml's, the base config's own keys as written
+    (raw text), configs/default.yaml's keys), flattened."""
+    defaults = flatten(load_yaml(DEFAULTS, "defaults"))
     base = load_yaml(base_path, "base config")
     if base is None:
         base = {}
     if not isinstance(base, dict):
         raise SweepError(f"base config {base_path}: expected a mapping of sections")
-    config = flatten(defaults)
+    config = dict(defaults)
     for key, value in flatten(base).items():
         if key not in config:
             raise SweepError(f"base config {base_path}: unknown key '{key}' (see configs/default.yaml)")
         config[key] = value
-    return config, flatten(base)
+    raw = load_yaml(base_path, "base config", raw=True) or {}
+    steps = config["train.steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        where = f"base config {base_path}" if "train.steps" in flatten(base) else f"defaults {DEFAULTS}"
+        raise SweepError(f"{where}: 'train.steps' is {steps!r}, not a whole number of steps "
+                         "(the sweep compares it with each run's last step)")
+    return config, flatten(raw), defaults
 
 
 # ---------------------------------------------------------------- the grid --------------------
@@ -142,6 +160,13 @@ def check_value(where, key, text, node_tag, default):
             raise SweepError(f"{key}: value '{text}' is not a finite number")
         if isinstance(default, int) and not re.fullmatch(r"[+-]?[0-9]+", text):
             raise SweepError(f"{key}: value '{text}' must be an integer, written without a fraction or exponent")
+        # echo_train's refuse_leading_zero (src/core/config/reader.cpp), for integer and real keys:
+        # [+-]digits with two or more digits, the first 0 (0, -0 and +0 are fine; 0.5 is no such literal).
+        if re.fullmatch(r"[+-]?0[0-9]+", text):
+            plain = text.lstrip("+-").lstrip("0") or "0"
+            raise SweepError(f"{key}: value '{text}' has a leading zero, which YAML readers disagree on "
+                             f"(octal in YAML 1.1, decimal in 1.2); write it without: "
+                             f"{'-' if text.startswith('-') else ''}{plain}")
     elif node_tag.endswith(":null") or text == "":
         raise SweepError(f"{key}: empty value")
     elif node_tag.endswith((":int", ":float", ":bool")):
@@ -267,65 +292,103 @@ def make_points(grid):
 
 # ---------------------------------------------------------------- existing runs ---------------
 
-def as_number(value):
-    """value as a float when it is a number or a string that reads as one, else None.
-    NOTE: PyYAML (YAML 1.1) reads 3e-3 as the string '3e-3' (an exponent needs a dot), while
-    echo_train reads it as 0.003 and writes that into config.yaml."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
+YAML_BOOLS = {"true": True, "yes": True, "on": True, "y": True,
+              "false": False, "no": False, "off": False, "n": False}
+
+
+def same_value(want, got, default):
+    """Whether two values of one key, as written (raw YAML text), are one value, by the key's kind
+    (scalar_kind of its default, as value_identity compares grid values): numbers by value (1e-3,
+    1.0e-3 and 0.001; NOTE: PyYAML reads 3e-3 as a string, echo_train as 0.003, which it writes
+    into config.yaml), true/false by truth, text as written (a run name '1e3' is not '1000')."""
+    if not isinstance(want, str) or not isinstance(got, str):
+        return want == got  # a list or mapping (not a key a sweep sets)
+    kind = scalar_kind(default)
+    if kind == "number":
         try:
-            return float(value)
+            return math.isclose(float(want), float(got), rel_tol=1e-12, abs_tol=0.0)
         except ValueError:
-            return None
-    return None
+            return want == got
+    if kind == "bool":
+        return YAML_BOOLS.get(want.lower(), want) == YAML_BOOLS.get(got.lower(), got)
+    return want == got
 
 
-def same_value(want, got):
-    a, b = as_number(want), as_number(got)
-    if a is not None and b is not None:
-        return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
-    return want == got or str(want) == str(got)
+def shown(text, default):
+    """A raw value for a message: text keys quoted as written, numbers as PyYAML reads them."""
+    if not isinstance(text, str) or scalar_kind(default) == "text":
+        return repr(text)
+    try:
+        return repr(yaml.safe_load(text))
+    except yaml.YAMLError:
+        return repr(text)
 
 
-def check_existing(out_dir, expected):
+def check_existing(out_dir, expected, defaults):
     """Refuses an existing run folder whose config.yaml (echo_train's effective config) differs
     from what this sweep would run there: an earlier sweep's results are not this one's."""
     path = os.path.join(out_dir, "config.yaml")
     if not os.path.exists(path):
         return
     try:
-        existing = flatten(load_yaml(path, "run config") or {})
+        existing = flatten(load_yaml(path, "run config", raw=True) or {})
     except (SweepError, AttributeError) as e:
         raise SweepError(f"{path}: cannot compare with this sweep ({e}); use another --out-root")
     for key, want in expected.items():
         if key == "run.out_dir":
             continue
-        if key not in existing or not same_value(want, existing[key]):
-            got = existing.get(key, "(missing)")
-            raise SweepError(f"{out_dir} holds a run of another config: {key} is {got!r} there, {want!r} here; "
-                             "use another --out-root (or remove the folder)")
+        if key not in existing or not same_value(want, existing[key], defaults[key]):
+            got = shown(existing[key], defaults[key]) if key in existing else "(missing)"
+            raise SweepError(f"{out_dir} holds a run of another config: {key} is {got} there, "
+                             f"{shown(want, defaults[key])} here; use another --out-root (or remove the folder)")
 
 
 def expected_config(base_keys, point):
-    """The keys the base config and the point set, as echo_train would write them."""
+    """The keys the base config and the point set, as written (raw text)."""
     expected = dict(base_keys)
     for key, text in point["set"]:
-        expected[key] = yaml.safe_load(text)
+        expected[key] = text
     return expected
 
 
 # ---------------------------------------------------------------- metrics ---------------------
 
 def load_point_metrics(path):
-    """(train lines, val lines, error) of a point's metrics.jsonl; a missing file -> empty lists."""
+    """(train lines, val lines, error, cut line) of a point's metrics.jsonl; a missing file ->
+    empty lists; a cut-off last line (a run killed while writing it) is left out and its number
+    returned (None when there is none)."""
     try:
-        m = read_metrics(path, missing_ok=True)
+        m = read_metrics(path, missing_ok=True, cut_ok=True)
     except MetricsError as e:
-        return [], [], str(e)
-    return m["train"], m["val"], None
+        return [], [], str(e), None
+    return m["train"], m["val"], None, m["cut_line"]
+
+
+def checkpoint_step(out_dir):
+    """The step of the newest complete checkpoint of a run (what echo_train --resume starts from:
+    checkpoints/step_N holding COMPLETE; see latest_checkpoint in src/train/checkpoint), or None."""
+    root = os.path.join(out_dir, "checkpoints")
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    steps = [int(n[5:]) for n in names if re.fullmatch(r"step_[0-9]{1,18}", n)
+             and os.path.isfile(os.path.join(root, n, "COMPLETE"))]
+    return max(steps, default=None)
+
+
+def point_state(out_dir, steps):
+    """('done' | 'resume' | 'run', cut line or None) of a point. Lines before a cut-off last line
+    count: echo_train --resume of a run whose newest checkpoint is at train.steps trains nothing
+    and leaves the cut line, so such a run is done; one whose checkpoint is earlier drops the cut
+    line and continues (a resume)."""
+    train, _, err, cut = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
+    if err:
+        return "resume" if os.path.isdir(os.path.join(out_dir, "checkpoints")) else "run", None
+    reached = bool(train) and train[-1]["step"] >= steps
+    if reached and (cut is None or (checkpoint_step(out_dir) or 0) >= steps):
+        return "done", cut
+    return "resume" if train or cut else "run", cut
 
 
 def summarize(train, val):
@@ -349,11 +412,14 @@ def write_results(out_root, grid, points, steps_of):
     rows = []
     for p in points:
         out_dir = os.path.join(out_root, p["name"])
-        train, val, err = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
+        train, val, err, _ = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
         s = summarize(train, val)
         steps = steps_of(p)
-        status = p.get("status") or ("done" if s["steps_done"] >= steps else
+        state, cut = point_state(out_dir, steps)
+        status = p.get("status") or ("done" if state == "done" else
                                      "not started" if not train else "incomplete")
+        if cut and state != "done" and not p.get("status"):
+            status += f" (metrics.jsonl:{cut} cut off)"
         if err:
             status = f"bad metrics ({err})"
         elif not train and os.path.isdir(os.path.join(out_dir, "checkpoints")):
@@ -458,7 +524,7 @@ def main(argv):
         "runs", "sweep-" + os.path.splitext(os.path.basename(args.base))[0])
 
     try:
-        config, base_keys = effective_config(args.base)
+        config, base_keys, defaults = effective_config(args.base)
         grid = load_grid(args.grid, config)
         if args.np is not None and args.np < 1:
             raise SweepError(f"--np {args.np}: must be at least 1")
@@ -470,7 +536,7 @@ def main(argv):
         if os.path.exists(out_root) and not os.path.isdir(out_root):
             raise SweepError(f"--out-root {out_root}: exists and is not a folder")
         for p in points:
-            check_existing(os.path.join(out_root, p["name"]), expected_config(base_keys, p))
+            check_existing(os.path.join(out_root, p["name"]), expected_config(base_keys, p), defaults)
         if not args.print_only:
             check_tool(args.echo_train)
     except (SweepError, LaunchError) as e:
@@ -492,11 +558,16 @@ def main(argv):
     todo = []
     for p in points:
         out_dir = os.path.join(out_root, p["name"])
-        train, _, _ = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
-        if train and train[-1]["step"] >= steps_of(p):
+        state, cut = point_state(out_dir, steps_of(p))
+        if state == "done":
             p["status"] = "done"
+            if cut:
+                print(f"sweep: warning: {os.path.join(out_dir, 'metrics.jsonl')}:{cut}: the last line is cut off "
+                      "(the run stopped while writing it); the lines before it and the checkpoint reach "
+                      f"train.steps = {steps_of(p)}, so {p['name']} counts as done (echo_train would not rewrite it)",
+                      file=sys.stderr)
         else:
-            todo.append((p, out_dir, bool(train)))
+            todo.append((p, out_dir, state == "resume"))
 
     if args.print_only:
         if len(todo) < len(points):
@@ -557,4 +628,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    exit_status(main(sys.argv[1:]))
+    run_main("sweep", main, sys.argv[1:])

@@ -2,7 +2,7 @@
 # scripts/comm_eval.py on a checkpoint sweep_test.sh left in WORK (ctest fixture sweep_runs): six
 # rows, the 16-bit row equal to echo_eval run by hand, each Δ column recomputed here from the
 # JSON, 8-bit rows closer to 16-bit than the uncompensated 4-bit row; a missing checkpoint is
-# refused naming it.
+# refused naming it; a Ctrl-C before the first row is one line.
 #   comm_eval_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
 src=$1 build=$2 work=$3; shift 3
@@ -39,4 +39,18 @@ print("rows ok")
 PY
 msg=$("$PY" "$src/scripts/comm_eval.py" "$work/no-such-run" --out "$work/x" 2>&1) && fail "a missing checkpoint was accepted"
 [[ $msg == *no-such-run* ]] || fail "the message does not name the missing checkpoint: $msg"
+# Ctrl-C before the first row (here: while the launcher is set up): one line, no traceback, killed by SIGINT.
+msg=$("$PY" - "$src/scripts" "$run" <<'PY' 2>&1
+import runpy, sys
+sys.path.insert(0, sys.argv[1])
+import launch
+def interrupted(command):
+    raise KeyboardInterrupt
+launch.launcher = interrupted  # comm_eval imports it from launch
+sys.argv = ["comm_eval.py", sys.argv[2], "--np", "2"]
+runpy.run_path(sys.path[0] + "/comm_eval.py", run_name="__main__")
+PY
+); rc=$?
+[[ $rc -eq 130 && $msg == "comm_eval: interrupted (SIGINT); no run was in progress" ]] ||
+  fail "Ctrl-C before the first row: exit $rc: $msg"
 echo "ok: comm_eval.py table of 6 settings"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/plot.py on hand-made runs: one label for two runs (or one run given twice) refused, as
-# the second telemetry-LABEL.png would overwrite the first; --labels counted against sweep CSV
+# scripts/plot.py on hand-made runs: one label for two runs refused, and one run given twice (also
+# as RUN/metrics.jsonl, with a trailing slash or through a link); labels that are one file name
+# ('x y' and 'x-y') get a telemetry PNG each; --labels counted against sweep CSV
 # files; a metrics.jsonl whose last line was cut off plotted up to it, with a warning.
 #   plot_input_test.sh SRC_DIR WORK
 set -uo pipefail
@@ -19,6 +20,19 @@ msg=$(plot "$work/a" "$work/b" --labels A,A) && fail "two runs labelled A were a
 [[ $msg == *"runs $work/a and $work/b have the same label ('A' and 'A')"* ]] || fail "duplicate labels: $msg"
 msg=$(plot "$work/a" "$work/a") && fail "a run given twice was accepted"
 [[ $msg == *"$work/a is given twice"* ]] || fail "a run given twice: $msg"
+msg=$(plot "$work/a" "$work/a/") && fail "a run given twice (once with a trailing slash) was accepted"
+[[ $msg == *"$work/a/ is given twice"* ]] || fail "a run given twice with a trailing slash: $msg"
+msg=$(plot "$work/a" "$work/a/metrics.jsonl") && fail "a run given as RUN and RUN/metrics.jsonl was accepted"
+[[ $msg == *"runs $work/a and $work/a/metrics.jsonl are one file ($work/a/metrics.jsonl); give it once"* ]] ||
+  fail "RUN and RUN/metrics.jsonl: $msg"
+ln -s a "$work/a-link"
+msg=$(plot "$work/a" "$work/a-link") && fail "a run and a link to it were accepted"
+[[ $msg == *"runs $work/a and $work/a-link are one file ($work/a/metrics.jsonl)"* ]] || fail "a run and a link to it: $msg"
+# Labels that differ only in characters a file name cannot hold are two labels, with a telemetry PNG each.
+msg=$(plot "$work/a" "$work/b" --labels "x y,x-y") || fail "labels 'x y' and 'x-y' were refused: $msg"
+[[ $msg == *"'x-y': telemetry-x-y.png is another label's; writing telemetry-x-y-2.png"* &&
+   -s $work/out/telemetry-x-y.png && -s $work/out/telemetry-x-y-2.png ]] ||
+  fail "labels 'x y' and 'x-y': $msg; $(ls "$work/out")"
 msg=$(plot --sweep "$work/x.csv" --sweep-x optim.lr --labels a,b) && fail "2 labels for 1 sweep CSV were accepted"
 [[ $msg == *"--labels names 2 sweep CSV files, but 1 were given"* ]] || fail "--sweep --labels count: $msg"
 # A run killed while writing its step-3 line.

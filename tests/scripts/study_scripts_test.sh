@@ -2,7 +2,8 @@
 # The study scripts' argument handling, without training: depth_study.sh and eta_lr_study.sh
 # refuse an option without its value; depth_study.sh --echo-train replaces the out-root's copy
 # of echo_train (kept without --echo-train); s3r_compare.sh with a stand-in echo_train writes its
-# table to --out only when every run finished, and a failed run names a log that exists.
+# table to --out only when every run finished (keeping a replaced file's mode), and a failed run
+# names a log that exists.
 #   study_scripts_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
@@ -52,9 +53,15 @@ grep -q fail-1 "$work/s3r/bf16_1.log" || fail "the log lacks the run's output"
 [[ $(cat "$work/table.md") == "the old table" ]] ||
   fail "a failed s3r_compare.sh changed --out: $(cat "$work/table.md")"
 [[ $(ls "$work" | grep -c 'table.md.') == 0 ]] || fail "a failed s3r_compare.sh left a temporary file: $(ls "$work")"
+chmod 640 "$work/table.md"
 bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out "$work/table.md" \
   >/dev/null 2>&1 ||
   fail "s3r_compare.sh failed with a working echo_train"
 grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/table.md" ||
   fail "s3r_compare.sh --out table wrong: $(cat "$work/table.md")"
+# The replaced --out keeps its mode (was chmod 644); a new one gets the umask's.
+[[ $(stat -c %a "$work/table.md") == 640 ]] || fail "s3r_compare.sh changed --out's mode 640 to $(stat -c %a "$work/table.md")"
+(umask 077 && bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out "$work/new.md" \
+  >/dev/null 2>&1) || fail "s3r_compare.sh --out new.md failed"
+[[ $(stat -c %a "$work/new.md") == 600 ]] || fail "a new --out under umask 077 has mode $(stat -c %a "$work/new.md"), not 600"
 echo "ok: study scripts' arguments, echo_train copy and s3r_compare.sh --out"

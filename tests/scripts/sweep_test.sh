@@ -3,7 +3,8 @@
 # over run.seed and comm.compensator.eta writes results.csv / results.md with one row per point
 # and the seeds averaged; a second invocation runs nothing; an interrupted point is resumed;
 # --print prints one command line per point; bad grids are refused before anything runs; the
-# hostile-input cases (5b-5g: colliding names, a stale out-root, damaged metrics, odd paths, signals).
+# hostile-input cases (4b, 5b-5g: a cut metrics line, colliding names, a stale out-root, damaged
+# metrics, odd paths, signals).
 # Leaves its runs in WORK for plot_test.sh (ctest fixture sweep_runs).
 #   sweep_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
@@ -70,19 +71,32 @@ after=$(stat -c %Y "$root"/*/metrics.jsonl | md5sum)
 [[ -z $(run_sweep --print 2>/dev/null) ]] && ok "--print prints nothing when every point is finished" ||
   bad "--print after the sweep printed lines"
 
-# 4. An interrupted point (metrics only up to step 2, checkpoint of step 2) is resumed, not restarted.
+# 4. An interrupted point (metrics only up to step 2 and a cut-off step-3 line, checkpoint of step 2) is
+# resumed, not restarted, and said to be (echo_train drops the cut line).
 p=$root/seed=2_eta=0.5
 rm -rf "$p/checkpoints/step_00000004"
 "$PY" - "$p/metrics.jsonl" <<'PYEOF'
 import json, sys
 lines = [l for l in open(sys.argv[1]) if json.loads(l)["step"] <= 2]
-open(sys.argv[1], "w").writelines(lines)
+open(sys.argv[1], "w").writelines(lines + ['{"step":3,"lo'])
 PYEOF
 out=$(run_sweep 2>&1); rc=$?
 steps=$(grep -v echo_site "$p/metrics.jsonl" | grep -v val_loss | grep -o '"step":[0-9]*' | tr -d '"step:' | tr '\n' ' ')
 [[ $rc -eq 0 && $out == *"3 finished, 1 to run"* && $out == *"resume seed=2_eta=0.5"* && $steps == "1 2 3 4 " ]] &&
   grep -q 'resumed from .*step_00000002' "$root/logs/seed=2_eta=0.5.log" && ok "the interrupted point resumed from step 2" ||
   bad "resume: exit $rc, steps '$steps': $out"
+
+# 4b. A finished point (metrics and checkpoint at train.steps) whose last line is cut off is done, with a
+# warning naming the line: echo_train --resume would train nothing and leave the line as it is.
+p=$root/seed=1_eta=0.75
+cp "$p/metrics.jsonl" "$work/metrics.keep"
+printf '{"step":4,"val_lo' >> "$p/metrics.jsonl"
+cut=$(wc -l < "$work/metrics.keep"); cut=$((cut + 1))
+out=$(run_sweep 2>&1); rc=$?
+[[ $rc -eq 0 && $out == *"4 finished, 0 to run"* && $out != *"] run "* && $out != *"] resume "* &&
+   $out == *"$p/metrics.jsonl:$cut: the last line is cut off"*"seed=1_eta=0.75 counts as done"* ]] &&
+  ok "a finished point with a cut last line: done, with a warning" || bad "finished point, cut line: exit $rc: $out"
+cp "$work/metrics.keep" "$p/metrics.jsonl"
 
 # 5. Bad grids: refused before anything runs, exit != 0, the message names the key.
 check_bad() {  # check_bad GRID_TEXT WORD_IN_MESSAGE
@@ -103,6 +117,8 @@ check_bad 'data.train: [d/x-y/train, d/x/y/train]' "data.train: 'd/x-y/train' an
 check_bad 'optim.lr: [1e-3, 0.001]' "lists one value twice: 1e-3 and 0.001"
 check_bad 'train.steps: [4.0, 8]' "value '4.0' must be an integer"
 check_bad 'train.steps: [1_0]' "value '1_0' is not a number"
+check_bad 'train.steps: [4, 010]' "value '010' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: 10"
+check_bad 'optim.lr: [-0300]' "value '-0300' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: -300"
 check_bad 'comm.allreduce: [1]' "value '1' is not text"
 check_bad "$(for k in run.seed optim.lr train.steps model.layers; do echo "$k: [1,2,3,4,5,6,7,8,9,10]"; done)" \
   "10000 points (more than 1000); pass --yes"
@@ -123,6 +139,31 @@ check_refused "--out-root $work/a-file: exists and is not a folder" "$work/base.
 sed 's/parallel: {tp: 2}/parallel: {tp: two}/' "$work/base.yaml" > "$work/base-tp.yaml"
 check_refused "parallel.tp 'two': must be a positive integer" "$work/base-tp.yaml" "$work/one.yaml" --print
 check_refused "--mpirun \"'unclosed\": cannot be split" "$work/base.yaml" "$work/one.yaml" --print --mpirun "'unclosed"
+# A base config whose train.steps is no whole number (the sweep compares it with each run's last step).
+for v in abc:"'abc'" 1.5:1.5 true:True; do
+  sed "s/steps: 4,/steps: ${v%%:*},/" "$work/base.yaml" > "$work/base-steps.yaml"
+  check_refused "base config $work/base-steps.yaml: 'train.steps' is ${v#*:}, not a whole number of steps" \
+    "$work/base-steps.yaml" "$work/one.yaml" --print
+done
+# A text key is compared as text with an earlier run's config.yaml: run.init_from '1e3' is not '1000'.
+sed 's/run: {seed: 1,/run: {seed: 1, init_from: 1e3,/' "$work/base.yaml" > "$work/base-text.yaml"
+mkdir -p "$work/text/seed=1_eta=0.5"
+sed 's/init_from: ""/init_from: "1000"/' "$root/seed=1_eta=0.5/config.yaml" > "$work/text/seed=1_eta=0.5/config.yaml"
+check_refused "holds a run of another config: run.init_from is '1000' there, '1e3' here" "$work/base-text.yaml" \
+  "$work/grid.yaml" --out-root "$work/text" --print
+sed 's/init_from: ""/init_from: 1e3/' "$root/seed=1_eta=0.5/config.yaml" > "$work/text/seed=1_eta=0.5/config.yaml"
+out=$("${sweep[@]}" "$work/base-text.yaml" "$work/grid.yaml" --out-root "$work/text" --print 2>&1); rc=$?
+[[ $rc -eq 0 && $out != *"another config"* ]] && ok "run.init_from 1e3 is the 1e3 of the run there" ||
+  bad "init_from 1e3 vs 1e3: exit $rc: $out"
+# Ctrl-C before the first point (the sweep is reading its base config, a FIFO nobody writes): one line, no
+# traceback, and the sweep dies of SIGINT (a background job of this script starts with SIGINT ignored).
+rm -f "$work/fifo.yaml" && mkfifo "$work/fifo.yaml"
+"$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+  "${sweep[@]}" "$work/fifo.yaml" "$work/one.yaml" --print >"$work/int.out" 2>&1 & pid=$!
+sleep 2; kill -INT $pid; wait $pid; rc=$?
+[[ $rc -eq 130 && $(<"$work/int.out") == "sweep: interrupted (SIGINT); no run was in progress" ]] &&
+  ok "Ctrl-C before the first point: one line, killed by SIGINT" || bad "Ctrl-C before the first point: exit $rc: $(<"$work/int.out")"
+rm -f "$work/fifo.yaml"
 # An earlier sweep's runs in the out-root, made with another base config, are not this sweep's results.
 sed 's/lr: 1.0e-3/lr: 2.0e-3/' "$work/base.yaml" > "$work/base-lr.yaml"
 check_refused "holds a run of another config: optim.lr is 0.001 there, 0.002 here" "$work/base-lr.yaml" \
