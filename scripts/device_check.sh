@@ -26,8 +26,10 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 
 # Seconds per stage; they sum to 540 (+ 5 s kill grace each): the whole check ends within 9.5 minutes.
-T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-120} T_MPI=${ECHO_CHECK_T_MPI:-60}
-T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-210}
+# NOTE: correctness first: the gpu tests get 150 s (about 20 binaries, each its own CUDA context,
+# and the cuda_ipc test at np 2 and np 4 with ranks time-slicing the one GPU), the benchmarks 180.
+T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-150} T_MPI=${ECHO_CHECK_T_MPI:-60}
+T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-180}
 STAGES=(environment gpu_tests multi_rank loss_parity hf_load benchmarks)
 
 # --- context shared by the stages ---------------------------------------------------------
@@ -97,11 +99,16 @@ join() { local IFS=$'\x1f'; local s="$*"; echo "${s//$'\x1f'/; }"; }
 # --- stage 1: environment -------------------------------------------------------------------
 stage_environment() {
   local bad=() notes=() gpu drv n
-  if gpu=$(timeout 15 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1); then
+  if gpu=$(timeout 15 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1); then
     echo "$gpu" | tee "$SD/nvidia-smi.txt"
     n=$(grep -c . <<<"$gpu")
     drv=$(head -1 <<<"$gpu" | awk -F', *' '{print $3}')
     notes+=("$n GPU: $(head -1 <<<"$gpu")")
+    # Ranks sharing the GPU need compute mode Default (Exclusive_Process admits one process); with
+    # MPS they run side by side, without it they time-slice (the cuda_ipc timings differ a lot).
+    [[ $(head -1 <<<"$gpu" | awk -F', *' '{print $4}') == Default ]] ||
+      bad+=("compute mode is not Default: ranks cannot share the GPU")
+    if pgrep -f nvidia-cuda-mps >/dev/null 2>&1; then notes+=("MPS running"); else notes+=("no MPS (ranks time-slice)"); fi
     [[ ${drv%%.*} -ge 580 ]] 2>/dev/null || bad+=("driver $drv < 580 (CUDA 13 needs r580+)")
   else
     echo "nvidia-smi: $gpu"; bad+=("no nvidia-smi")
@@ -148,6 +155,13 @@ stage_gpu_tests() {
     if [[ $t == *_mpi_* ]]; then  # a GPU test across ranks (they share the one GPU): np 2
       env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "${MPIRUN[@]}" -np 2 -x ECHO_REQUIRE_GPU "$BIN/$t" \
         >"$SD/$t.log" 2>&1 || rc=$?
+      # The cuda_ipc transport at np 4 too: three peers per wait, rank-order sums of three copies.
+      if [[ $t == cuda_ipc_reduce_* && $rc -eq 0 ]]; then
+        env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "${MPIRUN[@]}" -np 4 -x ECHO_REQUIRE_GPU "$BIN/$t" \
+          >"$SD/${t}_np4.log" 2>&1 || rc=$?
+        read -r p f s <<<"$(gtest_counts "$SD/${t}_np4.log")"
+        sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d (np 4)' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$p" "$f" "$s")"
+      fi
     else
       env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "$BIN/$t" --gtest_output="json:$SD/$t.json" >"$SD/$t.log" 2>&1 || rc=$?
     fi

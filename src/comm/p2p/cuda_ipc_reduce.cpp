@@ -36,6 +36,7 @@ CudaIpcReduce::CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<Cud
 }
 
 CudaIpcReduce::~CudaIpcReduce() {
+  for (cudaStream_t s : {push_, reduce_, tail_}) cudaStreamSynchronize(s);  // nothing queued uses what is freed
   cudaFree(counters_);
   for (float* b : {push_tile_, reduce_tile_, tail_tile_}) cudaFree(b);
   for (cudaEvent_t e : {start_, reduced_, tailed_}) cudaEventDestroy(e);
@@ -107,7 +108,27 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, S
   header_ = {t.next_call(), n, codec.bytes(n)};
   const uint64_t max_seq = group_max_bits != nullptr ? t.next_max() : 0;
   const uint64_t first_base = t.reserve_rounds(s.rounds);
+  try {
+    enqueue_call(y, codec, s, hooks, group_max_bits, max_seq, first_base);
+  } catch (...) {
+    // The group's counters have moved and part of the call may be queued (wait kernels end at
+    // their timeout): this group is out of step. Let the queued work end before the error leaves.
+    broken_ = true;
+    for (cudaStream_t st : {push_, reduce_, tail_}) cudaStreamSynchronize(st);
+    throw;
+  }
+  Counters host{};
+  CUDA_CHECK(cudaMemcpy(&host, counters_, sizeof host, cudaMemcpyDeviceToHost));
+  if (host.fault.fault != cuda::kP2pNoFault) {
+    broken_ = true;
+    throw_fault(host.fault, site);
+  }
+  return static_cast<size_t>(host.decoded.bad_groups);
+}
 
+void CudaIpcReduce::enqueue_call(float* y, const CallCodec& codec, const PipelineSchedule& s, DeviceTileHooks* hooks,
+                                 uint32_t* group_max_bits, uint64_t max_seq, uint64_t first_base) {
+  RegionTable& t = ws_->table();
   // Start: clear the counters on the legacy default stream. NOTE: that op waits for all earlier
   // work of every blocking stream (the CUDA backend computes x on one of its own), and the three
   // stage streams are blocking, so everything after it on them sees x complete. Then announce
@@ -137,13 +158,6 @@ size_t CudaIpcReduce::run_pipeline(float* y, size_t n, const CallCodec& codec, S
   // One wait on the host per call: everything is done once the tail is (it follows the reduce,
   // and the push of each tile precedes the gather that the tail waited for).
   for (cudaStream_t st : {push_, reduce_, tail_}) CUDA_CHECK(cudaStreamSynchronize(st));
-  Counters host{};
-  CUDA_CHECK(cudaMemcpy(&host, counters_, sizeof host, cudaMemcpyDeviceToHost));
-  if (host.fault.fault != cuda::kP2pNoFault) {
-    broken_ = true;
-    throw_fault(host.fault, site);
-  }
-  return static_cast<size_t>(host.decoded.bad_groups);
 }
 
 void CudaIpcReduce::run_round(float* y, DeviceTileHooks* hooks, const CallCodec& codec, const PipelineSchedule& s,

@@ -100,6 +100,10 @@ class CudaIpcReduce {
   };
   size_t run_pipeline(float* y, size_t n, const CallCodec& codec, Site site, DeviceTileHooks* hooks,
                       uint32_t* group_max_bits = nullptr);
+  // Queues one call's stages on the three streams and waits for them; run_pipeline moved the
+  // group's counters first and turns an exception here into a broken group.
+  void enqueue_call(float* y, const CallCodec& codec, const PipelineSchedule& s, DeviceTileHooks* hooks,
+                    uint32_t* group_max_bits, uint64_t max_seq, uint64_t first_base);
   void run_round(float* y, DeviceTileHooks* hooks, const CallCodec& codec, const PipelineSchedule& s, int round,
                  uint64_t base);
   // The codec's stage operations on `stream` (the decoders count poisoned / non-finite outputs).

@@ -41,7 +41,10 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const Key key{group.get(), geometry.ranks, geometry.tiles, geometry.slot_bytes, device};
-  if (auto live = registry()[key].lock()) return live;
+  // NOTE: the lookup is each rank's own; only a workspace every rank still holds is reused, so
+  // no rank returns here while the others go on to the collective creation below.
+  std::shared_ptr<CudaIpcWorkspace> live = registry()[key].lock();
+  if (group.all_ranks(live != nullptr)) return live;
   auto fail = [&](std::string reason) -> std::shared_ptr<CudaIpcWorkspace> {
     if (why) *why = std::move(reason);
     return nullptr;
@@ -62,10 +65,15 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   // Allocate and zero the own region; export it.
   cudaIpcMemHandle_t handle{};
   void* base = nullptr;
-  bool ok = cuda_ok(cudaMalloc(&base, geometry.region_bytes()), "cudaMalloc", error);
+  // NOTE: a whole number of 2 MiB pages: cudaMalloc may carve a small allocation out of a larger
+  // block, and IPC then exports the whole block (the CUDA Programming Guide, "Interprocess
+  // Communication", advises sharing 2 MiB-aligned sizes only).
+  constexpr size_t kIpcGranule = size_t{2} << 20;
+  const size_t bytes = (geometry.region_bytes() + kIpcGranule - 1) / kIpcGranule * kIpcGranule;
+  bool ok = cuda_ok(cudaMalloc(&base, bytes), "cudaMalloc", error);
   if (ok) {
     ws->own_ = static_cast<uint8_t*>(base);
-    ok = cuda_ok(cudaMemset(base, 0, geometry.region_bytes()), "cudaMemset", error) &&
+    ok = cuda_ok(cudaMemset(base, 0, bytes), "cudaMemset", error) &&
          cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error) &&
          cuda_ok(cudaIpcGetMemHandle(&handle, base), "cudaIpcGetMemHandle", error);
   }
