@@ -183,13 +183,18 @@ glibc_need=$(find "$P" -path '*/fallback-*' -prune -o -type f \( -name '*.so*' -
 cxx_need=$(find "$P/bin" "$P/lib" -maxdepth 1 -type f -print0 | elf_symbols | grep -oE 'GLIBCXX_[0-9.]+[0-9]' |
   sort -Vu | tail -1)
 cat >"$STAGE/env.sh" <<EOF_ENV
-# source bundle/env.sh: puts the bundle's programs, libraries and Open MPI first, relative to
-# this file's own location (made by scripts/device_bundle.sh). Unpacks payload.tar.gz the
-# first time. ECHO_BUNDLE_FALLBACK=all|none forces the fallback libraries on or off.
-_eb=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
-if [[ ! -f "\$_eb/.unpacked" || "\$_eb/payload.tar.gz" -nt "\$_eb/.unpacked" ]]; then
-  rm -rf "\$_eb"/{bin,lib,openmpi,data,configs,scripts}
-  tar -xzf "\$_eb/payload.tar.gz" -C "\$_eb" && touch "\$_eb/.unpacked" || echo "env.sh: cannot unpack \$_eb/payload.tar.gz" >&2
+# source bundle/env.sh: puts the bundle's programs, libraries and Open MPI first (made by
+# scripts/device_bundle.sh). Unpacks payload.tar.gz beside this file into ECHO_BUNDLE_UNPACK
+# (default \$TMPDIR/echo-bundle-UID), again whenever the payload changed, and sets ECHO_BUNDLE to
+# it. NOTE: not into bundle/ itself: unpacked (170 MB) it could no longer travel to a device
+# machine (64 MiB). ECHO_BUNDLE_FALLBACK=all|none forces the fallback libraries on or off.
+_eb_src=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
+_eb=\${ECHO_BUNDLE_UNPACK:-\${TMPDIR:-/tmp}/echo-bundle-\$(id -u)}
+_eb_stamp="\$_eb_src \$(stat -c '%s %Y' "\$_eb_src/payload.tar.gz" 2>/dev/null)"
+if [[ ! -f "\$_eb/.unpacked" || \$(cat "\$_eb/.unpacked") != "\$_eb_stamp" ]]; then
+  rm -rf "\$_eb" && mkdir -p "\$_eb" &&
+    tar -xzf "\$_eb_src/payload.tar.gz" -C "\$_eb" && echo "\$_eb_stamp" >"\$_eb/.unpacked" ||
+    echo "env.sh: cannot unpack \$_eb_src/payload.tar.gz into \$_eb" >&2
 fi
 export ECHO_BUNDLE=\$_eb ECHO_BUNDLE_GLIBC_NEEDED=$glibc_need ECHO_BUNDLE_GLIBCXX_NEEDED=$cxx_need
 # _eb_sys_has SONAME [NEEDLE]: the machine has its own SONAME (containing NEEDLE).
@@ -224,9 +229,12 @@ export PMIX_MCA_mca_base_component_path=\$_eb/openmpi/pmix/lib/pmix
 # What the suite passes to mpirun (cmake/EchoTest.cmake), as defaults: plain \`mpirun -np 4\` works.
 export OMPI_MCA_btl=\${OMPI_MCA_btl:-self,vader,tcp} OMPI_MCA_rmaps_base_oversubscribe=\${OMPI_MCA_rmaps_base_oversubscribe:-1}
 export OMPI_MCA_hwloc_base_binding_policy=\${OMPI_MCA_hwloc_base_binding_policy:-none}
+# Every rank on this machine: no ssh/rsh launcher (Open MPI looks for one even for local ranks,
+# and the GPU image has none).
+export OMPI_MCA_plm=\${OMPI_MCA_plm:-isolated}
 export OPENBLAS_NUM_THREADS=\${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=\${OMP_NUM_THREADS:-1}
 [[ \$(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset _eb _eb_ld _d
+unset _eb _eb_src _eb_stamp _eb_ld _d
 EOF_ENV
 {
   echo "echo device bundle, made $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?') build dir $BUILD_DIR"
@@ -246,6 +254,16 @@ mkdir -p "$BUNDLE"
 mv "$STAGE/payload.tar.gz" "$STAGE/env.sh" "$STAGE/MANIFEST.txt" "$BUNDLE/"
 echo "device_bundle: $(find "$P" -type f | wc -l) files, $(du -sh "$P" | cut -f1) unpacked; ${#GPU_TESTS[@]} gpu tests, ${#MPI_TESTS[@]} mpi tests, ${#TOOLS[@]} tools"
 du -sh "$BUNDLE"
+# What a device call carries: the tracked and untracked-not-ignored files plus bundle/, 64 MiB at
+# most; keep 2 MiB spare.
+tree_bytes=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null || true) |
+  awk '{ s += $1 } END { print s + 0 }')
+bundle_bytes=$(du -sb "$BUNDLE" | cut -f1)
+echo "device_bundle: a device call carries $(((tree_bytes + bundle_bytes) >> 20)) MiB (tree $((tree_bytes >> 20)) MiB + bundle $((bundle_bytes >> 20)) MiB) of 64"
+if ((tree_bytes + bundle_bytes > 62 << 20)); then
+  echo "device_bundle: that is over 62 MiB: a device call carries 64 MiB at most (build for sm_90 only, or ship less)" >&2
+  exit 1
+fi
 
 $dry_run || exit 0
 
@@ -257,32 +275,33 @@ check() {  # check NAME COMMAND...: runs COMMAND in the clean environment with t
   local name=$1 out rc
   shift
   rc=0
-  out=$(cd "$STAGE" && env -i PATH=/usr/bin:/bin HOME="$HOME" TMPDIR="${TMPDIR:-/tmp}" \
+  out=$(cd "$STAGE" && env -i PATH=/usr/bin:/bin HOME="$HOME" TMPDIR="${TMPDIR:-/tmp}" ECHO_BUNDLE_UNPACK="$STAGE/u" \
     GLIBC_RE="$GLIBC_RE" CUDA_RE="$CUDA_RE" bash -c 'source b/env.sh && eval "$1"' _ "$*" 2>&1) || rc=$?
   if [[ $rc -eq 0 ]]; then echo "PASS  $name"; else echo "FAIL  $name (exit $rc)"; tail -15 <<<"$out" | sed 's/^/      /'; fails=$((fails + 1)); fi
 }
-check "env.sh unpacks the payload" 'test -x b/bin/echo_train && test -d b/openmpi/lib'
+check "env.sh unpacks the payload outside bundle/" \
+  '[[ $ECHO_BUNDLE == */u ]] && test -x $ECHO_BUNDLE/bin/echo_train && test -d $ECHO_BUNDLE/openmpi/lib && ! test -e b/bin'
 mapfile -t bins < <(tar -tzf "$BUNDLE/payload.tar.gz" | sed -n 's|^\./bin/||p' | grep . | sort)
 for b in "${bins[@]}"; do
   case "$b" in
-    *_test) check "loads: $b --gtest_list_tests" "b/bin/$b --gtest_list_tests >/dev/null" ;;
-    *) check "loads: $b --help" "b/bin/$b --help >/dev/null" ;;
+    *_test) check "loads: $b --gtest_list_tests" "\$ECHO_BUNDLE/bin/$b --gtest_list_tests >/dev/null" ;;
+    *) check "loads: $b --help" "\$ECHO_BUNDLE/bin/$b --help >/dev/null" ;;
   esac
 done
 # Every library a bundled file needs resolves, and into the bundle unless it is glibc, the
 # driver or the CUDA toolkit.
 check "ldd: nothing 'not found' in bin/, lib/, openmpi/" \
-  '! find b/bin b/lib b/openmpi -type f \( -name "*.so*" -o -perm -u+x \) -exec ldd {} + 2>&1 | grep -B20 "not found"'
+  '! find $ECHO_BUNDLE/bin $ECHO_BUNDLE/lib $ECHO_BUNDLE/openmpi -type f \( -name "*.so*" -o -perm -u+x \) -exec ldd {} + 2>&1 | grep -B20 "not found"'
 check "ldd: every other library resolves into the bundle" \
-  'bad=$(find b/bin b/lib b/openmpi -type f \( -name "*.so*" -o -perm -u+x \) -exec ldd {} + 2>/dev/null |
+  'bad=$(find $ECHO_BUNDLE/bin $ECHO_BUNDLE/lib $ECHO_BUNDLE/openmpi -type f \( -name "*.so*" -o -perm -u+x \) -exec ldd {} + 2>/dev/null |
      grep -oE "=> /[^ ]+" | cut -c4- | sort -u | grep -vE "$GLIBC_RE|$CUDA_RE|/lib(stdc\+\+|gcc_s)\.so" | grep -v "^$ECHO_BUNDLE/")
    [[ -z $bad ]] || { echo "resolved outside the bundle:"; echo "$bad"; exit 1; }'
 check "which mpirun is the bundle's" '[[ $(which mpirun) == $ECHO_BUNDLE/openmpi/bin/mpirun ]] && which mpirun'
 check "ompi_info reports the relocated install dirs" \
   'ompi_info --path pkglibdir | grep -q "$ECHO_BUNDLE/openmpi/lib" && ompi_info --path pkgdatadir | grep -q "$ECHO_BUNDLE/openmpi/share"'
-check "mpirun -np 2 seam_golden_mpi_test PASSES" 'out=$(env $(sed -n "s/^seam_golden_mpi_test //p" b/tests.env) mpirun -np 2 b/bin/seam_golden_mpi_test 2>&1) && grep -q "PASSED" <<<"$out" || { echo "$out"; exit 1; }'
+check "mpirun -np 2 seam_golden_mpi_test PASSES" 'out=$(env $(sed -n "s/^seam_golden_mpi_test //p" $ECHO_BUNDLE/tests.env) mpirun -np 2 $ECHO_BUNDLE/bin/seam_golden_mpi_test 2>&1) && grep -q "PASSED" <<<"$out" || { echo "$out"; exit 1; }'
 check "Open MPI and PMIx load only from the bundle (LD_DEBUG, mpirun -np 2 world_mpi_test)" \
-  'LD_DEBUG=libs,files LD_DEBUG_OUTPUT=$PWD/lddebug mpirun -np 2 b/bin/world_mpi_test >/dev/null 2>&1 || exit 1
+  'LD_DEBUG=libs,files LD_DEBUG_OUTPUT=$PWD/lddebug mpirun -np 2 $ECHO_BUNDLE/bin/world_mpi_test >/dev/null 2>&1 || exit 1
    cat lddebug.* >ld.all; rm -f lddebug.*
    grep -qE "file=$ECHO_BUNDLE/openmpi/lib/[^ ]*/mca_" ld.all || { echo "no bundled plugin load seen"; exit 1; }
    bad=$(grep -oE "calling init: /[^ ]*(openmpi|pmix|libmpi|libopen-|mca_)[^ ]*" ld.all | grep -v "$ECHO_BUNDLE/" | sort -u)
@@ -291,7 +310,9 @@ check "Open MPI and PMIx load only from the bundle (LD_DEBUG, mpirun -np 2 world
 # mount namespace) and the bundle must still run 4 ranks.
 if [[ $(id -u) -eq 0 ]] && unshare -m --propagation private true 2>/dev/null; then
   hide="" hide_dirs=""
+  # ssh and rsh too: the GPU image has neither, and Open MPI looks for one even for local ranks.
   for p in "$pkglibdir" "$pkgdatadir" "$sysconfdir" "$pmix_root" $(readlink -f "$(command -v orterun)" "$(command -v orted)" "$(command -v mpirun)") \
+           $(command -v ssh rsh | xargs -r readlink -f) \
            $(ldconfig -p | awk '$1 ~ /^lib(mpi|open-rte|open-pal|pmix|mpi_cxx)\.so/ && /x86-64/ {print $NF}' | xargs -r readlink -f | sort -u); do
     [[ -e "$p" ]] || continue
     if [[ -d "$p" ]]; then hide_dirs+="mount --bind $STAGE/empty $p && "; else hide+="mount --bind /dev/null $p && "; fi
@@ -299,10 +320,10 @@ if [[ $(id -u) -eq 0 ]] && unshare -m --propagation private true 2>/dev/null; th
   hide+=$hide_dirs
   mkdir -p "$STAGE/empty"
   rc=0
-  out=$(cd "$STAGE" && unshare -m --propagation private env -i PATH=/usr/bin:/bin HOME="$HOME" bash -c \
-    "${hide} source b/env.sh && ! test -s /usr/bin/orterun && env \$(sed -n 's/^seam_golden_mpi_test //p' b/tests.env) mpirun -np 4 b/bin/seam_golden_mpi_test" 2>&1) || rc=$?
-  if [[ $rc -eq 0 ]] && grep -q PASSED <<<"$out"; then echo "PASS  system Open MPI hidden: mpirun -np 4 seam_golden_mpi_test"
-  else echo "FAIL  system Open MPI hidden: mpirun -np 4 seam_golden_mpi_test"; tail -15 <<<"$out" | sed 's/^/      /'; fails=$((fails + 1)); fi
+  out=$(cd "$STAGE" && unshare -m --propagation private env -i PATH=/usr/bin:/bin HOME="$HOME" ECHO_BUNDLE_UNPACK="$STAGE/u" bash -c \
+    "${hide} source b/env.sh && ! test -s /usr/bin/orterun && env \$(sed -n 's/^seam_golden_mpi_test //p' \$ECHO_BUNDLE/tests.env) mpirun -np 4 \$ECHO_BUNDLE/bin/seam_golden_mpi_test" 2>&1) || rc=$?
+  if [[ $rc -eq 0 ]] && grep -q PASSED <<<"$out"; then echo "PASS  system Open MPI and ssh hidden: mpirun -np 4 seam_golden_mpi_test"
+  else echo "FAIL  system Open MPI and ssh hidden: mpirun -np 4 seam_golden_mpi_test"; tail -15 <<<"$out" | sed 's/^/      /'; fails=$((fails + 1)); fi
 else
   echo "SKIP  system Open MPI hidden (needs root and unshare -m)"
 fi

@@ -20,16 +20,25 @@
 #                  run.device cuda) beside scripts/torch_reference.py (the same step in PyTorch),
 #                  echo_ipc_bench (np 2 on the one GPU: Table 2's rows, cuda_ipc vs two-collective, with
 #                  a count of wrong elements), echo_bench (np 2), echo_quant_bench; JSON in OUT_DIR
-# Logs and JSON go to OUT_DIR/<stage>/. Exit status 1 when any stage did not pass.
+# Logs and JSON go to WORK/<stage>/ (ECHO_CHECK_WORK, default $TMPDIR/echo-device-check) and come
+# back as OUT_DIR/logs.tgz (repacked after every stage and every 30 s: the device tool returns at
+# most 8 files, 2 folders down), beside OUT_DIR/summary.txt and setup.log. Exit status 1 when
+# any stage did not pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
 # Seconds per stage; they sum to 540 (+ 5 s kill grace each): the whole check ends within 9.5 minutes.
 # NOTE: correctness first: the gpu tests get 150 s (about 20 binaries, each its own CUDA context,
-# and the cuda_ipc test at np 2 and np 4 with ranks time-slicing the one GPU), the benchmarks 180.
-T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-150} T_MPI=${ECHO_CHECK_T_MPI:-60}
-T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-180}
+# and the cuda_ipc test at np 2 and np 4 with ranks time-slicing the one GPU), the benchmarks 160.
+# A stage also ends at the deadline (545 s after the start), so the whole call stays inside the
+# device tool's 590 s even when every stage runs to its limit.
+T_ENV=${ECHO_CHECK_T_ENV:-30} T_GPU=${ECHO_CHECK_T_GPU:-150} T_MPI=${ECHO_CHECK_T_MPI:-80}
+T_PARITY=${ECHO_CHECK_T_PARITY:-80} T_HF=${ECHO_CHECK_T_HF:-40} T_BENCH=${ECHO_CHECK_T_BENCH:-160}
+DEADLINE=${ECHO_CHECK_DEADLINE:-545}
+# The library path before the bundle's: Python (torch, transformers) runs with it, not with the
+# bundle's Debian libz, libcrypto or libgomp first, nor /usr/local/cuda's libraries over torch's.
+export ECHO_CHECK_SYS_LDP=${ECHO_CHECK_SYS_LDP-${LD_LIBRARY_PATH:-}}
 STAGES=(environment gpu_tests multi_rank loss_parity hf_load benchmarks)
 
 # --- context shared by the stages ---------------------------------------------------------
@@ -56,7 +65,7 @@ setup() {
         f=$(find "$BUILD" -path '*/CMakeFiles' -prune -o -type f -name "$n" -perm -u+x -print 2>/dev/null | head -1)
         [[ -n "$f" ]] && ln -sf "$(cd "$(dirname "$f")" && pwd)/$n" "$BIN/$n"
       done
-      (cd "$BUILD" && ctest --show-only=json-v1 2>/dev/null) | python3 -c '
+      (cd "$BUILD" && ctest --show-only=json-v1 2>/dev/null) | env "LD_LIBRARY_PATH=$ECHO_CHECK_SYS_LDP" python3 -c '
 import json, re, sys
 seen = set()
 for t in json.load(sys.stdin)["tests"]:
@@ -69,19 +78,21 @@ for t in json.load(sys.stdin)["tests"]:
     mapfile -t GPU_TESTS <"$BIN/tests.gpu"
     mapfile -t MPI_TESTS <"$BIN/tests.mpi"
     export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-    MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp)
+    # NOTE: plm isolated: Open MPI looks for ssh even for local ranks, and the GPU image has none.
+    MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp --mca plm isolated)
     [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
   fi
   # The GPU image keeps NCCL and cuBLAS in PyTorch's pip packages (nvidia-*/lib) and the toolkit
   # in /usr/local/cuda: appended (lowest priority) so the loader finds what the system lacks.
   local d extra
-  extra=$(python3 -c 'import glob, os, site
+  extra=$(env "LD_LIBRARY_PATH=$ECHO_CHECK_SYS_LDP" python3 -c 'import glob, os, site
 dirs = sorted({os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(os.path.join(s, "nvidia", "*", "lib", "lib*.so*"))})
 print(":".join(dirs))' 2>/dev/null)
   for d in ${extra//:/ } /usr/local/cuda/lib64 /usr/local/cuda/lib; do
     [[ -d $d ]] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
   done
   export LD_LIBRARY_PATH
+  PY=(env "LD_LIBRARY_PATH=$ECHO_CHECK_SYS_LDP" python3)
 }
 test_env() { [[ -f "$TESTS_ENV" ]] && sed -n "s/^$1 //p" "$TESTS_ENV"; }
 # gtest_counts LOG: "passed failed skipped" from a GoogleTest log.
@@ -129,7 +140,7 @@ stage_environment() {
     sub "$f => $(grep -m1 "$f =>" "$SD/ldd.txt" | awk '{print $3}')"
   done
   if [[ -x "$BIN/tensor_test" ]]; then
-    if ECHO_REQUIRE_GPU=1 timeout 20 "$BIN/tensor_test" --gtest_filter='TensorCudaTest.*' >"$SD/tensor_test.log" 2>&1 &&
+    if ECHO_REQUIRE_GPU=1 timeout --foreground 20 "$BIN/tensor_test" --gtest_filter='TensorCudaTest.*' >"$SD/tensor_test.log" 2>&1 &&
        gtest_counts "$SD/tensor_test.log" | awk '{ exit !($1 > 0 && $2 == 0 && $3 == 0) }'; then
       notes+=("CUDA device usable (tensor_test TensorCudaTest.*)")
     else bad+=("no usable CUDA device (tensor_test: $(grep -am1 -E 'Failure|error|no CUDA' "$SD/tensor_test.log" | cut -c1-80))"); fi
@@ -153,17 +164,17 @@ stage_gpu_tests() {
     if [[ ! -x "$BIN/$t" ]]; then sub "$(printf '%-28s MISSING' "$t")"; continue; fi
     rc=0
     if [[ $t == *_mpi_* ]]; then  # a GPU test across ranks (they share the one GPU): np 2
-      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "${MPIRUN[@]}" -np 2 -x ECHO_REQUIRE_GPU "$BIN/$t" \
+      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout --foreground -k 5 60 "${MPIRUN[@]}" -np 2 -x ECHO_REQUIRE_GPU "$BIN/$t" \
         >"$SD/$t.log" 2>&1 || rc=$?
       # The cuda_ipc transport at np 4 too: three peers per wait, rank-order sums of three copies.
       if [[ $t == cuda_ipc_reduce_* && $rc -eq 0 ]]; then
-        env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "${MPIRUN[@]}" -np 4 -x ECHO_REQUIRE_GPU "$BIN/$t" \
+        env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout --foreground -k 5 60 "${MPIRUN[@]}" -np 4 -x ECHO_REQUIRE_GPU "$BIN/$t" \
           >"$SD/${t}_np4.log" 2>&1 || rc=$?
         read -r p f s <<<"$(gtest_counts "$SD/${t}_np4.log")"
         sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d (np 4)' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$p" "$f" "$s")"
       fi
     else
-      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "$BIN/$t" --gtest_output="json:$SD/$t.json" >"$SD/$t.log" 2>&1 || rc=$?
+      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout --foreground -k 5 60 "$BIN/$t" --gtest_output="json:$SD/$t.json" >"$SD/$t.log" 2>&1 || rc=$?
     fi
     read -r p f s <<<"$(gtest_counts "$SD/$t.log")"
     tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
@@ -184,7 +195,7 @@ stage_multi_rank() {
       row FAIL "$ok/$total runs ok so far (stopped in $t np $np)"
       [[ -x "$BIN/$t" ]] || { fails+=("$t missing"); continue; }
       rc=0
-      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout -k 5 60 "${MPIRUN[@]}" -np $np "$BIN/$t" >"$SD/${t}_np$np.log" 2>&1 || rc=$?
+      env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout --foreground -k 5 60 "${MPIRUN[@]}" -np $np "$BIN/$t" >"$SD/${t}_np$np.log" 2>&1 || rc=$?
       if [[ $rc -eq 0 ]]; then ok=$((ok + 1)); else fails+=("${t}_np$np(rc $rc)"); fi
     done
   done
@@ -221,7 +232,7 @@ stage_loss_parity() {
     for dev in cpu cuda; do
       row FAIL "${results[*]:-} (running tp $tp $dev)"
       rc=0
-      (cd "$SD" && timeout -k 5 50 "${MPIRUN[@]}" -np $tp "$BIN/echo_train" "$CONFIGS/quickstart.yaml" "${sets[@]}" \
+      (cd "$SD" && timeout --foreground -k 5 50 "${MPIRUN[@]}" -np $tp "$BIN/echo_train" "$CONFIGS/quickstart.yaml" "${sets[@]}" \
          --set parallel.tp=$tp --set run.device=$dev --set run.out_dir="$SD/tp$tp-$dev" --overwrite) >"$SD/tp$tp-$dev.log" 2>&1 || rc=$?
       if [[ $rc -ne 0 ]]; then
         results+=("tp$tp $dev: exit $rc")
@@ -246,22 +257,22 @@ stage_loss_parity() {
 stage_hf_load() {
   local train=$DATA/train valid=$DATA/valid run=$SD/run rc
   [[ -f "$train.bin" ]] || { row FAIL "no dataset at $train"; return; }
-  rc=0; timeout -k 5 15 "${MPIRUN[@]}" -np 1 "$BIN/echo_train" "$CONFIGS/quickstart.yaml" --set model.layers=2 \
+  rc=0; timeout --foreground -k 5 15 "${MPIRUN[@]}" -np 1 "$BIN/echo_train" "$CONFIGS/quickstart.yaml" --set model.layers=2 \
     --set parallel.tp=1 --set run.device=cpu --set comm.allreduce=exact_fp32 --set train.steps=10 \
     --set train.micro_batch=4 --set train.global_batch=4 --set data.seq_len=64 --set train.eval_interval=0 \
     --set train.checkpoint_interval=10 --set data.train="$train" --set data.valid="$valid" \
     --set run.out_dir="$run" --overwrite >"$SD/train.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || { row FAIL "training the checkpoint: exit $rc"; return; }
-  rc=0; timeout -k 5 10 "${MPIRUN[@]}" -np 1 "$BIN/echo_eval" "$run" --batches 1 --micro-batch 4 --global-batch 4 \
+  rc=0; timeout --foreground -k 5 10 "${MPIRUN[@]}" -np 1 "$BIN/echo_eval" "$run" --batches 1 --micro-batch 4 --global-batch 4 \
     --dump-batch "$SD/batch.npy" --json "$SD/echo_eval.json" >"$SD/echo_eval.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || { row FAIL "echo_eval: exit $rc"; return; }
   local ckpt
   ckpt=$(ls -d "$run"/checkpoints/step_* | tail -1)
-  rc=0; timeout -k 5 25 python3 "$TORCH_REF" --hf-checkpoint "$ckpt" --tokens "$SD/batch.npy" \
+  rc=0; timeout --foreground -k 5 25 "${PY[@]}" "$TORCH_REF" --hf-checkpoint "$ckpt" --tokens "$SD/batch.npy" \
     --json "$SD/torch.json" >"$SD/torch.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || { row FAIL "transformers: exit $rc: $(tail -1 "$SD/torch.log" | cut -c1-100)"; return; }
   local verdict
-  verdict=$(python3 -c 'import json, sys
+  verdict=$("${PY[@]}" -c 'import json, sys
 e = json.load(open(sys.argv[1]))["loss"]; t = json.load(open(sys.argv[2]))["loss"]
 r = abs(e - t) / abs(t)
 print(("PASS" if r < 1e-4 else "FAIL") + f"|loads in transformers; loss echo {e:.6f} vs transformers {t:.6f} (rel {r:.1e})")' \
@@ -272,30 +283,30 @@ print(("PASS" if r < 1e-4 else "FAIL") + f"|loads in transformers; loss echo {e:
 # --- stage 6: benchmarks --------------------------------------------------------------------
 stage_benchmarks() {
   local fails=() rc
-  rc=0; timeout -k 5 30 "$BIN/echo_kernel_bench" --iters 10 --json "$SD/echo_kernel_bench.json" \
+  rc=0; timeout --foreground -k 5 30 "$BIN/echo_kernel_bench" --iters 10 --json "$SD/echo_kernel_bench.json" \
     >"$SD/echo_kernel_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_kernel_bench rc $rc")
   # The training step at tp 1, Qwen3-0.6B's shape, seq 2048: echo's CUDA backend, then PyTorch.
-  rc=0; timeout -k 5 35 "$BIN/echo_model_bench" "$CONFIGS/qwen3-0.6b-bf16.yaml" --set run.device=cuda \
+  rc=0; timeout --foreground -k 5 35 "$BIN/echo_model_bench" "$CONFIGS/qwen3-0.6b-bf16.yaml" --set run.device=cuda \
     --set comm.allreduce=exact --batch 2 --seq 2048 --iters 3 --warmup 1 --adamw \
     --json "$SD/echo_model_bench_cuda.json" >"$SD/echo_model_bench_cuda.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_model_bench cuda rc $rc")
-  rc=0; timeout -k 5 35 python3 "$TORCH_REF" "$CONFIGS/qwen3-0.6b-bf16.yaml" --batch 2 --seq 2048 --iters 5 \
+  rc=0; timeout --foreground -k 5 35 "${PY[@]}" "$TORCH_REF" "$CONFIGS/qwen3-0.6b-bf16.yaml" --batch 2 --seq 2048 --iters 5 \
     --warmup 2 --json "$SD/torch_reference.json" >"$SD/torch_reference.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("torch_reference rc $rc")
   # Table 2's rows on the one GPU, two ranks sharing it: cuda_ipc against the host-staged two-collective;
   # the cuda_ipc rows with 128 KiB and 2 MiB slots (16x fewer tiles, so launches): launches or bytes?
   # Every row in place and out of place, as nccl-tests.
-  rc=0; timeout -k 5 90 "${MPIRUN[@]}" -np 2 "$BIN/echo_ipc_bench" --sizes 64M --iters 5 --warmup 2 \
+  rc=0; timeout --foreground -k 5 90 "${MPIRUN[@]}" -np 2 "$BIN/echo_ipc_bench" --sizes 64M --iters 5 --warmup 2 \
     --slot-kib 128,2048 --out-of-place --peer-timeout 10 --json "$SD/echo_ipc_bench.jsonl" >"$SD/echo_ipc_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_ipc_bench rc $rc")
-  rc=0; timeout -k 5 15 "${MPIRUN[@]}" -np 2 "$BIN/echo_bench" --sizes 1K..4M --iters 10 --warmup 2 --compensate \
+  rc=0; timeout --foreground -k 5 15 "${MPIRUN[@]}" -np 2 "$BIN/echo_bench" --sizes 1K..4M --iters 10 --warmup 2 --compensate \
     --json "$SD/echo_bench.jsonl" >"$SD/echo_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_bench rc $rc")
-  rc=0; timeout -k 5 20 "${MPIRUN[@]}" -np 2 "$BIN/echo_model_bench" "$CONFIGS/model_bench.yaml" --batch 4 --seq 128 \
+  rc=0; timeout --foreground -k 5 20 "${MPIRUN[@]}" -np 2 "$BIN/echo_model_bench" "$CONFIGS/model_bench.yaml" --batch 4 --seq 128 \
     --iters 3 --warmup 1 --json "$SD/echo_model_bench.json" >"$SD/echo_model_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_model_bench rc $rc")
-  rc=0; timeout -k 5 10 "$BIN/echo_quant_bench" --mib 16 --runs 3 --json "$SD/echo_quant_bench.json" >"$SD/echo_quant_bench.log" 2>&1 || rc=$?
+  rc=0; timeout --foreground -k 5 10 "$BIN/echo_quant_bench" --mib 16 --runs 3 --json "$SD/echo_quant_bench.json" >"$SD/echo_quant_bench.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || fails+=("echo_quant_bench rc $rc")
   local tps gpu_tps torch_tps
   tps=$(grep -aoE '[0-9]+ tokens/s' "$SD/echo_model_bench.log" | head -1)
@@ -317,6 +328,16 @@ fi
 
 OUT=${1:-${OUT:-device-out}}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+# The device tool returns at most 8 files, 2 folders down: the logs live in WORK and travel as
+# one archive, repacked after every stage (and every 30 s) so a killed call still returns them.
+FINAL_OUT=$OUT OUT=${ECHO_CHECK_WORK:-${TMPDIR:-/tmp}/echo-device-check}
+rm -rf "$OUT" && mkdir -p "$OUT"
+# NOTE: a part file per process: the 30 s loop and the main script may pack at the same time.
+pack() {
+  local part=$FINAL_OUT/logs-$BASHPID.part
+  tar -czf "$part" -C "$OUT" --exclude=checkpoints . 2>/dev/null && mv -f "$part" "$FINAL_OUT/logs.tgz" || rm -f "$part"
+}
+( while sleep 30; do pack; done ) </dev/null >/dev/null 2>&1 & packer=$!
 start_all=$(date +%s)
 setup >"$OUT/setup.log" 2>&1 || true
 echo "device_check: $MODE mode ($([[ $MODE == bundle ]] && echo "$ECHO_BUNDLE" || echo "$BUILD")), output in $OUT"
@@ -325,9 +346,16 @@ for s in "${STAGES[@]}"; do
   case $s in environment) t=$T_ENV ;; gpu_tests) t=$T_GPU ;; multi_rank) t=$T_MPI ;; loss_parity) t=$T_PARITY ;;
     hf_load) t=$T_HF ;; benchmarks) t=$T_BENCH ;; esac
   rm -rf "${OUT:?}/$s" && mkdir -p "$OUT/$s"
+  left=$((DEADLINE - ($(date +%s) - start_all)))
+  if ((left < 10)); then
+    echo "SKIP|no time left before the ${DEADLINE}s deadline" >"$OUT/$s/row"
+    secs[$s]=0 status[$s]=SKIP
+    continue
+  fi
+  ((t > left)) && t=$left
   echo "device_check: stage $s (timeout ${t}s)"
   t0=$(date +%s)
-  timeout -k 5 "$t" bash "$0" --stage "$s" "$OUT" </dev/null
+  timeout -k 5 "$t" bash "$REPO/scripts/device_check.sh" --stage "$s" "$OUT" </dev/null
   rc=$?
   secs[$s]=$(($(date +%s) - t0))
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then
@@ -337,7 +365,9 @@ for s in "${STAGES[@]}"; do
     echo "FAIL|the stage ended (exit $rc) without a result; see $OUT/$s/log.txt" >"$OUT/$s/row"
   fi
   status[$s]=$(cut -d'|' -f1 "$OUT/$s/row")
+  pack
 done
+kill "$packer" 2>/dev/null
 
 fail=0
 for s in "${STAGES[@]}"; do [[ ${status[$s]} == PASS ]] || fail=1; done
@@ -351,4 +381,5 @@ for s in "${STAGES[@]}"; do [[ ${status[$s]} == PASS ]] || fail=1; done
   done
   echo "device_check: $([[ $fail -eq 0 ]] && echo 'all stages passed' || echo 'FAILED')"
 } | tee "$OUT/summary.txt"
+cp "$OUT/summary.txt" "$OUT/setup.log" "$FINAL_OUT/"; pack
 exit $fail
