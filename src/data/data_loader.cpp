@@ -134,6 +134,24 @@ void DataLoader::micro_batch(uint64_t step, int micro, int micro_batch, int num_
   targets.resize(static_cast<size_t>(micro_batch) * seq_len);
   for (int b = 0; b < micro_batch; ++b)
     sample(first + static_cast<uint64_t>(b), tokens.data() + b * seq_len, targets.data() + b * seq_len);
+  check_batch(tokens, targets);
+}
+
+void DataLoader::check_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) const {
+  constexpr const char* kAdvice =
+      "the batches read since then are not the data the run started on (echo_prep replaces a dataset "
+      "by writing new files and renaming them, which is safe; copying over the files is not): restore the data "
+      "and --resume from a checkpoint saved before the change";
+  const std::string changed = ds_->bin_change_since_open();
+  ECHO_INPUT_CHECK(changed.empty(), "dataset '{}': {} changed while this run was reading it ({}); {}", ds_->prefix(),
+                   ds_->bin_path(), changed, kAdvice);
+  if (opt_.vocab_size <= 0) return;
+  for (const std::vector<int32_t>* ids : {&tokens, &targets})
+    for (const int32_t id : *ids)
+      ECHO_INPUT_CHECK(id >= 0 && id < opt_.vocab_size,
+                       "dataset '{}': token id {} read from {} lies outside [0, 'model.vocab_size' = {}), though every "
+                       "token was checked when the run opened it: the file changed under the run; {}",
+                       ds_->prefix(), id, ds_->bin_path(), opt_.vocab_size, kAdvice);
 }
 
 }  // namespace echo::data

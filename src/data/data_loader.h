@@ -40,6 +40,8 @@ struct LoaderOptions {
   // (data/stored_eos.h); the constructor refuses it, naming the document, when a sampled
   // document does not end in eos_id.
   bool eos_stored = false;
+  // The model's vocabulary (model.vocab_size): every batch's ids are checked against it, 0: not.
+  int64_t vocab_size = 0;
 };
 
 class DataLoader {
@@ -61,6 +63,8 @@ class DataLoader {
   // This DP rank's micro-batch `micro` of global batch `step`: global samples step*G +
   // dp_rank*micro_batch*num_micro + micro*micro_batch + [0, micro_batch), G = micro_batch *
   // num_micro * dp_size. tokens and targets are resized to (micro_batch, seq_len), row-major.
+  // Throws an InputError naming the .bin when it was rewritten in place since the dataset was
+  // opened, or when an id lies outside [0, vocab_size) (see check_batch).
   void micro_batch(uint64_t step, int micro, int micro_batch, int num_micro, std::vector<int32_t>& tokens,
                    std::vector<int32_t>& targets) const;
 
@@ -71,6 +75,10 @@ class DataLoader {
   struct OrderCache;  // the cached epoch permutation and its mutex
   // Packed sample index of global sample `global_index`.
   uint64_t packed_index(uint64_t global_index) const;
+  // The batch just read is data the run checked at start-up (check_token_range scanned every
+  // token): a .bin rewritten in place since then (cp over it keeps the inode, and the mapping is
+  // shared) is refused, and so is an id outside the vocabulary, which only such a rewrite brings.
+  void check_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) const;
 
   const IndexedDataset* ds_;
   LoaderOptions opt_;

@@ -78,6 +78,9 @@ class IndexedDataset {
   const std::string& prefix() const { return prefix_; }
   const std::string& bin_path() const { return bin_.path(); }
   TokenDtype dtype() const { return dtype_; }
+  // How the .bin changed since open() (MappedFile::change_since_open), or "". The index is read
+  // into memory at open, so only the .bin's tokens can change under a reader.
+  std::string bin_change_since_open() const { return bin_.change_since_open(); }
 
   // Megatron documents: a document is the run of sequences between two document indices
   // (echo's writer makes one sequence per document). Documents are contiguous in .bin.

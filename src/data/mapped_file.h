@@ -34,12 +34,21 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // How the mapped file changed since open(), in a few words ("it was modified at 2026-12-02
+  // 16:30:05 UTC, and its size went from 40 to 48 bytes"), or "" when its size and modification
+  // time are still the ones seen then. One fstat of the file kept open: cheap enough for every
+  // batch. NOTE: the mapping is MAP_SHARED, so a file rewritten in place (cp over it keeps the
+  // inode) changes the bytes read; a file replaced by a rename is not this one and changes nothing.
+  std::string change_since_open() const;
+
  private:
   void reset() noexcept;
 
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;               // kept open for change_since_open()
+  int64_t mtime_ns_ = 0;      // st_mtim at open
 };
 
 }  // namespace echo::data

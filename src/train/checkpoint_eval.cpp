@@ -284,6 +284,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   // The model as the trainer builds it (train/trainer.cpp), then the checkpoint's weights.
   const dist::World world = dist::World::create(tp);
   data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, world.layout.dp_rank, dp};
+  opts.vocab_size = cfg.model.vocab_size;
   opts.eos_stored = data::decide_eos_stored(ds, meta, cfg.data.eos_id, "evaluation data");
   const data::DataLoader loader(ds, opts);
   const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};

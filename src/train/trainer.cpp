@@ -271,6 +271,7 @@ void Trainer::open_data() {
   // Documents that already end in the EOS (the sidecar says so, or, without one, every sampled
   // document does) are packed as stored.
   data::LoaderOptions opts{cfg.data.seq_len, cfg.run.seed, cfg.data.eos_id, L.dp_rank, L.dp};
+  opts.vocab_size = cfg.model.vocab_size;
   opts.eos_stored = data::decide_eos_stored(*train_data_, train_meta, cfg.data.eos_id, "data.train");
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {

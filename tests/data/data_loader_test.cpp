@@ -1,11 +1,15 @@
 // The data loader: packing with EOS, one epoch covering the stream once in permuted order, targets
 // shifted by one, determinism from the seed, the DP split of a global batch, TP replicas, epoch
-// wrap-around and the construction errors.
+// wrap-around, the construction errors, and a .bin rewritten in place under the loader.
 #include "data/data_loader.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cstring>
 #include <set>
 
 #include "data_test_util.h"
@@ -262,6 +266,55 @@ TEST_F(DataLoaderTest, Errors) {
   one.sample(5, tokens.data(), targets.data());  // any index: every epoch has the one sample
   EXPECT_EQ(tokens, (std::vector<int32_t>{1, 2, 3, 99, 4, 5, 6}));
   EXPECT_EQ(targets, (std::vector<int32_t>{2, 3, 99, 4, 5, 6, 99}));
+}
+
+// A .bin copied over in place (cp keeps the inode; the mapping is MAP_SHARED, so the loader would
+// read the new bytes) is refused at the next batch, naming the file and how it changed; so is a
+// token id outside the vocabulary even when the rewrite kept the size and modification time
+// (touch -d), since only a rewrite can bring one after check_token_range. Untouched, the same
+// batches load.
+TEST_F(DataLoaderTest, ABinRewrittenInPlaceIsRefusedAtTheNextBatch) {
+  auto opt = options(1);
+  opt.vocab_size = 1000;
+  const DataLoader loader(*ds_, opt);
+  std::vector<int32_t> tokens, targets;
+  loader.micro_batch(0, 0, 2, 1, tokens, targets);
+  const std::vector<int32_t> first = tokens;
+  const std::string bin = dir_.path("train") + ".bin";
+  struct stat before {};
+  ASSERT_EQ(::stat(bin.c_str(), &before), 0);
+
+  // Same size, one token out of range, then the old modification time back: only the id check sees it.
+  std::vector<uint8_t> bytes = testing::read_bytes(bin);
+  const int32_t bad = 4321;
+  for (size_t at = 0; at + 4 <= bytes.size(); at += 4) std::memcpy(bytes.data() + at, &bad, 4);
+  testing::write_bytes(bin, bytes);
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, bin.c_str(), times, 0), 0);
+  EXPECT_THAT(error_of([&] { loader.micro_batch(1, 0, 2, 1, tokens, targets); }),
+              HasSubstr("dataset '" + dir_.path("train") + "': token id 4321 read from " + bin +
+                        " lies outside [0, 'model.vocab_size' = 1000), though every token was checked when the run "
+                        "opened it: the file changed under the run; the batches read since then are not the data"));
+
+  // A longer file with a new modification time: the change itself is named.
+  bytes.resize(bytes.size() + 8, 1);
+  testing::write_bytes(bin, bytes);
+  const struct timespec later[2] = {{before.st_atim.tv_sec, 0}, {before.st_mtim.tv_sec + 5, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, bin.c_str(), later, 0), 0);
+  const std::string error = error_of([&] { loader.micro_batch(0, 0, 2, 1, tokens, targets); });
+  EXPECT_THAT(error, HasSubstr("dataset '" + dir_.path("train") + "': " + bin + " changed while this run was reading "
+                               "it (it was modified at "));
+  EXPECT_THAT(error, HasSubstr(fmt::format(" UTC, and its size went from {} to {} bytes)", bytes.size() - 8,
+                                           bytes.size())));
+  EXPECT_THAT(error, HasSubstr("restore the data and --resume from a checkpoint saved before the change"));
+
+  // A dataset opened afresh reads its own (new) bytes without complaint; the first loader's batch
+  // 0 was what the file held then.
+  write_dataset(dir_.path("fresh"), docs_);
+  const IndexedDataset fresh = IndexedDataset::open(dir_.path("fresh"));
+  const DataLoader again(fresh, opt);
+  again.micro_batch(0, 0, 2, 1, tokens, targets);
+  EXPECT_EQ(tokens, first);
 }
 
 }  // namespace

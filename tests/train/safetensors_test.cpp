@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -257,6 +258,17 @@ TEST_F(SafetensorsTest, WriterChecksRangesAndCompleteness) {
     SafetensorsWriter bad(path("d.safetensors"), {{"a", StDtype::f32, {1}}, {"a", StDtype::f32, {1}}});
   });
   EXPECT_NE(msg.find("tensor 'a' given twice"), std::string::npos) << msg;
+}
+
+// A full disk (/dev/full answers every write with ENOSPC) is a run error naming the file, the
+// byte and what to do about it.
+TEST_F(SafetensorsTest, AFullDiskSaysToFreeSpaceOrKeepFewerCheckpoints) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  const std::vector<float> values = {1.0f, 2.0f};
+  EXPECT_EQ(kind_and_what_of([&] { write_safetensors("/dev/full", {{"a", StDtype::f32, {2}}}, {values}); }),
+            "run: writing safetensors file '/dev/full' failed at byte 0: No space left on device (free space there, "
+            "or lower train.keep_checkpoints: a checkpoint save needs room for one more checkpoint beside the ones "
+            "kept)");
 }
 
 // Hostile headers end in an input error with a short message, never a crash: a shape nested

@@ -22,7 +22,8 @@ constexpr const char* kFormat = "echo-checksums";
 constexpr int kVersion = 1;
 constexpr const char* kAlgorithm = "xxh3-64";
 constexpr const char* kCorrupted =
-    "the file changed after it was written (disk or copy corruption); use an older checkpoint";
+    "the file changed after it was written (disk or copy corruption); use an older checkpoint (to resume from "
+    "one, move the damaged step_* folder out of checkpoints/)";
 
 // A hash as stored: exactly 16 hex digits (nullopt-like false for anything else).
 bool parse_hex(const nlohmann::json& value, uint64_t& out) {

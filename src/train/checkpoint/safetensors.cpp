@@ -73,8 +73,14 @@ void write_all(int fd, const void* data, size_t size, uint64_t offset, const std
   while (size > 0) {
     const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    ECHO_RUN_CHECK(n > 0, "writing safetensors file '{}' failed at byte {}: {}", path, offset,
-               n < 0 ? sys_error() : "no progress");
+    // NOTE: a full disk says what to do: a save needs room for one more checkpoint beside the
+    // ones kept, so a resume that changes nothing fails the same way at its next save.
+    const bool full = n < 0 && errno == ENOSPC;
+    ECHO_RUN_CHECK(n > 0, "writing safetensors file '{}' failed at byte {}: {}{}", path, offset,
+                   n < 0 ? sys_error() : "no progress",
+                   full ? " (free space there, or lower train.keep_checkpoints: a checkpoint save needs room for "
+                          "one more checkpoint beside the ones kept)"
+                        : "");
     p += n;
     size -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
