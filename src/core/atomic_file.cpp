@@ -32,12 +32,14 @@ void fsync_fd(int fd, const std::string& path) {
 
 namespace {
 
-void write_stream(const std::string& path, std::string_view bytes, const std::string& what, bool truncate) {
-  std::ofstream out(path, std::ios::binary | (truncate ? std::ios::trunc : std::ios::out));
-  ECHO_RUN_CHECK(out.good(), "{}: cannot create '{}': {}", what, path, std::strerror(errno));
+// `in_place`: `path` is the target itself (a device), named by `what` alone in the errors.
+void write_stream(const std::string& path, std::string_view bytes, const std::string& what, bool in_place) {
+  const std::string where = in_place ? "" : fmt::format(" ('{}')", path);
+  std::ofstream out(path, std::ios::binary | (in_place ? std::ios::out : std::ios::trunc));
+  ECHO_RUN_CHECK(out.good(), "{}: cannot open for writing{}: {}", what, where, std::strerror(errno));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();  // NOTE: a full disk shows only when the buffer is written out
-  ECHO_RUN_CHECK(!out.fail(), "{}: writing '{}' failed: {}", what, path, std::strerror(errno));
+  ECHO_RUN_CHECK(!out.fail(), "{}: write failed{}: {}", what, where, std::strerror(errno));
 }
 
 }  // namespace
@@ -48,7 +50,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
   const fs::file_status status = fs::status(target, error);  // follows links
   ECHO_INPUT_CHECK(!fs::is_directory(status), "{}: it is a directory; move it away", what);
   if (fs::exists(status) && !fs::is_regular_file(status)) {  // /dev/stdout, a FIFO: nothing to rename over
-    write_stream(path, bytes, what, false);
+    write_stream(path, bytes, what, true);
     return;
   }
   if (fs::is_symlink(fs::symlink_status(target, error))) {  // replace the file it names, not the link
@@ -61,7 +63,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
   ECHO_INPUT_CHECK(!fs::exists(in_the_way) || fs::is_regular_file(in_the_way),
                    "{}: '{}' is in the way (not a regular file); move it away", what, temp.string());
   try {  // from here on the temp file is ours: a failure removes it
-    write_stream(temp.string(), bytes, what, true);
+    write_stream(temp.string(), bytes, what, false);
     fsync_path(temp.string(), false);
     fs::rename(temp, target, error);
     ECHO_RUN_CHECK(!error, "{}: cannot rename '{}' to '{}': {}", what, temp.string(), target.string(),
