@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "comm/echo/echo_all_reduce.h"
+#include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -282,10 +283,7 @@ int depth_main(int argc, char** argv) {
                       {"bound", r.bound},
                       {"within_bound", r.within}});
     j["rows"] = list;
-    std::ofstream f(json_path);
-    ECHO_INPUT_CHECK(f.good(), "--json {}: cannot open for writing", json_path);
-    f << j.dump(2) << "\n";
-    ECHO_RUN_CHECK(f.good(), "--json {}: write failed", json_path);
+    write_file_atomic(json_path, j.dump(2) + "\n", "--json " + json_path);
   }
   return 0;
 }

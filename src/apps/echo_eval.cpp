@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "apps/mpi_command_line.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -63,11 +64,8 @@ int eval_main(int argc, char** argv) {
   std::printf("loss %.6f ppl %.4f tokens %lld\n", r.loss, r.ppl, static_cast<long long>(r.tokens));
   std::fflush(stdout);
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    ECHO_INPUT_CHECK(f.good(), "--json {}: cannot open for writing", json_path);
-    f << train::eval_report_json(r) << "\n";
-    f.close();  // NOTE: a full disk shows only when the buffer is written out
-    ECHO_RUN_CHECK(!f.fail(), "--json {}: write failed: {}", json_path, std::strerror(errno));
+    // Through a temp file renamed over it: a kill mid-write leaves no truncated result.
+    write_file_atomic(json_path, train::eval_report_json(r) + "\n", "--json " + json_path);
   }
   return 0;
 }

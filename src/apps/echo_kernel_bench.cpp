@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "apps/bench/machine.h"
 #include "attention.cuh"
 #include "core/error.h"
@@ -230,9 +231,7 @@ int bench_main(int argc, char** argv) {
                               {"fraction_of_ceiling", r.fraction()}});
   }
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    ECHO_RUN_CHECK(f.good(), "cannot write --json file '{}'", json_path);
-    f << report.dump(2) << "\n";
+    write_file_atomic(json_path, report.dump(2) + "\n", "--json " + json_path);
   }
   cudaStreamDestroy(s);
   return 0;

@@ -18,6 +18,7 @@
 #include "apps/bench/timing.h"
 #include "backend/backend.h"
 #include "comm/make_all_reduce.h"
+#include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -100,8 +101,6 @@ int bench_main(int argc, char** argv) {
                 static_cast<long long>(batch), static_cast<long long>(seq), stats.median_us / 1e3, stats.p10_us / 1e3,
                 stats.p90_us / 1e3, tokens_per_s, adamw ? "forward+backward+adamw" : "forward+backward");
     if (!json_path.empty()) {
-      std::ofstream f(json_path);
-      ECHO_RUN_CHECK(f.good(), "cannot write --json file '{}'", json_path);
       const nlohmann::json out = {{"layers", shape.layers},
                                   {"hidden", shape.hidden},
                                   {"ffn", shape.ffn},
@@ -122,7 +121,7 @@ int bench_main(int argc, char** argv) {
                                   {"p90_ms", stats.p90_us / 1e3},
                                   {"tokens_per_s", tokens_per_s},
                                   {"machine", bench::to_json(machine)}};
-      f << out.dump(2) << "\n";
+      write_file_atomic(json_path, out.dump(2) + "\n", "--json " + json_path);
     }
   }
   return 0;

@@ -32,6 +32,7 @@
 #include "comm/echo/fused_echo_site.h"
 #include "comm/echo/quantize.h"
 #include "comm/p2p/p2p_geometry.h"
+#include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -329,18 +330,18 @@ int main(int argc, char** argv) {
     }
 
     if (!opt.json.empty()) {
-      std::ofstream f(opt.json);
-      ECHO_RUN_CHECK(f.good(), "cannot write --json file '{}'", opt.json);
       const nlohmann::json ceilings{{"read_gbps", {{"median", read.median}, {"min", read.min}, {"max", read.max}}},
                                     {"update_gbps", {{"median", update.median}, {"min", update.min}, {"max", update.max}}},
                                     {"copy_gbps", {{"median", copy.median}, {"min", copy.min}, {"max", copy.max}}}};
-      f << nlohmann::json{{"machine", echo::bench::to_json(machine)},
-                          {"memory_ceilings", ceilings},
-                          {"results", rows},
-                          {"compensator_tile_elems", tile},
-                          {"compensator_passes", pass_rows}}
-                  .dump(2)
-        << "\n";
+      echo::write_file_atomic(opt.json,
+                              nlohmann::json{{"machine", echo::bench::to_json(machine)},
+                                             {"memory_ceilings", ceilings},
+                                             {"results", rows},
+                                             {"compensator_tile_elems", tile},
+                                             {"compensator_passes", pass_rows}}
+                                      .dump(2) +
+                                  "\n",
+                              "--json " + opt.json);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -21,6 +21,7 @@
 
 #include "apps/bench/machine.h"
 #include "backend/ops.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "quant/int8_gemm.h"
@@ -328,9 +329,8 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    ECHO_RUN_CHECK(f.good(), "cannot write {}", json_path);
-    f << nlohmann::json{{"machine", bench::to_json(machine)}, {"results", out}}.dump(2) << "\n";
+    write_file_atomic(json_path, nlohmann::json{{"machine", bench::to_json(machine)}, {"results", out}}.dump(2) + "\n",
+                      "--json " + json_path);
     std::printf("\nwrote %s\n", json_path.c_str());
   }
   return 0;

@@ -4,9 +4,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
@@ -43,6 +45,12 @@ void write_i64_array(std::FILE* f, size_t count, F value, const std::string& pat
       buf.clear();
     }
   }
+}
+
+// Flushes and syncs a file still being written, before it is closed and renamed into place.
+void sync_open_file(std::FILE* f, const std::string& path) {
+  ECHO_RUN_CHECK(std::fflush(f) == 0, "{}: write failed: {}", path, std::strerror(errno));
+  fsync_fd(::fileno(f), path);
 }
 
 void close_checked(std::FILE* f, const std::string& path) {
@@ -113,6 +121,10 @@ void IndexedDatasetWriter::finalize() {
   ECHO_CHECK(!finalized_, "{}: finalize called twice", prefix_);
   const std::string bin_tmp = bin_tmp_path(prefix_);
   const std::string idx_tmp = idx_tmp_path(prefix_);
+  // NOTE: each file is synced before its rename and the directory after the renames (as the
+  // checkpoint writer does): without it a power loss soon after could leave the new names on
+  // disk with their data still unwritten (a .bin of zeros under a valid-looking .idx).
+  sync_open_file(bin_.get(), bin_tmp);
   close_checked(bin_.release(), bin_tmp);
 
   std::unique_ptr<std::FILE, FileCloser> idx(std::fopen(idx_tmp.c_str(), "wb"));
@@ -135,6 +147,7 @@ void IndexedDatasetWriter::finalize() {
       idx_tmp);
   write_i64_array(
       idx.get(), lengths_.size() + 1, [](size_t i) { return static_cast<int64_t>(i); }, idx_tmp);
+  sync_open_file(idx.get(), idx_tmp);
   close_checked(idx.release(), idx_tmp);
 
   // A sidecar at this prefix describes the data being replaced: left beside the new data, its EOS
@@ -162,6 +175,8 @@ void IndexedDatasetWriter::finalize() {
                  "cannot rename {} to {}.idx: {}; {}.bin is already the new data's, so the dataset is unusable until "
                  "it is written again",
                  idx_tmp, prefix_, std::strerror(errno), prefix_);
+  const std::filesystem::path dir = std::filesystem::path(prefix_).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
   finalized_ = true;
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "comm/make_all_reduce.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/same_file.h"
@@ -205,17 +206,15 @@ void write_batch_npy(const std::string& path, const std::vector<int32_t>& tokens
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream f(path, std::ios::binary);
-  ECHO_INPUT_CHECK(f.good(), "--dump-batch {}: cannot open for writing", path);
   const uint16_t len = static_cast<uint16_t>(header.size());
-  f.write("\x93NUMPY\x01\x00", 8);
-  f.put(static_cast<char>(len & 0xff));
-  f.put(static_cast<char>(len >> 8));
-  f << header;
-  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
-  f.write(reinterpret_cast<const char*>(targets.data()), static_cast<std::streamsize>(targets.size() * 4));
-  f.close();  // NOTE: a full disk shows only when the buffer is written out
-  ECHO_RUN_CHECK(!f.fail(), "--dump-batch {}: write failed: {}", path, std::strerror(errno));
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(len & 0xff));
+  bytes.push_back(static_cast<char>(len >> 8));
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(targets.data()), targets.size() * 4);
+  // Through a temp file renamed over it: a kill mid-write leaves no truncated array.
+  write_file_atomic(path, bytes, "--dump-batch " + path);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/config/schema.h"
 
 namespace echo::config {
@@ -57,34 +58,13 @@ void write_effective_config(const Config& config, const std::string& path) {
   std::error_code error;
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), error);
   ECHO_RUN_CHECK(!error, "cannot create the directory of '{}': {}", path, error.message());
-  // NOTE: rename() cannot replace a directory; refused before anything is written (it used to
-  // fail at the rename and leave the .tmp behind).
-  ECHO_INPUT_CHECK(!fs::is_directory(fs::symlink_status(target, error)),
-                   "cannot write the effective config '{}': it is a directory; move it away", path);
-  // Write a sibling temp file and rename it, so a reader never sees half a config. Something
+  // Through a sibling temp file, synced and renamed (core/atomic_file.h), so a reader never sees
+  // half a config: a directory at the name is refused before anything is written, and something
   // other than a file at the temp name (a FIFO would block the open) is not ours to remove.
-  const fs::path temp = fs::path(path + ".tmp");
-  const fs::file_status in_the_way = fs::symlink_status(temp, error);
-  ECHO_INPUT_CHECK(!fs::exists(in_the_way) || fs::is_regular_file(in_the_way),
-                   "cannot write the effective config '{}': '{}' is in the way (not a regular file); move it away",
-                   path, temp.string());
-  std::ofstream out(temp);
-  ECHO_RUN_CHECK(out, "cannot write the effective config '{}': cannot create '{}': {}", path, temp.string(),
-                 std::strerror(errno));
-  try {  // from here on the temp file is ours: a failure removes it
-    out << "# Effective echo configuration: every key, defaults included";
-    if (!config.source.empty()) out << "; loaded from " << config.source;
-    out << ".\n" << to_yaml(config);
-    out.close();
-    ECHO_RUN_CHECK(out, "cannot write the effective config '{}': writing '{}' failed", path, temp.string());
-    fs::rename(temp, target, error);
-    ECHO_RUN_CHECK(!error, "cannot write the effective config '{}': cannot rename '{}' to it: {}", path, temp.string(),
-                   error.message());
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
-    throw;
-  }
+  std::string text = "# Effective echo configuration: every key, defaults included";
+  if (!config.source.empty()) text += "; loaded from " + config.source;
+  text += ".\n" + to_yaml(config);
+  write_file_atomic(path, text, fmt::format("cannot write the effective config '{}'", path));
 }
 
 }  // namespace echo::config

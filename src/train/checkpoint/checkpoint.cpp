@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "core/json_guard.h"
@@ -51,14 +52,7 @@ constexpr std::string_view kTmpSuffix = ".tmp";
 
 // ---- files ----------------------------------------------------------------------------------------
 
-void fsync_path(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_WRONLY) | O_CLOEXEC);
-  ECHO_RUN_CHECK(fd >= 0, "cannot open '{}' to sync it: {}", path.string(), std::strerror(errno));
-  const bool ok = ::fsync(fd) == 0;
-  const std::string err = ok ? "" : std::strerror(errno);
-  ::close(fd);
-  ECHO_RUN_CHECK(ok, "cannot sync '{}' to disk: {}", path.string(), err);
-}
+void fsync_path(const fs::path& path, bool directory) { echo::fsync_path(path.string(), directory); }
 
 void write_file_synced(const fs::path& path, const std::string& text) {
   {
