@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "core/error.h"
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 
 namespace echo::dist {
@@ -15,7 +16,8 @@ std::string error_text(const std::exception& e) {
   return e.what();
 }
 
-std::string agree(const dist::Communicator& comm, const std::string& local_error) {
+std::string agree(const dist::Communicator& comm, const std::string& local_error, const char* what) {
+  const CollectiveScope watched(what, Patience::slow);
   const int size = comm.size();
   int mine = local_error.empty() ? size : comm.rank();
   int first = size;

@@ -18,11 +18,13 @@ namespace echo::dist {
 namespace {
 
 struct Watchdog {
-  std::atomic<int64_t> timeout_ns{0};  // 0: off
+  std::atomic<int64_t> timeout_ns{0};       // a step scope's limit (comm.peer_timeout_s); 0: off
+  std::atomic<int64_t> slow_timeout_ns{0};  // a slow scope's limit (comm.save_timeout_s); 0: off
   std::atomic<int> rank{0};
   // The scope in force: what it is, when it started, and a number that changes with every scope
   // so the thread never blames a later collective for an earlier one's time.
   std::atomic<const char*> what{nullptr};
+  std::atomic<int> patience{static_cast<int>(Patience::step)};
   std::atomic<int64_t> since_ns{0};
   std::atomic<uint64_t> generation{0};
   std::mutex handler_mutex;
@@ -32,33 +34,38 @@ struct Watchdog {
   // Every change bumps the generation (sequentially consistent, like every access here: a few
   // atomic stores beside an MPI collective cost nothing), so the thread, which reads the
   // generation before and after the other two, never mixes two scopes.
-  void publish(const char* w) {
+  void publish(const char* w, Patience p) {
     since_ns.store(steady_now_ns());
     what.store(w);
+    patience.store(static_cast<int>(p));
     generation.fetch_add(1);
   }
 
   void watch() {
     uint64_t fired_for = ~uint64_t{0};
     for (;;) {
-      // A quarter of the timeout between looks (at most 1 s, at least 10 ms): an overrun is seen
-      // within 1.25 timeouts.
-      const int64_t before = timeout_ns.load();
-      const int64_t poll = before > 0 ? std::clamp<int64_t>(before / 4, 10'000'000, 1'000'000'000) : 1'000'000'000;
+      // A quarter of the smaller limit in force between looks (at most 1 s, at least 10 ms): an
+      // overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's.
+      const int64_t step_limit = timeout_ns.load(), slow_limit = slow_timeout_ns.load();
+      const int64_t smaller = step_limit > 0 && slow_limit > 0 ? std::min(step_limit, slow_limit)
+                                                               : std::max(step_limit, slow_limit);
+      const int64_t poll = smaller > 0 ? std::clamp<int64_t>(smaller / 4, 10'000'000, 1'000'000'000) : 1'000'000'000;
       std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
-      const int64_t timeout = timeout_ns.load();  // the one in force now (it may have been turned off)
-      if (timeout <= 0) continue;
       const uint64_t gen = generation.load();
       const char* w = what.load();
+      const bool slow = patience.load() == static_cast<int>(Patience::slow);
       const int64_t since = since_ns.load();
       if (w == nullptr || gen == fired_for || generation.load() != gen) continue;
+      // The limit of the scope's patience in force now (it may have been turned off).
+      const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
+      if (timeout <= 0) continue;
       const int64_t waited = steady_now_ns() - since;
       if (waited <= timeout) continue;
       fired_for = gen;
-      fire(fmt::format("[rank {}] error: no progress for {} s in {} (comm.peer_timeout_s = {:g}): a peer rank is "
+      fire(fmt::format("[rank {}] error: no progress for {} s in {} ({} = {:g}): a peer rank is "
                        "stopped, hung or gone; ending this rank so that mpirun ends the job",
                        rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
-                       static_cast<double>(timeout) * 1e-9));
+                       slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9));
     }
   }
 
@@ -83,11 +90,23 @@ Watchdog& watchdog() {
 
 }  // namespace
 
+namespace {
+void start_thread(Watchdog& w) {
+  std::call_once(w.started, [&w] { std::thread([&w] { w.watch(); }).detach(); });
+}
+}  // namespace
+
 void set_collective_timeout(double seconds, int rank) {
   Watchdog& w = watchdog();
   w.rank.store(rank);
   w.timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
-  if (seconds > 0) std::call_once(w.started, [&w] { std::thread([&w] { w.watch(); }).detach(); });
+  if (seconds > 0) start_thread(w);
+}
+
+void set_slow_collective_timeout(double seconds) {
+  Watchdog& w = watchdog();
+  w.slow_timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
+  if (seconds > 0) start_thread(w);
 }
 
 void set_collective_timeout_handler(std::function<void(const std::string& message)> handler) {
@@ -96,17 +115,21 @@ void set_collective_timeout_handler(std::function<void(const std::string& messag
   w.handler = std::move(handler);
 }
 
-CollectiveScope::CollectiveScope(const char* what) noexcept
-    : outer_what_(nullptr), active_(watchdog().timeout_ns.load(std::memory_order_relaxed) > 0) {
+CollectiveScope::CollectiveScope(const char* what, Patience patience) noexcept
+    : outer_what_(nullptr),
+      outer_patience_(Patience::step),
+      active_(watchdog().timeout_ns.load(std::memory_order_relaxed) > 0 ||
+              watchdog().slow_timeout_ns.load(std::memory_order_relaxed) > 0) {
   if (!active_) return;
-  outer_what_ = watchdog().what.load();
-  watchdog().publish(what);
+  Watchdog& w = watchdog();
+  outer_what_ = w.what.load();
+  outer_patience_ = static_cast<Patience>(w.patience.load());
+  w.publish(what, patience);
 }
 
 CollectiveScope::~CollectiveScope() {
   if (!active_) return;
-  Watchdog& w = watchdog();
-  w.publish(outer_what_);  // null: outside any collective
+  watchdog().publish(outer_what_, outer_patience_);  // null: outside any collective
 }
 
 }  // namespace echo::dist

@@ -5,10 +5,16 @@
 // with an error naming it, and mpirun then ends the job. The shm transport's own waits time out
 // by themselves (comm.peer_timeout_s); this covers the MPI calls around and instead of them.
 //
-// Off until set_collective_timeout() is called (echo_train does, with comm.peer_timeout_s);
-// while off a scope costs one relaxed atomic load. Scopes are for collectives a step makes,
-// whose peers arrive within a step's compute, not for start-up or checkpoint barriers, where a
-// peer may legitimately be busy (rank 0 writing a large checkpoint) for longer.
+// Two limits, because two kinds of collective differ in how long a healthy peer may take to
+// arrive. A step's collectives (Patience::step) wait out a step's compute at most: they are timed
+// against comm.peer_timeout_s. Start-up, agreements and checkpoint saves and loads
+// (Patience::slow) may wait for a peer that is legitimately busy far longer (rank 0 writing a
+// large checkpoint to a slow disk, reading the one to resume): they are timed against the
+// generous comm.save_timeout_s, so a rank stopped there still ends the job, only later.
+//
+// Off until set_collective_timeout() or set_slow_collective_timeout() is called (echo_train
+// calls both at the start of the Trainer's construction); while off a scope costs two relaxed
+// atomic loads.
 #pragma once
 
 #include <functional>
@@ -16,9 +22,18 @@
 
 namespace echo::dist {
 
-// Starts the watchdog thread the first time; 0 turns the watch off. `rank` names this process in
-// the message. Not thread-safe against running scopes of another thread: call it at start-up.
+// How long a peer may legitimately take to arrive at a collective: a step's compute (step), or
+// a checkpoint write, a checkpoint read or start-up's work (slow).
+enum class Patience { step, slow };
+
+// The limit of step scopes (comm.peer_timeout_s). Starts the watchdog thread the first time; 0
+// turns the watch of step scopes off. `rank` names this process in the message. Not thread-safe
+// against running scopes of another thread: call it at start-up.
 void set_collective_timeout(double seconds, int rank);
+
+// The limit of slow scopes (comm.save_timeout_s); 0 (the default) leaves them unwatched. Starts
+// the thread like set_collective_timeout(); the rank in the message is the one that set.
+void set_slow_collective_timeout(double seconds);
 
 // What the watchdog does with its message when a collective overruns. By default it writes it to
 // stderr and ends the process (std::_Exit(1)): the main thread is blocked inside MPI, so nothing
@@ -26,17 +41,19 @@ void set_collective_timeout(double seconds, int rank);
 void set_collective_timeout_handler(std::function<void(const std::string& message)> handler);
 
 // Marks the calling thread as inside one collective for its lifetime. `what` names it in the
-// message and must outlive the scope (a string literal). Scopes nest: an inner one is watched
-// from its own start, and the outer one again from the inner one's end.
+// message and must outlive the scope (a string literal); `patience` picks its limit. Scopes nest:
+// an inner one is watched from its own start against its own limit, and the outer one again,
+// against the outer's limit, from the inner one's end.
 class CollectiveScope {
  public:
-  explicit CollectiveScope(const char* what) noexcept;
+  explicit CollectiveScope(const char* what, Patience patience = Patience::step) noexcept;
   ~CollectiveScope();
   CollectiveScope(const CollectiveScope&) = delete;
   CollectiveScope& operator=(const CollectiveScope&) = delete;
 
  private:
   const char* outer_what_;
+  Patience outer_patience_;
   bool active_;
 };
 

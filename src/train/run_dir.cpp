@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 
 namespace echo::train {
@@ -111,6 +112,8 @@ bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Co
   if (world.rank() == 0) error = inspect(out_dir, mode, has_run, lock);
   // Every rank learns the verdict, so all fail together instead of some waiting forever.
   int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
+  const dist::CollectiveScope watched("the start-up's run-directory check (MPI_Bcast from rank 0)",
+                                      dist::Patience::slow);
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world.get()));
   MPI_CHECK(MPI_Bcast(&flag, 1, MPI_INT, 0, world.get()));
   error.resize(static_cast<size_t>(len));

@@ -40,11 +40,21 @@ StopSignal::~StopSignal() {
 
 int StopSignal::received() const { return g_stop_signal; }
 
-bool StopSignal::requested(const dist::Communicator& world) const {
+namespace {
+bool any_signal(const dist::Communicator& world, const char* what, dist::Patience patience) {
   int local = g_stop_signal != 0 ? 1 : 0, any = 0;
-  const dist::CollectiveScope watched("the step's stop-signal check (MPI_Allreduce)");
+  const dist::CollectiveScope watched(what, patience);
   MPI_CHECK(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world.get()));
   return any != 0;
+}
+}  // namespace
+
+bool StopSignal::requested(const dist::Communicator& world) const {
+  return any_signal(world, "the step's stop-signal check (MPI_Allreduce)", dist::Patience::step);
+}
+
+bool StopSignal::requested_at_start_up(const dist::Communicator& world) const {
+  return any_signal(world, "the start-up's stop-signal check (MPI_Allreduce)", dist::Patience::slow);
 }
 
 }  // namespace echo::train

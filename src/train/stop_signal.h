@@ -20,6 +20,9 @@ class StopSignal {
 
   // Collective: true on every rank when any rank received a signal.
   bool requested(const dist::Communicator& world) const;
+  // The same at the end of start-up, watched as a slow collective (comm.save_timeout_s): the
+  // ranks arrive from loading and initialising, not from a step.
+  bool requested_at_start_up(const dist::Communicator& world) const;
   // The signal number received by this process (0 if none).
   int received() const;
 };

@@ -39,9 +39,13 @@ double mean_over(const dist::Communicator& comm, double value) { return comm.sum
 // memory form one node), GPUs for a GPU's (ranks of a node take devices local_rank % count, so
 // a node uses min(its ranks, its devices)).
 int count_peak_units(const dist::Communicator& world, Device device) {
-  const dist::NodePlace place = dist::node_place(world);
+  const dist::NodePlace place = [&world] {
+    const dist::CollectiveScope watched("the run's node grouping (MPI_Comm_split_type)", dist::Patience::slow);
+    return dist::node_place(world);
+  }();
   const int per_node = device == Device::cuda ? std::min(place.local_size, std::max(1, cuda_device_count())) : 1;
   int mine = place.local_rank == 0 ? per_node : 0, units = 0;
+  const dist::CollectiveScope watched("the run's count of the MFU peak's units (MPI_Allreduce)", dist::Patience::slow);
   MPI_CHECK(MPI_Allreduce(&mine, &units, 1, MPI_INT, MPI_SUM, world.get()));
   return units;
 }
@@ -122,6 +126,12 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const auto& L = world.layout;
   ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}",
                    cfg.parallel.tp, L.tp);
+  // From its first collective on, this rank ends the job (dist/collective_watchdog.h) when a peer
+  // stops arriving: a step's collectives after comm.peer_timeout_s, start-up's, a resume's and a
+  // checkpoint save's (slow scopes, where a healthy peer may be busy far longer) after
+  // comm.save_timeout_s.
+  dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
+  dist::set_slow_collective_timeout(cfg.comm.save_timeout_s);
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
@@ -152,12 +162,18 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const std::optional<int> init_context = from_hf ? check_init_from_config(cfg.run.init_from, cfg.model) : std::nullopt;
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
-  const dist::NodePlace node = dist::node_place(world.world);
-  backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
-                                   {node.local_rank, node.local_size});
-  grad_sync_ = std::make_unique<GradientSync>(world, cfg.run.device);
-  blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
-  edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
+  {
+    // Communicators and shared workspaces are made collectively (MPI_Comm_split_type,
+    // MPI_Win_allocate_shared, barriers), each rank arriving from its own data scans.
+    const dist::CollectiveScope watched("the start-up's set-up of the backend and all-reduce workspaces",
+                                        dist::Patience::slow);
+    const dist::NodePlace node = dist::node_place(world.world);
+    backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
+                                     {node.local_rank, node.local_size});
+    grad_sync_ = std::make_unique<GradientSync>(world, cfg.run.device);
+    blocks_ = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape_.layers));
+    edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
+  }
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
                                                comm::transport_options_from(cfg.comm).kind);
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
@@ -209,7 +225,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // A signal during start-up ends the run before it changes the directory: an --overwrite keeps
   // the old run, a --resume its metrics (run() then stops before the first step). So does a
   // resume of a run already at train.steps, which has nothing to train.
-  stopped_in_start_up_ = StopSignal().requested(world.world);
+  stopped_in_start_up_ = StopSignal().requested_at_start_up(world.world);
   // Rank 0 writes the run directory; a failure there (a directory at metrics.jsonl, a full disk)
   // is agreed, so the other ranks raise it too instead of waiting for rank 0 in the first step.
   std::exception_ptr write_failure;
@@ -232,10 +248,16 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       rank0_input_error = err != nullptr && err->is_input();
     }
   }
-  if (const std::string agreed = dist::agree(world.world, rank0_write_error); !agreed.empty()) {
+  if (const std::string agreed =
+          dist::agree(world.world, rank0_write_error, "the start-up's agreement on rank 0's run-directory writes");
+      !agreed.empty()) {
     // Every rank raises the kind rank 0 raised (an InputError, e.g. a directory in the way of
     // config.yaml, or a RunError), so an in-process caller sees one error on all of them.
-    MPI_CHECK(MPI_Bcast(&rank0_input_error, 1, MPI_C_BOOL, 0, world.world.get()));
+    {
+      const dist::CollectiveScope watched("the start-up's broadcast of rank 0's error kind (MPI_Bcast)",
+                                          dist::Patience::slow);
+      MPI_CHECK(MPI_Bcast(&rank0_input_error, 1, MPI_C_BOOL, 0, world.world.get()));
+    }
     if (write_failure) std::rethrow_exception(write_failure);
     if (rank0_input_error) ECHO_INPUT_FAIL("{}", agreed);
     ECHO_RUN_FAIL("{}", agreed);
@@ -247,9 +269,6 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       cfg.train.micro_batch, cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());
-  // From here on a step's MPI collectives are watched: a peer that stops arriving ends the job
-  // after comm.peer_timeout_s instead of leaving it hung (start-up and saves are not watched).
-  dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
 }
 
 // The training (and validation) data, checked against the config and the sidecar echo_prep wrote.

@@ -171,6 +171,7 @@ TEST(ConfigKeys, KeepEveryNameOfTheContract) {
                           "comm.allreduce",
                           "comm.transport",
                           "comm.peer_timeout_s",
+                          "comm.save_timeout_s",
                           "comm.shm_threads",
                           "comm.p2p_tiles",
                           "comm.p2p_slot_kib",
@@ -404,7 +405,7 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
 TEST_F(ConfigFile, UnknownKeyNamesFileLineKeyAndKnownKeys) {
   const std::string error = load_error({"run:", "  seed: 1", "comm:", "  bits: 4", "  bitz: 8"});
   EXPECT_THAT(error, StartsWith(at(5) + "unknown key 'comm.bitz'"));
-  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, shm_threads, p2p_tiles, p2p_slot_kib, bits, group_size,"));
+  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, save_timeout_s, shm_threads, p2p_tiles, p2p_slot_kib, bits, group_size,"));
   EXPECT_THAT(
       load_error({"comm:", "  compensator: {eta: 0.5, etta: 0.4}"}),
       StartsWith(at(2) + "unknown key 'comm.compensator.etta' (known keys in 'comm.compensator': enabled, eta"));
@@ -691,6 +692,9 @@ TEST_F(ConfigFile, ShmTransportAndItsPeerTimeout) {
   EXPECT_EQ(c.comm.transport, Transport::shm);
   EXPECT_DOUBLE_EQ(c.comm.peer_timeout_s, 2.5);
   EXPECT_THAT(load_error({"comm:", "  peer_timeout_s: 0"}), StartsWith(at(2) + "'comm.peer_timeout_s' = 0"));
+  EXPECT_DOUBLE_EQ(c.comm.save_timeout_s, 1800);  // the watchdog's limit for start-up and saves
+  EXPECT_DOUBLE_EQ(load_config(write("save.yaml", {"comm: {save_timeout_s: 10}"})).comm.save_timeout_s, 10);
+  EXPECT_THAT(load_error({"comm:", "  save_timeout_s: 0"}), StartsWith(at(2) + "'comm.save_timeout_s' = 0"));
   EXPECT_THAT(load_error({"comm:", "  shm_threads: 65"}), StartsWith(at(2) + "'comm.shm_threads' = 65"));
 }
 

@@ -2,7 +2,8 @@
 // a scope that outlasts the timeout is reported once, naming it, soon after (the thread looks
 // every quarter timeout; the bound here leaves room for a loaded CI machine); many short scopes
 // whose total is far beyond the timeout are not; a nested scope re-arms its outer one when it
-// ends; a timeout of 0 watches nothing. The short scopes are 1/100 of the timeout, so only a
+// ends; a timeout of 0 watches nothing; a slow scope (start-up, saves) is timed against the slow
+// limit (comm.save_timeout_s), not the step's, and a step scope nested in it restores it when it ends. The short scopes are 1/100 of the timeout, so only a
 // stall of the test thread far beyond any scheduler's could make them look like an overrun.
 #include "dist/collective_watchdog.h"
 
@@ -29,6 +30,7 @@ class CollectiveWatchdogTest : public ::testing::Test {
   }
   void TearDown() override {
     set_collective_timeout(0, 0);
+    set_slow_collective_timeout(0);
     std::this_thread::sleep_for(50ms);  // the thread's current look ends before the handler goes
     set_collective_timeout_handler(nullptr);
   }
@@ -103,6 +105,67 @@ TEST_F(CollectiveWatchdogTest, AnInnerScopeReArmsItsOuterOneWhenItEnds) {
   const auto got = messages();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_NE(got[0].find(" in the outer collective "), std::string::npos) << got[0];
+}
+
+// Waits up to 5 s for the count of messages to reach n; returns the seconds since start.
+template <class Messages>
+double wait_for_messages(Messages&& messages, size_t n, std::chrono::steady_clock::time_point start) {
+  while (messages().size() < n && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(5ms);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST_F(CollectiveWatchdogTest, ASlowScopeIsTimedAgainstTheSlowLimit) {
+  set_collective_timeout(0.2, 2);
+  set_slow_collective_timeout(1.0);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const CollectiveScope scope("the probe save", Patience::slow);
+    std::this_thread::sleep_for(600ms);  // 3 step limits: not an overrun of a slow scope
+    EXPECT_TRUE(messages().empty()) << messages().front();
+    const double after = wait_for_messages([this] { return messages(); }, 1, start);
+    EXPECT_GE(after, 1.0);
+    EXPECT_LT(after, 2.5);  // 1.25 slow limits (looks every quarter of the smaller limit), plus slack
+  }
+  const auto got = messages();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rfind("[rank 2] error: no progress for ", 0), 0u) << got[0];
+  EXPECT_NE(got[0].find(" s in the probe save (comm.save_timeout_s = 1): a peer rank is stopped, hung or gone"),
+            std::string::npos)
+      << got[0];
+}
+
+TEST_F(CollectiveWatchdogTest, AStepScopeInASlowOneUsesTheStepLimitAndRestoresTheSlowOne) {
+  set_collective_timeout(0.2, 0);
+  set_slow_collective_timeout(1.0);
+  // Off (between tests) the thread sleeps 1 s between looks: let that sleep end, so the step
+  // limit below is told from the slow one. Time outside any scope is never an overrun.
+  std::this_thread::sleep_for(1100ms);
+  const CollectiveScope outer("the outer save", Patience::slow);
+  {
+    const CollectiveScope inner("the inner step collective");
+    const double after = wait_for_messages([this] { return messages(); }, 1, std::chrono::steady_clock::now());
+    EXPECT_LT(after, 0.9);  // the step limit, not the slow one
+  }
+  ASSERT_EQ(messages().size(), 1u);
+  EXPECT_NE(messages()[0].find(" in the inner step collective (comm.peer_timeout_s = 0.2)"), std::string::npos)
+      << messages()[0];
+  const auto back = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(600ms);  // the outer scope again, against the slow limit
+  EXPECT_EQ(messages().size(), 1u) << messages().back();
+  const double after = wait_for_messages([this] { return messages(); }, 2, back);
+  EXPECT_GE(after, 1.0);
+  const auto got = messages();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NE(got[1].find(" in the outer save (comm.save_timeout_s = 1)"), std::string::npos) << got[1];
+}
+
+TEST_F(CollectiveWatchdogTest, ASlowLimitOfZeroLeavesSlowScopesUnwatched) {
+  set_collective_timeout(0.05, 0);
+  {
+    const CollectiveScope scope("an unwatched save", Patience::slow);
+    std::this_thread::sleep_for(300ms);
+  }
+  EXPECT_TRUE(messages().empty()) << messages().front();
 }
 
 TEST_F(CollectiveWatchdogTest, ATimeoutOfZeroWatchesNothing) {

@@ -159,6 +159,7 @@ struct CommConfig {
   AllReduceKind allreduce = AllReduceKind::echo;
   Transport transport = Transport::automatic;
   double peer_timeout_s = 300;  // a shm wait or a step's MPI collective longer than this is an error
+  double save_timeout_s = 1800;  // a start-up, agreement or checkpoint collective longer than this is an error
   int shm_threads = 1;          // shm: threads per rank in the pipeline
   int p2p_tiles = 16;           // shm, cuda_ipc: tiles per segment in one round of the pipeline
   int p2p_slot_kib = 128;       // shm, cuda_ipc: KiB of one encoded tile's workspace slot

@@ -109,6 +109,11 @@ void visit(CommConfig& c, V& v) {
   v.field("peer_timeout_s", c.peer_timeout_s, "seconds a wait for a peer lasts before it is an error naming it: a shm wait, or an MPI collective of a "
           "training step (a watchdog then ends the job)",
           greater_than(0));
+  v.field("save_timeout_s", c.save_timeout_s,
+          "seconds an MPI collective of start-up, a resume or a checkpoint save may wait for a peer before a watchdog "
+          "ends the job naming it: generous, since a healthy peer may be busy there far longer than in a step (rank 0 "
+          "writing a large checkpoint)",
+          greater_than(0));
   v.field("shm_threads", c.shm_threads,
           "shm: threads per rank in the pipeline, each serving its own tile slots (more than one pays only when "
           "cores outnumber ranks)",

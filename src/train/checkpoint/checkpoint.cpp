@@ -353,7 +353,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
   opt_out.reset();
 
   // Barrier 1: every file of the checkpoint is on disk in the .tmp directory.
-  std::string agreed = agree(world.world, error);
+  std::string agreed = agree(world.world, error, "the checkpoint save's first barrier (every file written)");
   if (!agreed.empty()) {
     if (writer) {
       std::error_code ec;
@@ -373,7 +373,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
     }
   }
   // Barrier 2: the checkpoint is complete (visible to latest_checkpoint) when any rank returns.
-  throw_if(agree(world.world, error), Failure::save);
+  throw_if(agree(world.world, error, "the checkpoint save's second barrier (the checkpoint published)"), Failure::save);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
@@ -469,7 +469,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   } catch (const std::exception& e) {
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
   }
-  throw_if(agree(world.world, error), Failure::load);
+  throw_if(agree(world.world, error, "the checkpoint load's agreement on its files"), Failure::load);
   if (!verified && world.world.rank() == 0)
     ECHO_WARN("train",
               "checkpoint '{}' has no {}/{} (written before checkpoints carried checksums): its contents cannot be "
@@ -478,7 +478,9 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
 
   std::string read_error = read_targets(model_index, model_targets, tp, tp_rank);
   if (read_error.empty() && opt != nullptr) read_error = read_targets(opt_index, opt_targets, tp, tp_rank);
-  throw_if(agree(world.world, read_error.empty() ? "" : "cannot load checkpoint: " + read_error), Failure::load);
+  throw_if(agree(world.world, read_error.empty() ? "" : "cannot load checkpoint: " + read_error,
+                 "the checkpoint load's agreement on its reads"),
+           Failure::load);
   params.refresh_compute_weights();
   if (opt != nullptr) opt->set_step_count(optimizer_step);
   ECHO_INFO("train", "loaded checkpoint of step {} (written at tp = {}, dp = {}) from {}", meta.step, meta.tp, meta.dp,

@@ -133,10 +133,10 @@ void load_hf(const std::string& path, model::ParameterSet<float>& params, int tp
   } catch (const std::exception& e) {
     error = fmt::format("cannot load Hugging Face weights: {}", dist::error_text(e));
   }
-  throw_if(comm ? dist::agree(*comm, error) : error, Failure::load);
+  throw_if(comm ? dist::agree(*comm, error, "the run.init_from load's agreement on its files") : error, Failure::load);
   error = read_targets(ck.tensors, targets, tp, tp_rank);
   if (!error.empty()) error = "cannot load Hugging Face weights: " + error;
-  throw_if(comm ? dist::agree(*comm, error) : error, Failure::load);
+  throw_if(comm ? dist::agree(*comm, error, "the run.init_from load's agreement on its reads") : error, Failure::load);
   params.refresh_compute_weights();
   ECHO_INFO("train", "initialised {} parameters from {}", targets.size(), ck.source);
 }

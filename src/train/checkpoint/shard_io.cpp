@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 
 namespace echo::train {
@@ -36,6 +37,9 @@ void gather_full_tensor(const model::ParamSpec& spec, std::span<const float> loc
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, rows - r0);
     const int count = static_cast<int>(nr * cols);
+    // Slow: tp rank 0 writes each chunk to disk before it comes to the next gather.
+    const dist::CollectiveScope watched("the checkpoint save's shard gather (MPI_Gather to tp rank 0)",
+                                        dist::Patience::slow);
     MPI_CHECK(MPI_Gather(local.data() + r0 * cols, count, MPI_FLOAT, recv.data(), count, MPI_FLOAT, 0, tp.get()));
     if (!root) continue;
     if (spec.shard == model::ShardKind::row) {
