@@ -192,6 +192,11 @@ _eb_src=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 _eb=\${ECHO_BUNDLE_UNPACK:-\${TMPDIR:-/tmp}/echo-bundle-\$(id -u)}
 _eb_stamp="\$_eb_src \$(stat -c '%s %Y' "\$_eb_src/payload.tar.gz" 2>/dev/null)"
 if [[ ! -f "\$_eb/.unpacked" || \$(cat "\$_eb/.unpacked") != "\$_eb_stamp" ]]; then
+  # NOTE: only a folder this file unpacked before (or an empty one) is cleared.
+  if [[ -d "\$_eb" && ! -f "\$_eb/.unpacked" && -n \$(ls -A "\$_eb" 2>/dev/null) ]]; then
+    echo "env.sh: \$_eb holds files that are not an unpacked bundle; set ECHO_BUNDLE_UNPACK to an empty folder" >&2
+    return 1 2>/dev/null || exit 1
+  fi
   rm -rf "\$_eb" && mkdir -p "\$_eb" &&
     tar -xzf "\$_eb_src/payload.tar.gz" -C "\$_eb" && echo "\$_eb_stamp" >"\$_eb/.unpacked" ||
     echo "env.sh: cannot unpack \$_eb_src/payload.tar.gz into \$_eb" >&2

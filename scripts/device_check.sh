@@ -333,11 +333,17 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 FINAL_OUT=$OUT OUT=${ECHO_CHECK_WORK:-${TMPDIR:-/tmp}/echo-device-check}
 rm -rf "$OUT" && mkdir -p "$OUT"
 # NOTE: a part file per process: the 30 s loop and the main script may pack at the same time.
+# NOTE: tar exits 1 when a log grows while it is read ("file changed as we read it"): that
+# snapshot is still good.
 pack() {
-  local part=$FINAL_OUT/logs-$BASHPID.part
-  tar -czf "$part" -C "$OUT" --exclude=checkpoints . 2>/dev/null && mv -f "$part" "$FINAL_OUT/logs.tgz" || rm -f "$part"
+  local part=$FINAL_OUT/logs-$BASHPID.part rc=0
+  tar --warning=no-file-changed -czf "$part" -C "$OUT" --exclude=checkpoints . 2>/dev/null || rc=$?
+  if ((rc <= 1)); then mv -f "$part" "$FINAL_OUT/logs.tgz"; else rm -f "$part"; fi
 }
-( while sleep 30; do pack; done ) </dev/null >/dev/null 2>&1 & packer=$!
+main_pid=$$
+# The loop ends with this script, also when the device tool kills it (no repacking into a later call).
+( while sleep 30; do kill -0 "$main_pid" 2>/dev/null || exit 0; pack; done ) </dev/null >/dev/null 2>&1 & packer=$!
+trap 'kill "$packer" 2>/dev/null' EXIT
 start_all=$(date +%s)
 setup >"$OUT/setup.log" 2>&1 || true
 echo "device_check: $MODE mode ($([[ $MODE == bundle ]] && echo "$ECHO_BUNDLE" || echo "$BUILD")), output in $OUT"
@@ -381,5 +387,7 @@ for s in "${STAGES[@]}"; do [[ ${status[$s]} == PASS ]] || fail=1; done
   done
   echo "device_check: $([[ $fail -eq 0 ]] && echo 'all stages passed' || echo 'FAILED')"
 } | tee "$OUT/summary.txt"
+kill "$packer" 2>/dev/null; wait "$packer" 2>/dev/null
 cp "$OUT/summary.txt" "$OUT/setup.log" "$FINAL_OUT/"; pack
+rm -f "$FINAL_OUT"/logs-*.part
 exit $fail

@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,14 +33,38 @@ void fsync_fd(int fd, const std::string& path) {
 
 namespace {
 
-// `in_place`: `path` is the target itself (a device), named by `what` alone in the errors.
-void write_stream(const std::string& path, std::string_view bytes, const std::string& what, bool in_place) {
-  const std::string where = in_place ? "" : fmt::format(" ('{}')", path);
-  std::ofstream out(path, std::ios::binary | (in_place ? std::ios::out : std::ios::trunc));
-  ECHO_RUN_CHECK(out.good(), "{}: cannot open for writing{}: {}", what, where, std::strerror(errno));
+// A path through /dev or /proc (/dev/stdout, /dev/null, /proc/self/fd/1) names an open stream or
+// a device, whatever it resolves to: written in place, appending, never renamed over. NOTE:
+// /dev/stdout redirected to a file resolves to that regular file, and renaming over it would
+// drop what the program printed before and send what it prints after to the unlinked file.
+bool names_a_stream(const std::string& path) {
+  return path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
+}
+
+void write_in_place(const std::string& path, std::string_view bytes, const std::string& what) {
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  ECHO_RUN_CHECK(out.good(), "{}: cannot open for writing: {}", what, std::strerror(errno));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();  // NOTE: a full disk shows only when the buffer is written out
-  ECHO_RUN_CHECK(!out.fail(), "{}: write failed{}: {}", what, where, std::strerror(errno));
+  ECHO_RUN_CHECK(!out.fail(), "{}: write failed: {}", what, std::strerror(errno));
+}
+
+void write_fd(int fd, std::string_view bytes, const std::string& what, const std::string& temp) {
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    ECHO_RUN_CHECK(n > 0, "{}: write failed ('{}'): {}", what, temp, n < 0 ? std::strerror(errno) : "no progress");
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+mode_t umask_now() {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
 }
 
 }  // namespace
@@ -49,29 +74,38 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
   fs::path target(path);
   const fs::file_status status = fs::status(target, error);  // follows links
   ECHO_INPUT_CHECK(!fs::is_directory(status), "{}: it is a directory; move it away", what);
-  if (fs::exists(status) && !fs::is_regular_file(status)) {  // /dev/stdout, a FIFO: nothing to rename over
-    write_stream(path, bytes, what, true);
+  if (names_a_stream(path) || (fs::exists(status) && !fs::is_regular_file(status))) {  // a FIFO too
+    write_in_place(path, bytes, what);
     return;
   }
   if (fs::is_symlink(fs::symlink_status(target, error))) {  // replace the file it names, not the link
     const fs::path resolved = fs::canonical(target, error);
     if (!error) target = resolved;
   }
+  // The replaced file's mode is kept; a new file gets 0666 less the umask, as open(2) would.
+  struct stat old {};
+  const mode_t mode = ::stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777) : (0666 & ~umask_now());
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const fs::path temp(target.string() + ".tmp");
-  const fs::file_status in_the_way = fs::symlink_status(temp, error);
-  ECHO_INPUT_CHECK(!fs::exists(in_the_way) || fs::is_regular_file(in_the_way),
-                   "{}: '{}' is in the way (not a regular file); move it away", what, temp.string());
+  // NOTE: a unique temp name (mkstemp): a user's own X.tmp is never touched, and two writers of one
+  // target never write into each other's temp file.
+  std::string temp = target.string() + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  ECHO_RUN_CHECK(fd >= 0, "{}: cannot create a temporary file beside it ('{}'): {}", what, temp,
+                 std::strerror(errno));
   try {  // from here on the temp file is ours: a failure removes it
-    write_stream(temp.string(), bytes, what, false);
-    fsync_path(temp.string(), false);
-    fs::rename(temp, target, error);
-    ECHO_RUN_CHECK(!error, "{}: cannot rename '{}' to '{}': {}", what, temp.string(), target.string(),
-                   error.message());
+    write_fd(fd, bytes, what, temp);
+    ECHO_RUN_CHECK(::fchmod(fd, mode) == 0, "{}: cannot set the mode of '{}': {}", what, temp, std::strerror(errno));
+    fsync_fd(fd, temp);
+    ECHO_RUN_CHECK(::close(fd) == 0, "{}: cannot close '{}': {}", what, temp, std::strerror(errno));
   } catch (...) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
+    ::close(fd);
+    ::unlink(temp.c_str());
     throw;
+  }
+  fs::rename(temp, target, error);
+  if (error) {
+    ::unlink(temp.c_str());
+    ECHO_RUN_FAIL("{}: cannot rename '{}' to '{}': {}", what, temp, target.string(), error.message());
   }
   fsync_path(dir.string(), true);
 }

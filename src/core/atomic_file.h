@@ -15,13 +15,15 @@ void fsync_path(const std::string& path, bool directory);
 // The same for a descriptor already open (a file being written), `path` naming it in the error.
 void fsync_fd(int fd, const std::string& path);
 
-// Writes `bytes` to `path` through `path`.tmp: written, synced, renamed over `path`, and the
-// directory synced. `what` starts the error messages and names the file ("--json out.json"). A `path` that is a
-// directory, or a temp name held by something other than a regular file, is refused (InputError)
-// before anything is written; a failure removes the temp file and leaves any old file intact. A
-// symbolic link is followed (the file it names is replaced, the link stays); an existing target
-// that is not a regular file (/dev/stdout, a FIFO) is written in place, as there is nothing to
-// rename over. The new file has the usual mode (0666 less the umask).
+// Writes `bytes` to `path` through a unique temp file beside it (`path`.tmp.XXXXXX): written,
+// synced, given the mode of the file it replaces (0666 less the umask for a new one), renamed
+// over `path`, and the directory synced. `what` starts the error messages and names the file
+// ("--json out.json"). A `path` that is a directory is refused (InputError) before anything is
+// written; a failure removes the temp file and leaves any old file intact. A symbolic link is
+// followed (the file it names is replaced, the link stays). A path under /dev or /proc
+// (/dev/stdout, also when redirected to a file) or an existing target that is not a regular
+// file (a FIFO) is appended to in place: there is nothing to rename over. NOTE: the directory
+// must be writable (a writable file in a read-only directory cannot be replaced this way).
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
 
 }  // namespace echo

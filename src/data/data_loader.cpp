@@ -139,7 +139,7 @@ void DataLoader::micro_batch(uint64_t step, int micro, int micro_batch, int num_
 
 void DataLoader::check_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) const {
   constexpr const char* kAdvice =
-      "the batches read since then are not the data the run started on (echo_prep replaces a dataset "
+      "the batches read since then may not be the data the run started on (echo_prep replaces a dataset "
       "by writing new files and renaming them, which is safe; copying over the files is not): restore the data "
       "and --resume from a checkpoint saved before the change";
   const std::string changed = ds_->bin_change_since_open();

@@ -175,9 +175,11 @@ void IndexedDatasetWriter::finalize() {
                  "cannot rename {} to {}.idx: {}; {}.bin is already the new data's, so the dataset is unusable until "
                  "it is written again",
                  idx_tmp, prefix_, std::strerror(errno), prefix_);
+  // NOTE: finalized before the directory's sync: both renames are done, so a failure there must
+  // not make the destructor treat the new dataset as temporary files.
+  finalized_ = true;
   const std::filesystem::path dir = std::filesystem::path(prefix_).parent_path();
   fsync_path(dir.empty() ? "." : dir.string(), true);
-  finalized_ = true;
 }
 
 }  // namespace echo::data

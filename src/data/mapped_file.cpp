@@ -45,10 +45,10 @@ MappedFile MappedFile::open(const std::string& path, Access access) {
     ECHO_INPUT_FAIL("{}: not a regular file", path);
   }
   MappedFile file;
-  file.path_ = path;
-  file.size_ = static_cast<size_t>(st.st_size);
   file.fd_ = fd;  // owned by `file` from here: its destructor closes it on every path below
   file.mtime_ns_ = mtime_ns(st);
+  file.path_ = path;
+  file.size_ = static_cast<size_t>(st.st_size);
   if (file.size_ > 0) {
     // NOTE: MAP_POPULATE reads ahead what is not cached and maps all of it, so it is only for a
     // file about to be read whole; a random reader would pay for pages it never touches.

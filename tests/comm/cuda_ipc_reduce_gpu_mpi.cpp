@@ -99,8 +99,8 @@ TEST(CudaIpcReduce, EqualsTheMpiEngineBitForBitForEveryCodecAndGroupSize) {
   ECHO_REQUIRE_DEVICE();
   for (int size : echo::testing::small_group_sizes())
     on_group(size, [&](const dist::Communicator& group) {
-      // The default slots with 2 tiles a round: a 9M-element call takes 9 rounds at P = 2 (about
-      // 250k elements per 4-bit tile). NOTE: not with the 1 KiB slots, where it would take over a
+      // The default slots with 2 tiles a round: a 9M-element call takes 10 rounds at P = 2, 7 at
+      // P = 3, 5 at P = 4 (246,656 elements per 4-bit g128 tile). NOTE: not with the 1 KiB slots, where it would take over a
       // thousand rounds, each a handoff between ranks that time-slice one GPU.
       P2pGeometry two_tiles;
       two_tiles.tiles = 2;

@@ -1,8 +1,14 @@
 // write_file_atomic: the whole text or the old file, never a cut one; no temp file left either way.
 #include "core/atomic_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <csignal>
 #include <filesystem>
@@ -16,6 +22,14 @@ namespace echo {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The names in `dir` (a temp file left behind shows up here).
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -31,7 +45,7 @@ TEST(AtomicFile, WritesTheWholeTextAndLeavesNoTemp) {
   EXPECT_EQ(read_all(path), "{\"a\": 1}\n");
   write_file_atomic(path, std::string(100000, 'x'), "--json " + path);  // over an existing file
   EXPECT_EQ(read_all(path), std::string(100000, 'x'));
-  EXPECT_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));
+  EXPECT_EQ(names_in(dir.str()), std::vector<std::string>{"out.json"});
 }
 
 // A write that fails part way (here a file-size limit, as a full disk would) throws and leaves the
@@ -57,21 +71,52 @@ TEST(AtomicFile, AFailedWriteKeepsTheOldFile) {
   std::signal(SIGXFSZ, previous);
   EXPECT_TRUE(threw);
   EXPECT_EQ(read_all(path), "old\n");
-  EXPECT_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));
+  EXPECT_EQ(names_in(dir.str()), std::vector<std::string>{"out.json"});
 }
 
-TEST(AtomicFile, RefusesADirectoryAndATempThatIsNotAFile) {
+// A directory at the target is refused and kept; a user's own OUT.tmp is neither used nor touched
+// (the temp name is unique); the replaced file's mode is kept, a new one gets 0666 less the umask.
+TEST(AtomicFile, RefusesADirectoryKeepsOtherFilesAndTheMode) {
   echo::testing::ScratchDir dir;
   const std::string path = dir.path("out.json");
   fs::create_directories(path + "/kept");
   EXPECT_THROW(write_file_atomic(path, "x", "--json " + path), InputError);
   EXPECT_TRUE(fs::is_directory(path + "/kept"));
-  EXPECT_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));
   fs::remove_all(path);
-  fs::create_directories(path + ".tmp");
-  EXPECT_THROW(write_file_atomic(path, "x", "--json " + path), InputError);
-  EXPECT_TRUE(fs::is_directory(path + ".tmp"));
-  EXPECT_FALSE(fs::exists(fs::symlink_status(path)));
+  std::ofstream(path + ".tmp") << "mine\n";
+  write_file_atomic(path, "x", "--json " + path);
+  EXPECT_EQ(read_all(path + ".tmp"), "mine\n");
+  EXPECT_EQ(names_in(dir.str()), (std::vector<std::string>{"out.json", "out.json.tmp"}));
+  const mode_t mask = ::umask(022);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u & ~mask) << "a new file: 0666 less the umask";
+  ::umask(mask);
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  write_file_atomic(path, "y", "--json " + path);
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u) << "the replaced file's mode";
+}
+
+// /dev/stdout redirected to a file resolves to that regular file: written in place after what is
+// there (here through /proc/self/fd/N of a file opened for appending), never renamed over it,
+// which would drop the earlier output and leave later output in the unlinked file.
+TEST(AtomicFile, AStreamPathIsAppendedToInPlace) {
+  echo::testing::ScratchDir dir;
+  const std::string log = dir.path("log.txt");
+  std::ofstream(log) << "before\n";
+  struct stat st {};
+  ASSERT_EQ(::stat(log.c_str(), &st), 0);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::string stream = "/proc/self/fd/" + std::to_string(fd);
+  write_file_atomic(stream, "{\"a\": 1}\n", "--json " + stream);
+  ASSERT_EQ(::write(fd, "after\n", 6), 6);
+  ::close(fd);
+  EXPECT_EQ(read_all(log), "before\n{\"a\": 1}\nafter\n");
+  struct stat now {};
+  ASSERT_EQ(::stat(log.c_str(), &now), 0);
+  EXPECT_EQ(now.st_ino, st.st_ino) << "the file was replaced, not written";
 }
 
 // A symbolic link stays a link (the file it names gets the new text); a character device such as

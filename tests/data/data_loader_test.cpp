@@ -294,7 +294,7 @@ TEST_F(DataLoaderTest, ABinRewrittenInPlaceIsRefusedAtTheNextBatch) {
   EXPECT_THAT(error_of([&] { loader.micro_batch(1, 0, 2, 1, tokens, targets); }),
               HasSubstr("dataset '" + dir_.path("train") + "': token id 4321 read from " + bin +
                         " lies outside [0, 'model.vocab_size' = 1000), though every token was checked when the run "
-                        "opened it: the file changed under the run; the batches read since then are not the data"));
+                        "opened it: the file changed under the run; the batches read since then may not be the data"));
 
   // A longer file with a new modification time: the change itself is named.
   bytes.resize(bytes.size() + 8, 1);
