@@ -58,9 +58,9 @@ void write_effective_config(const Config& config, const std::string& path) {
   std::error_code error;
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), error);
   ECHO_RUN_CHECK(!error, "cannot create the directory of '{}': {}", path, error.message());
-  // Through a sibling temp file, synced and renamed (core/atomic_file.h), so a reader never sees
-  // half a config: a directory at the name is refused before anything is written, and something
-  // other than a file at the temp name (a FIFO would block the open) is not ours to remove.
+  // Through a unique sibling temp file, synced and renamed (core/atomic_file.h), so a reader never
+  // sees half a config: a directory at the name is refused before anything is written, and
+  // nothing else beside it (a config.yaml.tmp of the user's) is touched.
   std::string text = "# Effective echo configuration: every key, defaults included";
   if (!config.source.empty()) text += "; loaded from " + config.source;
   text += ".\n" + to_yaml(config);
