@@ -18,6 +18,7 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -44,6 +45,7 @@ struct Plan {
   cublasLtMatrixLayout_t lt_c = nullptr;  // our C (also D: in place)
   cublasLtMatmulAlgo_t algo{};
   size_t workspace_bytes = 0;
+  bool fallback = false;  // cuBLASLt offered no algorithm: the fallback kernel runs it
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -65,6 +67,8 @@ struct GemmContext::Impl {
   void* scratch = nullptr;  // int8 packing buffers, grown on demand
   size_t scratch_bytes = 0;
   std::map<gemm_internal::PlanKey, std::unique_ptr<gemm_internal::Plan>> plans;
+  bool fallback_only = false;  // tests: plan every float product onto the fallback kernel
+  std::function<void(const std::string&)> note_fallback;
 
   Impl() = default;
   Impl(const Impl&) = delete;
@@ -107,6 +111,20 @@ GemmContext::~GemmContext() = default;
 
 size_t GemmContext::plan_count() const { return impl_->plans.size(); }
 
+size_t GemmContext::fallback_plan_count() const {
+  return static_cast<size_t>(std::count_if(impl_->plans.begin(), impl_->plans.end(),
+                                           [](const auto& entry) { return entry.second->fallback; }));
+}
+
+void GemmContext::on_fallback(std::function<void(const std::string& problem)> note) {
+  impl_->note_fallback = std::move(note);
+}
+
+void GemmContext::use_fallback_only(bool on) {
+  impl_->fallback_only = on;
+  impl_->plans.clear();  // plans made before chose by the other rule
+}
+
 namespace {
 
 using detail::from_float;
@@ -148,6 +166,48 @@ __global__ void zero_i32_kernel(int32_t* c, int64_t rows, int64_t cols, int64_t 
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += step) {
     c[(idx / cols) * ld + idx % cols] = 0;
+  }
+}
+
+// The product of last resort, for a float problem cuBLASLt's heuristic offers no algorithm for
+// (an operand aligned to 2 bytes only, such as a bf16 view starting at an odd column): C_i =
+// alpha op(A_i) op(B_i) + beta C_i, row-major as this file's callers see it, in 16 x 16 output
+// tiles with the operands staged through shared memory and fp32 accumulation in k order. beta == 0
+// does not read C (it may hold NaN). Slow next to cuBLASLt, and only for such shapes.
+constexpr int kFallbackTile = 16;
+
+template <class TIn, class TOut>
+__global__ void fallback_gemm_kernel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t batch,
+                                     float alpha, const TIn* __restrict__ a, int64_t lda, int64_t stride_a,
+                                     const TIn* __restrict__ b, int64_t ldb, int64_t stride_b, float beta, TOut* c,
+                                     int64_t ldc, int64_t stride_c) {
+  __shared__ float a_tile[kFallbackTile][kFallbackTile + 1];
+  __shared__ float b_tile[kFallbackTile][kFallbackTile + 1];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t tiles_m = (m + kFallbackTile - 1) / kFallbackTile, tiles_n = (n + kFallbackTile - 1) / kFallbackTile;
+  const int64_t tiles = batch * tiles_m * tiles_n;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t entry = t / (tiles_m * tiles_n), in_entry = t % (tiles_m * tiles_n);
+    const int64_t row0 = (in_entry / tiles_n) * kFallbackTile, col0 = (in_entry % tiles_n) * kFallbackTile;
+    const TIn* ae = a + entry * stride_a;
+    const TIn* be = b + entry * stride_b;
+    float acc = 0.0f;
+    for (int64_t k0 = 0; k0 < k; k0 += kFallbackTile) {
+      // op(A)(i, j) is A[j][i] when transposed; op(B) likewise.
+      const int64_t ai = row0 + ty, aj = k0 + tx;
+      a_tile[ty][tx] = ai < m && aj < k ? to_float(trans_a ? ae[aj * lda + ai] : ae[ai * lda + aj]) : 0.0f;
+      const int64_t bi = k0 + ty, bj = col0 + tx;
+      b_tile[ty][tx] = bi < k && bj < n ? to_float(trans_b ? be[bj * ldb + bi] : be[bi * ldb + bj]) : 0.0f;
+      __syncthreads();
+      for (int kk = 0; kk < kFallbackTile; ++kk) acc = fmaf(a_tile[ty][kk], b_tile[kk][tx], acc);
+      __syncthreads();  // the next k tile overwrites the shared tiles
+    }
+    const int64_t row = row0 + ty, col = col0 + tx;
+    if (row < m && col < n) {
+      TOut* out = c + entry * stride_c + row * ldc + col;
+      const float scaled = alpha * acc;
+      *out = from_float<TOut>(beta == 0.0f ? scaled : fmaf(beta, to_float(*out), scaled));
+    }
   }
 }
 
@@ -311,17 +371,60 @@ std::unique_ptr<Plan> make_plan(GemmContext::Impl& ctx, const char* op, const Pr
                                                     sizeof align_c));
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      ctx.handle, plan->desc, plan->lt_a, plan->lt_b, plan->lt_c, plan->lt_c, guard.pref, 1, &result, &returned);
-  ECHO_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS,
-             "{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes; {})", op, describe_problem(p),
-             align_a, align_b, align_c, cublasLtGetStatusName(status != CUBLAS_STATUS_SUCCESS ? status : result.state));
+  const cublasStatus_t status =
+      integer || !ctx.fallback_only
+          ? cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->desc, plan->lt_a, plan->lt_b, plan->lt_c, plan->lt_c,
+                                           guard.pref, 1, &result, &returned)
+          : CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool found = status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  // Only "no algorithm for this problem" falls back; any other failure (a bad value, a library
+  // not initialised) is an error below.
+  const bool declined = status == CUBLAS_STATUS_NOT_SUPPORTED ||
+                        (status == CUBLAS_STATUS_SUCCESS && (returned == 0 || result.state == CUBLAS_STATUS_NOT_SUPPORTED));
+  if (!found && declined && !integer) {
+    // NOTE: the int8 path packs its operands into aligned buffers first (run_s8_tn below), so only
+    // a float problem, whose operands are the caller's views, can land here.
+    plan->fallback = true;
+    if (!ctx.fallback_only && ctx.note_fallback)
+      ctx.note_fallback(fmt::format("{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes); it runs "
+                                    "on the slower fallback kernel",
+                                    op, describe_problem(p), align_a, align_b, align_c));
+    return plan;
+  }
+  ECHO_CHECK(found, "{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes; {})", op,
+             describe_problem(p), align_a, align_b, align_c,
+             cublasLtGetStatusName(status != CUBLAS_STATUS_SUCCESS ? status : result.state));
   plan->algo = result.algo;
   plan->workspace_bytes = result.workspaceSize;
   return plan;
 }
 
-// One cuBLASLt call for a validated problem with m, n, k > 0 and batch >= 1.
+void run_fallback(const Problem& p, float alpha, float beta, cudaStream_t stream) {
+  const int64_t tiles =
+      p.batch * ((p.m + kFallbackTile - 1) / kFallbackTile) * ((p.n + kFallbackTile - 1) / kFallbackTile);
+  const dim3 block(kFallbackTile, kFallbackTile);
+  const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, kGridCap));
+  const int64_t sa = p.batch > 1 ? p.a.batch_stride : 0, sb = p.batch > 1 ? p.b.batch_stride : 0,
+                sc = p.batch > 1 ? p.c.batch_stride : 0;
+  const auto launch = [&](auto in_tag, auto out_tag) {
+    using TIn = decltype(in_tag);
+    using TOut = decltype(out_tag);
+    fallback_gemm_kernel<TIn, TOut><<<grid, block, 0, stream>>>(
+        p.trans_a, p.trans_b, p.m, p.n, p.k, p.batch, alpha, static_cast<const TIn*>(p.a.data), p.a.ld, sa,
+        static_cast<const TIn*>(p.b.data), p.b.ld, sb, beta, static_cast<TOut*>(const_cast<void*>(p.c.data)), p.c.ld,
+        sc);
+  };
+  if (p.a.dtype == DType::f32)
+    launch(float{}, float{});
+  else if (p.c.dtype == DType::f32)
+    launch(__nv_bfloat16{}, float{});
+  else
+    launch(__nv_bfloat16{}, __nv_bfloat16{});
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// One cuBLASLt call (or the fallback kernel's) for a validated problem with m, n, k > 0 and
+// batch >= 1.
 void run_matmul(GemmContext::Impl& ctx, const char* op, const Problem& p, double alpha, double beta,
                 cudaStream_t stream) {
   const uint32_t align_a = operand_alignment(p.a, p.batch);
@@ -349,6 +452,10 @@ void run_matmul(GemmContext::Impl& ctx, const char* op, const Problem& p, double
   if (it == ctx.plans.end()) it = ctx.plans.emplace(key, make_plan(ctx, op, p, align_a, align_b, align_c)).first;
   const Plan& plan = *it->second;
   void* c = const_cast<void*>(p.c.data);
+  if (plan.fallback) {
+    run_fallback(p, static_cast<float>(alpha), static_cast<float>(beta), stream);
+    return;
+  }
   if (p.a.dtype == DType::i8) {
     const int32_t alpha_i = static_cast<int32_t>(alpha), beta_i = static_cast<int32_t>(beta);
     CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha_i, p.b.data, plan.lt_a, p.a.data, plan.lt_b, &beta_i, c,

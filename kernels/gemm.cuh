@@ -22,7 +22,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -43,6 +45,14 @@ class GemmContext {
 
   // Number of cached plans (each one distinct key seen so far); for tests.
   size_t plan_count() const;
+  // How many of them run on the fallback kernel (gemm.cu) because cuBLASLt offered no algorithm.
+  size_t fallback_plan_count() const;
+  // For tests: every float product from now on plans onto the fallback kernel, so it is checked
+  // against the CPU even where cuBLASLt never declines.
+  void use_fallback_only(bool on);
+  // Called once per new plan that cuBLASLt declined (not for use_fallback_only's), with the
+  // problem in words: the backend logs it, since the fallback kernel is far slower.
+  void on_fallback(std::function<void(const std::string& problem)> note);
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -122,13 +122,20 @@ def effective_config(base_path):
         if key not in config:
             raise SweepError(f"base config {base_path}: unknown key '{key}' (see configs/default.yaml)")
         config[key] = value
-    raw = load_yaml(base_path, "base config", raw=True) or {}
+    raw = flatten(load_yaml(base_path, "base config", raw=True) or {})
+    for key, text in raw.items():
+        # PyYAML's safe_load resolves a merge key; the raw reader keeps '<<' as a key.
+        if "<<" in key.split("."):
+            raise SweepError(f"base config {base_path}: a YAML merge key ('<<') at '{key}'; echo_train does not "
+                             "read merge keys: write the keys out")
+        if key in defaults and isinstance(text, str) and scalar_kind(defaults[key]) == "number":
+            refuse_leading_zero(f"base config {base_path}: '{key}'", text)
     steps = config["train.steps"]
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         where = f"base config {base_path}" if "train.steps" in flatten(base) else f"defaults {DEFAULTS}"
         raise SweepError(f"{where}: 'train.steps' is {steps!r}, not a whole number of steps "
                          "(the sweep compares it with each run's last step)")
-    return config, flatten(raw), defaults
+    return config, raw, defaults
 
 
 # ---------------------------------------------------------------- the grid --------------------
@@ -139,6 +146,17 @@ def scalar_kind(value):
     if isinstance(value, (int, float)):
         return "number"
     return "text"
+
+
+def refuse_leading_zero(key, text):
+    """echo_train's refuse_leading_zero (src/core/config/reader.cpp), for integer and real keys:
+    [+-]digits with two or more digits, the first 0 (0, -0 and +0 are fine; 0.5 is no such
+    literal). PyYAML would read 010 as octal 8, echo_train refuses it."""
+    if re.fullmatch(r"[+-]?0[0-9]+", text):
+        plain = text.lstrip("+-").lstrip("0") or "0"
+        raise SweepError(f"{key}: value '{text}' has a leading zero, which YAML readers disagree on "
+                         f"(octal in YAML 1.1, decimal in 1.2); write it without: "
+                         f"{'-' if text.startswith('-') else ''}{plain}")
 
 
 def check_value(where, key, text, node_tag, default):
@@ -160,13 +178,7 @@ def check_value(where, key, text, node_tag, default):
             raise SweepError(f"{key}: value '{text}' is not a finite number")
         if isinstance(default, int) and not re.fullmatch(r"[+-]?[0-9]+", text):
             raise SweepError(f"{key}: value '{text}' must be an integer, written without a fraction or exponent")
-        # echo_train's refuse_leading_zero (src/core/config/reader.cpp), for integer and real keys:
-        # [+-]digits with two or more digits, the first 0 (0, -0 and +0 are fine; 0.5 is no such literal).
-        if re.fullmatch(r"[+-]?0[0-9]+", text):
-            plain = text.lstrip("+-").lstrip("0") or "0"
-            raise SweepError(f"{key}: value '{text}' has a leading zero, which YAML readers disagree on "
-                             f"(octal in YAML 1.1, decimal in 1.2); write it without: "
-                             f"{'-' if text.startswith('-') else ''}{plain}")
+        refuse_leading_zero(key, text)
     elif node_tag.endswith(":null") or text == "":
         raise SweepError(f"{key}: empty value")
     elif node_tag.endswith((":int", ":float", ":bool")):
@@ -175,11 +187,25 @@ def check_value(where, key, text, node_tag, default):
 
 
 def value_identity(text, default):
-    """What two values of one key are compared by: 1e-3 and 0.001 are one value."""
+    """What two values of one key (raw YAML text) are compared by, by the key's kind (scalar_kind
+    of its default): an integer key's values exactly as integers (run.seed is a uint64, beyond a
+    double's 2^53), a real key's by value (1e-3, 1.0e-3 and 0.001 are one value; echo_train writes
+    the shortest text that reads back as the same double into config.yaml, so equality is exact;
+    NOTE: PyYAML reads 3e-3 as a string, echo_train as 0.003), true/false by truth (yes and on are
+    true), text as written (a run name '1e3' is not '1000'). The grid's duplicate check and the
+    comparison with an existing run use it."""
     kind = scalar_kind(default)
     if kind == "number":
-        return float(text)
-    return text.lower() if kind == "bool" else text
+        try:
+            return int(text) if isinstance(default, int) else float(text)
+        except ValueError:
+            try:
+                return float(text)
+            except ValueError:
+                return text
+    if kind == "bool":
+        return YAML_BOOLS.get(text.lower(), text)
+    return text
 
 
 def load_grid(path, known):
@@ -297,21 +323,10 @@ YAML_BOOLS = {"true": True, "yes": True, "on": True, "y": True,
 
 
 def same_value(want, got, default):
-    """Whether two values of one key, as written (raw YAML text), are one value, by the key's kind
-    (scalar_kind of its default, as value_identity compares grid values): numbers by value (1e-3,
-    1.0e-3 and 0.001; NOTE: PyYAML reads 3e-3 as a string, echo_train as 0.003, which it writes
-    into config.yaml), true/false by truth, text as written (a run name '1e3' is not '1000')."""
+    """Whether two values of one key, as written, are one value (value_identity)."""
     if not isinstance(want, str) or not isinstance(got, str):
         return want == got  # a list or mapping (not a key a sweep sets)
-    kind = scalar_kind(default)
-    if kind == "number":
-        try:
-            return math.isclose(float(want), float(got), rel_tol=1e-12, abs_tol=0.0)
-        except ValueError:
-            return want == got
-    if kind == "bool":
-        return YAML_BOOLS.get(want.lower(), want) == YAML_BOOLS.get(got.lower(), got)
-    return want == got
+    return value_identity(want, default) == value_identity(got, default)
 
 
 def shown(text, default):

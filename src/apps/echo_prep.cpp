@@ -43,6 +43,7 @@
 #include "apps/parse_command_line.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/remove_on_signal.h"
 #include "core/same_file.h"
 #include "core/sha256.h"
 #include "core/text_file.h"
@@ -445,6 +446,13 @@ int run(Options o) {
   meta.eos_id = tokenizer->eos_id();
   meta.eos_source = tokenizer->eos_source();
   meta.append_eos = o.append_eos;
+  // Ctrl-C (or a SIGTERM or SIGHUP) in the long encoding loop removes the partial files the
+  // writers' destructors would have removed on an error; it cannot cut the renames below in half.
+  // Armed before the writers create their files, and outlives them.
+  std::vector<std::string> partial = data::IndexedDatasetWriter::temporary_files(o.output_prefix);
+  if (!o.valid_prefix.empty())
+    for (auto& path : data::IndexedDatasetWriter::temporary_files(o.valid_prefix)) partial.push_back(std::move(path));
+  RemoveOnSignal remove_partial_on_signal(partial);
   create_parent(o.output_prefix);
   data::IndexedDatasetWriter train(o.output_prefix);
   std::optional<data::IndexedDatasetWriter> valid;
@@ -453,7 +461,14 @@ int run(Options o) {
     valid.emplace(o.valid_prefix);
   }
 
-  WorkerPool pool(o.num_threads);
+  // The workers start with the signals blocked (a thread inherits its creator's mask), so they
+  // always reach the main thread, which defers them around the renames.
+  std::optional<WorkerPool> workers;
+  {
+    const StopSignalsDeferred while_spawning;
+    workers.emplace(o.num_threads);
+  }
+  WorkerPool& pool = *workers;
   DocumentReader reader(o);
   Progress progress;
   Totals totals;
@@ -521,16 +536,21 @@ int run(Options o) {
   // A side of the split that came out empty is not written: an empty dataset is refused only
   // later, by echo_train. The other side is, so the encoding done is kept; then the run fails.
   const bool write_train = totals.train_documents > 0, write_valid = valid && totals.valid_documents > 0;
-  if (write_train) train.finalize();
-  if (write_valid) valid->finalize();
-  // Only now that both datasets are in place: a sidecar vouches for finished data.
-  const auto write_meta = [&](const std::string& prefix, const data::IndexedDatasetWriter& w) {
-    meta.documents = w.num_documents();
-    meta.tokens = w.num_tokens();
-    data::write_dataset_meta(prefix, meta);
-  };
-  if (write_train) write_meta(o.output_prefix, train);
-  if (write_valid) write_meta(o.valid_prefix, *valid);
+  {
+    // A signal from here on waits until the datasets and their sidecars are in place.
+    const StopSignalsDeferred finish_first;
+    if (write_train) train.finalize();
+    if (write_valid) valid->finalize();
+    // Only now that both datasets are in place: a sidecar vouches for finished data.
+    const auto write_meta = [&](const std::string& prefix, const data::IndexedDatasetWriter& w) {
+      meta.documents = w.num_documents();
+      meta.tokens = w.num_tokens();
+      data::write_dataset_meta(prefix, meta);
+    };
+    if (write_train) write_meta(o.output_prefix, train);
+    if (write_valid) write_meta(o.valid_prefix, *valid);
+    remove_partial_on_signal.disarm();
+  }
   progress.update(totals, reader.bytes_read(), true);
   const double s = progress.seconds();
   if (write_train)

@@ -40,6 +40,9 @@ class IndexedDatasetWriter {
   // .idx and .meta.json, and the temporary and set-aside names on the way there (this writer's
   // and write_dataset_meta's). echo_prep refuses inputs that are any of them.
   static std::vector<std::string> files_written(const std::string& prefix);
+  // Those of them that hold unfinished data (PREFIX.bin.tmp, .idx.tmp, .meta.json.tmp): what an
+  // interrupted writer removes.
+  static std::vector<std::string> temporary_files(const std::string& prefix);
 
   explicit IndexedDatasetWriter(std::string prefix);
   ~IndexedDatasetWriter();

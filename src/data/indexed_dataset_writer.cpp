@@ -66,6 +66,10 @@ std::vector<std::string> IndexedDatasetWriter::files_written(const std::string& 
   };
 }
 
+std::vector<std::string> IndexedDatasetWriter::temporary_files(const std::string& prefix) {
+  return {bin_tmp_path(prefix), idx_tmp_path(prefix), dataset_meta_tmp_path(prefix)};
+}
+
 void IndexedDatasetWriter::FileCloser::operator()(std::FILE* f) const {
   if (f != nullptr) std::fclose(f);
 }

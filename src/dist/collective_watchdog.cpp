@@ -21,6 +21,10 @@ struct Watchdog {
   std::atomic<int64_t> timeout_ns{0};       // a step scope's limit (comm.peer_timeout_s); 0: off
   std::atomic<int64_t> slow_timeout_ns{0};  // a slow scope's limit (comm.save_timeout_s); 0: off
   std::atomic<int> rank{0};
+  // The training step the loop is in (1-based); 0: not in a step. The scope in force keeps the
+  // step it started in (scope_step), which the message names.
+  std::atomic<int64_t> step{0};
+  std::atomic<int64_t> scope_step{0};
   // The scope in force: what it is, when it started, and a number that changes with every scope
   // so the thread never blames a later collective for an earlier one's time.
   std::atomic<const char*> what{nullptr};
@@ -36,6 +40,7 @@ struct Watchdog {
   // generation before and after the other two, never mixes two scopes.
   void publish(const char* w, Patience p) {
     since_ns.store(steady_now_ns());
+    scope_step.store(step.load());
     what.store(w);
     patience.store(static_cast<int>(p));
     generation.fetch_add(1);
@@ -55,6 +60,7 @@ struct Watchdog {
       const char* w = what.load();
       const bool slow = patience.load() == static_cast<int>(Patience::slow);
       const int64_t since = since_ns.load();
+      const int64_t in_step = scope_step.load();
       if (w == nullptr || gen == fired_for || generation.load() != gen) continue;
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
@@ -62,9 +68,10 @@ struct Watchdog {
       const int64_t waited = steady_now_ns() - since;
       if (waited <= timeout) continue;
       fired_for = gen;
-      fire(fmt::format("[rank {}] error: no progress for {} s in {} ({} = {:g}): a peer rank is "
+      fire(fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): a peer rank is "
                        "stopped, hung or gone; ending this rank so that mpirun ends the job",
                        rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
+                       in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
                        slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9));
     }
   }
@@ -88,12 +95,10 @@ Watchdog& watchdog() {
   return *w;
 }
 
-}  // namespace
-
-namespace {
 void start_thread(Watchdog& w) {
   std::call_once(w.started, [&w] { std::thread([&w] { w.watch(); }).detach(); });
 }
+
 }  // namespace
 
 void set_collective_timeout(double seconds, int rank) {
@@ -108,6 +113,8 @@ void set_slow_collective_timeout(double seconds) {
   w.slow_timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
   if (seconds > 0) start_thread(w);
 }
+
+void set_collective_step(int64_t step) { watchdog().step.store(step); }
 
 void set_collective_timeout_handler(std::function<void(const std::string& message)> handler) {
   Watchdog& w = watchdog();

@@ -17,6 +17,7 @@
 // atomic loads.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -34,6 +35,10 @@ void set_collective_timeout(double seconds, int rank);
 // The limit of slow scopes (comm.save_timeout_s); 0 (the default) leaves them unwatched. Starts
 // the thread like set_collective_timeout(); the rank in the message is the one that set.
 void set_slow_collective_timeout(double seconds);
+
+// The training step (1-based) the calling loop is in, named in the message ("... at step 12");
+// 0 (the default) names none: start-up, or a program that is not a trainer.
+void set_collective_step(int64_t step);
 
 // What the watchdog does with its message when a collective overruns. By default it writes it to
 // stderr and ends the process (std::_Exit(1)): the main thread is blocked inside MPI, so nothing

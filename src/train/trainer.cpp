@@ -347,6 +347,7 @@ void Trainer::save(int64_t steps_done) {
   meta.config_yaml = config::to_yaml(cfg_);
   save_checkpoint(cfg_.run.out_dir, model_->params(), *optimizer_, meta, world_, cfg_.train.keep_checkpoints);
   last_saved_step_ = steps_done;
+  if (after_save_) after_save_(steps_done);
 }
 
 std::string Trainer::kept_checkpoint() const {
@@ -391,7 +392,12 @@ TrainResult Trainer::run(int64_t stop_after) {
     return result;
   }
   double elapsed = 0;
+  // The watchdog names the step a hang happens in; outside the loop it names none.
+  struct StepForWatchdog {
+    ~StepForWatchdog() { dist::set_collective_step(0); }
+  } step_for_watchdog;
   for (int64_t step = start_step_; step < total; ++step) {
+    dist::set_collective_step(step + 1);
     const auto t0 = std::chrono::steady_clock::now();
     const int interval = cfg_.comm.telemetry_interval;
     const bool telemetry = interval > 0 && (step + 1) % interval == 0;
@@ -448,8 +454,11 @@ TrainResult Trainer::run(int64_t stop_after) {
     }
     const bool last = step + 1 == total;
     const bool periodic = cfg_.train.checkpoint_interval > 0 && (step + 1) % cfg_.train.checkpoint_interval == 0;
+    // The periodic save comes before the stop check, so a signal that arrives while it is written
+    // stops the run at this step (once it trained and saved one more).
+    if (periodic || (last && cfg_.train.checkpoint_interval > 0)) save(step + 1);
     if (stop.requested(world_.world) || (stop_after > 0 && step + 1 - start_step_ >= stop_after && !last)) {
-      save(step + 1);
+      if (last_saved_step_ != step + 1) save(step + 1);
       if (stop.received() != 0)
         logger->warn("stopping at step {} on signal {}; checkpoint saved", step + 1, stop.received());
       else
@@ -457,7 +466,6 @@ TrainResult Trainer::run(int64_t stop_after) {
       result.stopped_by_signal = true;
       return result;
     }
-    if (periodic || (last && cfg_.train.checkpoint_interval > 0)) save(step + 1);
   }
   return result;
 }

@@ -3,6 +3,7 @@
 // checkpoints, resumable bit for bit, stoppable by SIGTERM/SIGINT.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -33,6 +34,9 @@ class Trainer {
   // Trains to train.steps, or stops (with a checkpoint) after stop_after steps of this
   // process's run when stop_after > 0, as a SIGTERM would.
   TrainResult run(int64_t stop_after = 0);
+  // Called on every rank after each checkpoint this run saves, with its step. Tests use it to
+  // deliver a signal while a save is under way.
+  void after_each_save(std::function<void(int64_t step)> hook) { after_save_ = std::move(hook); }
 
  private:
   double train_step(int64_t step, bool telemetry);
@@ -64,6 +68,7 @@ class Trainer {
   int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or resumed from); -1: none
   int64_t num_params_ = 0;
   std::vector<int32_t> tokens_, targets_;
+  std::function<void(int64_t)> after_save_;
 };
 
 }  // namespace echo::train

@@ -33,6 +33,7 @@ class CollectiveWatchdogTest : public ::testing::Test {
     set_slow_collective_timeout(0);
     std::this_thread::sleep_for(50ms);  // the thread's current look ends before the handler goes
     set_collective_timeout_handler(nullptr);
+    set_collective_step(0);
   }
   std::vector<std::string> messages() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -59,6 +60,30 @@ TEST_F(CollectiveWatchdogTest, AScopeThatOutlastsTheTimeoutIsReportedOnceNamingI
   EXPECT_NE(got[0].find(" s in the probe collective (comm.peer_timeout_s = 0.2): a peer rank is stopped, hung or gone"),
             std::string::npos)
       << got[0];
+}
+
+// The step the trainer published is named (a hang in step 12 of a long run says so), and a step
+// of 0 (start-up) names none.
+TEST_F(CollectiveWatchdogTest, TheMessageNamesTheStepTheLoopIsIn) {
+  set_collective_timeout(0.05, 1);
+  for (const int64_t step : {int64_t{12}, int64_t{0}}) {
+    set_collective_step(step);
+    const size_t before = messages().size();
+    const auto start = std::chrono::steady_clock::now();
+    {
+      const CollectiveScope scope("the probe collective");
+      while (messages().size() == before && std::chrono::steady_clock::now() - start < 5s)
+        std::this_thread::sleep_for(2ms);
+    }
+    const auto got = messages();
+    ASSERT_EQ(got.size(), before + 1);
+    const bool named = got.back().find(" s in the probe collective at step 12 (comm.peer_timeout_s = 0.05)") !=
+                       std::string::npos;
+    EXPECT_EQ(named, step == 12) << got.back();
+    if (step == 0)
+      EXPECT_NE(got.back().find(" s in the probe collective (comm.peer_timeout_s = 0.05)"), std::string::npos)
+          << got.back();
+  }
 }
 
 // A sub-second timeout (comm.peer_timeout_s = 0.001 is valid) is reported with the time it

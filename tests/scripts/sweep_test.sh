@@ -4,7 +4,7 @@
 # and the seeds averaged; a second invocation runs nothing; an interrupted point is resumed;
 # --print prints one command line per point; bad grids are refused before anything runs; the
 # hostile-input cases (4b, 5b-5g: a cut metrics line, colliding names, a stale out-root, damaged
-# metrics, odd paths, signals).
+# metrics, odd paths, signals, a base config with a leading zero or a merge key).
 # Leaves its runs in WORK for plot_test.sh (ctest fixture sweep_runs).
 #   sweep_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
@@ -120,6 +120,11 @@ check_bad 'train.steps: [1_0]' "value '1_0' is not a number"
 check_bad 'train.steps: [4, 010]' "value '010' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: 10"
 check_bad 'optim.lr: [-0300]' "value '-0300' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: -300"
 check_bad 'comm.allreduce: [1]' "value '1' is not text"
+# Integer values are compared exactly: two seeds beyond a double's 2^53 that differ in the last digit are two points.
+printf 'run.seed: [123456789012345, 123456789012346]\n' > "$work/seeds.yaml"
+out=$("${sweep[@]}" "$work/base.yaml" "$work/seeds.yaml" --print 2>&1); rc=$?
+[[ $rc -eq 0 && $(grep -c -- '--set run.seed=12345678901234[56] ' <<<"$out") -eq 2 ]] &&
+  ok "two large seeds one apart are two points" || bad "large seeds: exit $rc: $out"
 check_bad "$(for k in run.seed optim.lr train.steps model.layers; do echo "$k: [1,2,3,4,5,6,7,8,9,10]"; done)" \
   "10000 points (more than 1000); pass --yes"
 
@@ -145,6 +150,14 @@ for v in abc:"'abc'" 1.5:1.5 true:True; do
   check_refused "base config $work/base-steps.yaml: 'train.steps' is ${v#*:}, not a whole number of steps" \
     "$work/base-steps.yaml" "$work/one.yaml" --print
 done
+# A base config number with a leading zero (PyYAML reads 010 as octal 8, echo_train refuses it) and
+# a YAML merge key (PyYAML resolves it, echo_train reads none) are refused by name.
+sed "s/steps: 4,/steps: 010,/" "$work/base.yaml" > "$work/base-octal.yaml"
+check_refused "base config $work/base-octal.yaml: 'train.steps': value '010' has a leading zero" \
+  "$work/base-octal.yaml" "$work/one.yaml" --print
+sed "s/optim: {lr: 1.0e-3,/optim: {<<: {lr: 1.0e-3},/" "$work/base.yaml" > "$work/base-merge.yaml"
+check_refused "base config $work/base-merge.yaml: a YAML merge key ('<<') at 'optim.<<.lr'" \
+  "$work/base-merge.yaml" "$work/one.yaml" --print
 # A text key is compared as text with an earlier run's config.yaml: run.init_from '1e3' is not '1000'.
 sed 's/run: {seed: 1,/run: {seed: 1, init_from: 1e3,/' "$work/base.yaml" > "$work/base-text.yaml"
 mkdir -p "$work/text/seed=1_eta=0.5"

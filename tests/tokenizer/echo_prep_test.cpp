@@ -1,10 +1,20 @@
 // End-to-end tests of echo_prep (the binary beside this test's build tree): JSONL, JSON arrays
 // and text in, indexed datasets out, read back with data::IndexedDataset; the train/valid split;
 // identical output for any thread count; the sidecar PREFIX.meta.json (tokenizer, vocabulary, EOS);
-// and the error messages for bad input.
+// the error messages for bad input; and Ctrl-C or SIGTERM mid-run, which leaves no partial files.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <thread>
 
 #include <cstdlib>
 #include <filesystem>
@@ -525,6 +535,135 @@ TEST_F(EchoPrep, AOneSidedSplitFailsAndKeepsTheWrittenSide) {
   ASSERT_TRUE(data::read_dataset_meta(valid).has_value());
   EXPECT_EQ(data::read_dataset_meta(valid)->documents, 20u);
   EXPECT_FALSE(fs::exists(train + ".bin.tmp"));
+}
+
+// echo_prep started with its stderr in `log`, no signal blocked and SIGINT, SIGTERM and SIGHUP at
+// their default action, or SIGHUP ignored (as under nohup).
+pid_t spawn_prep(const fs::path& exe, std::vector<std::string> args, const std::string& log, bool ignore_hup) {
+  args.insert(args.begin(), exe.string());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  if (!ignore_hup) sigaddset(&defaults, SIGHUP);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // An ignored disposition is inherited: ignore SIGHUP here just around the spawn.
+  struct sigaction ign {}, old {};
+  ign.sa_handler = SIG_IGN;
+  if (ignore_hup) sigaction(SIGHUP, &ign, &old);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, &attr, argv.data(), environ);
+  if (ignore_hup) sigaction(SIGHUP, &old, nullptr);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+// The child's wait status, or -1 when it has not ended within `limit` (it is then killed).
+int wait_or_kill(pid_t pid, std::chrono::seconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  int status = 0;
+  while (std::chrono::steady_clock::now() - start < limit) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+// Ctrl-C, SIGTERM or SIGHUP while echo_prep is encoding: it dies of the signal as before (status
+// 128 + signal to a shell), but its partial PREFIX.bin.tmp is removed (it stayed behind: the
+// signal's default action runs no destructor), and the dataset already at the prefix is untouched.
+// Under nohup (SIGHUP ignored) a SIGHUP changes nothing: the run completes. To land mid-run for
+// certain, echo_prep is stopped (SIGSTOP) once its first chunk is in the .bin.tmp, signalled, and
+// continued; an input it finishes before it can be stopped is retried larger.
+TEST_F(EchoPrep, ASignalMidRunRemovesThePartialFilesAndKeepsTheOldDataset) {
+  const std::string prefix = dir_.path("train");
+  const std::string small = dir_.write("small.txt", "an earlier dataset\n");
+  const std::string small_args =
+      "--input " + small + " --format text --text-split line --tokenizer byte --output-prefix " + prefix;
+  std::map<int, std::string> inputs;  // MiB -> path
+  std::map<int, size_t> line_count;
+  const auto input_of = [&](int mib) {
+    if (!inputs.count(mib)) {
+      std::string lines;
+      std::mt19937 rng(static_cast<uint32_t>(mib));
+      while (lines.size() < (static_cast<size_t>(mib) << 20)) {
+        lines += "line " + std::to_string(rng()) + " of text\n";
+        ++line_count[mib];
+      }
+      inputs[mib] = dir_.write("big" + std::to_string(mib) + ".txt", lines);
+    }
+    return inputs[mib];
+  };
+  struct Case {
+    int sig;
+    bool ignored;
+  };
+  for (const Case c : {Case{SIGINT, false}, Case{SIGTERM, false}, Case{SIGHUP, false}, Case{SIGHUP, true}}) {
+    SCOPED_TRACE(std::string(strsignal(c.sig)) + (c.ignored ? " (ignored, as under nohup)" : ""));
+    const std::string log = dir_.path("interrupted.log");
+    pid_t pid = -1;
+    int input_mib = 0;
+    std::string old_bin, old_idx, old_meta;
+    for (const int mib : {16, 48}) {
+      ASSERT_EQ(run(small_args), 0) << err_;  // the earlier dataset, again if an attempt replaced it
+      old_bin = slurp(prefix + ".bin"), old_idx = slurp(prefix + ".idx"), old_meta = slurp(prefix + ".meta.json");
+      pid = spawn_prep(echo_prep_path(),
+                       {"--input", input_of(mib), "--format", "text", "--text-split", "line", "--tokenizer", "byte",
+                        "--chunk-mb", "1", "--threads", "2", "--output-prefix", prefix},
+                       log, c.ignored);
+      ASSERT_GT(pid, 0);
+      // Stop it once the first chunk (1 MiB of text, 4 MiB of int32 ids) is being written.
+      const auto start = std::chrono::steady_clock::now();
+      std::error_code ec;
+      int status = 0;
+      bool ended = false;
+      while (!(fs::file_size(prefix + ".bin.tmp", ec) >= (1u << 20) && !ec)) {
+        ended = ::waitpid(pid, &status, WNOHANG) == pid;
+        if (ended || std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!ended) {
+        ::kill(pid, SIGSTOP);
+        ended = ::waitpid(pid, &status, WUNTRACED) == pid && !WIFSTOPPED(status);
+      }
+      if (!ended) {
+        input_mib = mib;
+        break;
+      }
+      pid = -1;  // it finished first: a larger input
+    }
+    ASSERT_GT(input_mib, 0) << "echo_prep could not be stopped mid-run: " << slurp(log);
+    ::kill(pid, c.sig);
+    ::kill(pid, SIGCONT);
+    const int status = wait_or_kill(pid, std::chrono::seconds(120));
+    ASSERT_NE(status, -1) << "echo_prep did not end within 120 s of the signal: " << slurp(log);
+    for (const auto& tmp : data::IndexedDatasetWriter::temporary_files(prefix))
+      EXPECT_FALSE(fs::exists(tmp)) << tmp << " was left behind";
+    if (c.ignored) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << slurp(log);
+      EXPECT_EQ(data::IndexedDataset::open(prefix).num_documents(), line_count[input_mib])
+          << "the run went on to write every line of the input";
+    } else {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == c.sig) << "status " << status << ": " << slurp(log);
+      EXPECT_EQ(slurp(prefix + ".bin"), old_bin);
+      EXPECT_EQ(slurp(prefix + ".idx"), old_idx);
+      EXPECT_EQ(slurp(prefix + ".meta.json"), old_meta);
+    }
+  }
 }
 
 }  // namespace

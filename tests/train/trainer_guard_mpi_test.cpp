@@ -2,7 +2,7 @@
 // against the true vocabulary, data.eos_id and model.vocab_size against the data's sidecar, a
 // diverging run that must not be saved, the run directory after a failed start or a failed
 // --resume, what a --resume may change, metrics after a resume, a stop signal that arrives during
-// start-up, and a plan beyond the host's memory.
+// start-up or during a checkpoint save, and a plan beyond the host's memory.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -743,6 +743,44 @@ TEST(TrainerGuard, ASignalDuringStartUpStopsBeforeTheFirstStep) {
   EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), checkpoint_dir(cfg.run.out_dir, 4));
   EXPECT_EQ(read_file(cfg.run.out_dir + "/metrics.jsonl"), metrics);
   EXPECT_EQ(read_file(cfg.run.out_dir + "/config.yaml"), config);
+}
+
+// A signal that arrives while a periodic checkpoint is written stops the run at that step: it
+// once trained one more step and saved it too. The hook raises SIGUSR1 on rank 0 right after the
+// step-2 save (checkpoint_interval 2 of 4 steps), before the loop's stop check.
+TEST(TrainerGuard, ASignalDuringAPeriodicSaveStopsAtThatStep) {
+  const std::string dir = scratch_dir("signal_in_save");
+  const auto cfg = make_config(dir);
+  std::vector<int64_t> saved;
+  TrainResult r;
+  {
+    const dist::World world = dist::World::create(cfg.parallel.tp);
+    Trainer trainer(cfg, world, RunDirMode::fresh);
+    trainer.after_each_save([&saved](int64_t step) {
+      saved.push_back(step);
+      if (step == 2 && world_rank() == 0) std::raise(SIGUSR1);
+    });
+    r = trainer.run();
+  }
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps_done, 2);
+  EXPECT_EQ(saved, std::vector<int64_t>{2}) << "the step-2 checkpoint is saved once, and no later one";
+  sync();
+  EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), checkpoint_dir(cfg.run.out_dir, 2));
+  // Without a signal the same run saves at 2 and 4 (the hook sees every save).
+  const std::string dir2 = scratch_dir("no_signal_in_save");
+  const auto cfg2 = make_config(dir2);
+  saved.clear();
+  {
+    const dist::World world = dist::World::create(cfg2.parallel.tp);
+    Trainer trainer(cfg2, world, RunDirMode::fresh);
+    trainer.after_each_save([&saved](int64_t step) { saved.push_back(step); });
+    r = trainer.run();
+  }
+  EXPECT_FALSE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps_done, 4);
+  EXPECT_EQ(saved, (std::vector<int64_t>{2, 4}));
+  sync();
 }
 
 // A --resume of a run already at train.steps trains nothing and changes nothing, saying so.

@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
     uint64_t keep = UINT64_MAX;
     CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     gemm_ = std::make_unique<cuda::GemmContext>();
+    gemm_->on_fallback([](const std::string& problem) { ECHO_WARN("backend", "{}", problem); });
     faults_ = std::make_unique<cuda::DeferredFaults>();
   }
   ~CudaBackend() override {

@@ -4,10 +4,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <exception>
 #include <map>
 #include <tuple>
+#include <vector>
 
+#include "core/log.h"
 #include "cuda_check.h"
 #include "dist/mpi_check.h"
 #include "dist/world.h"
@@ -25,6 +28,42 @@ bool cuda_ok(cudaError_t status, const char* what, std::string& error) {
   if (error.empty()) error = fmt::format("{}: {}", what, cudaGetErrorString(status));
   cudaGetLastError();
   return false;
+}
+
+// "" when every peer's GPU is this rank's own or one it can access directly (cudaDeviceCanAccessPeer);
+// otherwise why not. GPUs are matched by UUID, since a device number means nothing in another
+// process (CUDA_VISIBLE_DEVICES may differ). Collective over the group (an MPI_Allgather); a
+// failed runtime call is this rank's reason, not an exception, so every rank reaches the vote.
+std::string peer_access_problem(const dist::Communicator& group, int device) {
+  std::string error;
+  cudaDeviceProp prop{};
+  const bool have_uuid = cuda_ok(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", error);
+  std::vector<cudaUUID_t> uuids(static_cast<size_t>(group.size()));
+  MPI_CHECK(MPI_Allgather(&prop.uuid, sizeof(cudaUUID_t), MPI_BYTE, uuids.data(), sizeof(cudaUUID_t), MPI_BYTE,
+                          group.get()));
+  if (!have_uuid) return error;
+  const auto same = [](const cudaUUID_t& x, const cudaUUID_t& y) { return std::memcmp(x.bytes, y.bytes, 16) == 0; };
+  int count = 0;
+  if (!cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount", error)) return error;
+  for (int p = 0; p < group.size(); ++p) {
+    const cudaUUID_t& theirs = uuids[static_cast<size_t>(p)];
+    if (same(theirs, prop.uuid)) continue;
+    int ordinal = -1;
+    for (int d = 0; d < count && ordinal < 0; ++d) {
+      cudaDeviceProp other{};
+      if (!cuda_ok(cudaGetDeviceProperties(&other, d), "cudaGetDeviceProperties", error)) return error;
+      if (same(other.uuid, theirs)) ordinal = d;
+    }
+    if (ordinal < 0)
+      return fmt::format("rank {}'s GPU is not visible to rank {} (CUDA_VISIBLE_DEVICES differs between them?)", p,
+                         group.rank());
+    int can = 0;
+    if (!cuda_ok(cudaDeviceCanAccessPeer(&can, device, ordinal), "cudaDeviceCanAccessPeer", error)) return error;
+    if (!can)
+      return fmt::format("GPU {} (rank {}) cannot access GPU {} (rank {}) directly: no peer-to-peer path between them",
+                         device, group.rank(), ordinal, p);
+  }
+  return "";
 }
 
 using Key = std::tuple<MPI_Comm, int, int, size_t, int>;
@@ -54,6 +93,16 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
                             cuda::kMaxP2pPeers));
   if (!group.all_ranks(dist::node_place(group).local_size == group.size()))
     return fail("the ranks of the group are not all on one node");
+
+  // Distinct GPUs must reach each other's memory directly: the stage kernels load and store to
+  // peer memory, and a store over a link without peer access is a sticky fault that ends the
+  // process's CUDA context, not an error the fallback could recover from. So ask first.
+  if (std::string reason = peer_access_problem(group, device); !group.all_ranks(reason.empty())) {
+    // Only rank 0 logs the fallback's reason: a rank that found the problem says it here.
+    if (!reason.empty()) ECHO_WARN("comm", "rank {} of the cuda_ipc group: {}", group.rank(), reason);
+    return fail(reason.empty() ? std::string("another rank's GPU cannot be reached directly (its warning names it)")
+                               : reason);
+  }
 
   std::shared_ptr<CudaIpcWorkspace> ws(new CudaIpcWorkspace());
   MPI_CHECK(MPI_Comm_dup(group.get(), &ws->comm_));
@@ -98,12 +147,28 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   if (!group.all_ranks(ok))
     return fail(fmt::format("opening the peers' IPC handles failed ({})", error.empty() ? "on another rank" : error));
 
-  // The probe: a real write into every peer's region, read back by the peer.
-  for (int p = 0; p < group.size() && ok; ++p) {
-    const uint64_t word = kProbe | static_cast<uint64_t>(me);
-    ok = cuda_ok(cudaMemcpy(t.push_flag(p, 0, me), &word, sizeof word, cudaMemcpyHostToDevice), "probe write", error);
+  // The probe: a real write into every peer's region, read back by the peer. A kernel's store,
+  // as the stages make, not a cudaMemcpy, which the driver may stage through the host.
+  {
+    cuda::P2pFlagList probe;
+    probe.count = group.size();
+    for (int p = 0; p < group.size(); ++p) probe.flag[p] = t.push_flag(p, 0, me);
+    void* record = nullptr;  // p2p_publish reads a fault record: a zeroed one, so none
+    ok = cuda_ok(cudaMalloc(&record, sizeof(cuda::P2pFaultRecord)), "probe record", error) &&
+         cuda_ok(cudaMemset(record, 0, sizeof(cuda::P2pFaultRecord)), "probe record", error);
+    if (ok) {
+      try {  // a failed launch throws; here it must become this rank's vote, not skip the votes
+        cuda::p2p_publish(probe, kProbe | static_cast<uint64_t>(me), static_cast<cuda::P2pFaultRecord*>(record),
+                          nullptr);
+      } catch (const std::exception& e) {
+        ok = false;
+        error = fmt::format("probe write: {}", e.what());
+        cudaGetLastError();
+      }
+    }
+    ok = ok && cuda_ok(cudaDeviceSynchronize(), "probe write", error);
+    if (record != nullptr) cudaFree(record);
   }
-  ok = ok && cuda_ok(cudaDeviceSynchronize(), "probe write", error);
   group.barrier();
   std::vector<uint64_t> seen(static_cast<size_t>(group.size()), 0);
   ok = ok && cuda_ok(cudaMemcpy(seen.data(), t.push_flag(me, 0, 0), seen.size() * sizeof(uint64_t),

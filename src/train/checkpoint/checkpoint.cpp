@@ -52,8 +52,6 @@ constexpr std::string_view kTmpSuffix = ".tmp";
 
 // ---- files ----------------------------------------------------------------------------------------
 
-void fsync_path(const fs::path& path, bool directory) { echo::fsync_path(path.string(), directory); }
-
 void write_file_synced(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -62,7 +60,7 @@ void write_file_synced(const fs::path& path, const std::string& text) {
     out.flush();
     ECHO_RUN_CHECK(out.good(), "cannot write '{}': {}", path.string(), std::strerror(errno));
   }
-  fsync_path(path, false);
+  echo::fsync_path(path.string(), false);
 }
 
 std::string read_text(const fs::path& path) {
@@ -340,11 +338,11 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
       sums.files[kHfConfigFile] = xxh3_64(config_text);
       sums.files[trainer_rel(kStateFile)] = xxh3_64(state_text);
       write_file_synced(tmp_dir / kTrainerDir / kChecksumsFile, checksums_json(sums));
-      fsync_path(tmp_dir / kTrainerDir, true);
+      echo::fsync_path((tmp_dir / kTrainerDir).string(), true);
       // The marker goes in before the rename: a .tmp directory never counts, whatever it holds,
       // so the checkpoint appears complete in one step.
       write_file_synced(tmp_dir / kCompleteFile, fmt::format("step {}\n", meta.step));
-      fsync_path(tmp_dir, true);
+      echo::fsync_path(tmp_dir.string(), true);
     } catch (const std::exception& e) {
       error = fmt::format("cannot write checkpoint '{}': {}", tmp_dir.string(), error_text(e));
     }
@@ -365,7 +363,7 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
   if (writer) {
     try {
       publish(tmp_dir, final_dir);
-      fsync_path(root, true);
+      echo::fsync_path(root.string(), true);
       prune(root, final_dir, keep_last);
       ECHO_INFO("train", "saved checkpoint of step {} to {}", meta.step, final_dir.string());
     } catch (const std::exception& e) {
