@@ -145,7 +145,6 @@ int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / mult
 
 // ---- Small kernels -------------------------------------------------------------------------------
 
-
 // C_i = beta * C_i on a strided batch of (rows, cols) matrices (the k == 0 product); beta == 0
 // writes zeros without reading.
 template <class T>
@@ -379,16 +378,18 @@ std::unique_ptr<Plan> make_plan(GemmContext::Impl& ctx, const char* op, const Pr
   const bool found = status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   // Only "no algorithm for this problem" falls back; any other failure (a bad value, a library
   // not initialised) is an error below.
-  const bool declined = status == CUBLAS_STATUS_NOT_SUPPORTED ||
-                        (status == CUBLAS_STATUS_SUCCESS && (returned == 0 || result.state == CUBLAS_STATUS_NOT_SUPPORTED));
+  const bool declined =
+      status == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (status == CUBLAS_STATUS_SUCCESS && (returned == 0 || result.state == CUBLAS_STATUS_NOT_SUPPORTED));
   if (!found && declined && !integer) {
     // NOTE: the int8 path packs its operands into aligned buffers first (run_s8_tn below), so only
     // a float problem, whose operands are the caller's views, can land here.
     plan->fallback = true;
     if (!ctx.fallback_only && ctx.note_fallback)
-      ctx.note_fallback(fmt::format("{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes); it runs "
-                                    "on the slower fallback kernel",
-                                    op, describe_problem(p), align_a, align_b, align_c));
+      ctx.note_fallback(
+          fmt::format("{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes); it runs "
+                      "on the slower fallback kernel",
+                      op, describe_problem(p), align_a, align_b, align_c));
     return plan;
   }
   ECHO_CHECK(found, "{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes; {})", op,
@@ -409,10 +410,10 @@ void run_fallback(const Problem& p, float alpha, float beta, cudaStream_t stream
   const auto launch = [&](auto in_tag, auto out_tag) {
     using TIn = decltype(in_tag);
     using TOut = decltype(out_tag);
-    fallback_gemm_kernel<TIn, TOut><<<grid, block, 0, stream>>>(
-        p.trans_a, p.trans_b, p.m, p.n, p.k, p.batch, alpha, static_cast<const TIn*>(p.a.data), p.a.ld, sa,
-        static_cast<const TIn*>(p.b.data), p.b.ld, sb, beta, static_cast<TOut*>(const_cast<void*>(p.c.data)), p.c.ld,
-        sc);
+    fallback_gemm_kernel<TIn, TOut>
+        <<<grid, block, 0, stream>>>(p.trans_a, p.trans_b, p.m, p.n, p.k, p.batch, alpha,
+                                     static_cast<const TIn*>(p.a.data), p.a.ld, sa, static_cast<const TIn*>(p.b.data),
+                                     p.b.ld, sb, beta, static_cast<TOut*>(const_cast<void*>(p.c.data)), p.c.ld, sc);
   };
   if (p.a.dtype == DType::f32)
     launch(float{}, float{});

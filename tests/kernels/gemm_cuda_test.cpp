@@ -224,45 +224,45 @@ TEST(GemmCuda, StridedBatchedOverInterleavedHeads) {
   ECHO_REQUIRE_DEVICE();
   const int64_t seq = 19, heads = 3, d = 12;
   for (const bool fallback : {false, true})
-  for (DType in_dtype : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(fallback ? "on the fallback kernel" : "on cuBLASLt");
-    cuda::GemmContext ctx;
-    ctx.use_fallback_only(fallback);
-    const Operand x = make_operand(seq, heads * d, in_dtype, false, 7);     // (seq, heads*d)
-    const Operand y = make_operand(seq, heads * d, in_dtype, false, 8);     // (seq, heads*d)
-    Tensor s = Tensor::zeros({heads, seq, seq}, DType::f32, Device::cuda);  // S_h = X_h Y_h^T
-    const double alpha = 0.3;
-    cuda::gemm_strided_batched(ctx, false, true, seq, seq, d, heads, alpha,
-                               cuda::MatrixRef{x.view.raw(), in_dtype, heads * d, d},
-                               cuda::MatrixRef{y.view.raw(), in_dtype, heads * d, d}, 0.0,
-                               cuda::MatrixRef{s.raw(), DType::f32, seq, seq * seq}, kStream);
-    const std::vector<float> got = download_f32(s);
-    const std::vector<double> xv = x.values(), yv = y.values();
-    std::vector<double> want(static_cast<size_t>(heads * seq * seq));
-    for (int64_t h = 0; h < heads; ++h) {
-      cpu::gemm_strided<double>(false, true, seq, seq, d, alpha, xv.data() + h * d, heads * d, yv.data() + h * d,
-                                heads * d, 0.0, want.data() + h * seq * seq, seq);
-    }
-    EXPECT_LE(relative_error(std::vector<double>(got.begin(), got.end()), want), 1e-5) << to_string(in_dtype);
-
-    // The Tensor form on the same data: C_h = S_h X_h written back into a (seq, heads*d) tensor.
-    if (in_dtype == DType::f32) {
-      Tensor out = Tensor::zeros({seq, heads * d}, DType::f32, Device::cuda);
-      Tensor s0 = s.view({heads * seq, seq}).slice(0, 0, seq);
-      Tensor x0 = x.view.slice(1, 0, d);
-      Tensor out0 = out.slice(1, 0, d);
-      cuda::gemm_batched(ctx, false, false, heads, 1.0, s0, seq * seq, x0, d, 0.0, out0, d, kStream);
-      const std::vector<float> o = download_f32(out);
-      std::vector<double> want_o(static_cast<size_t>(seq * heads * d));
+    for (DType in_dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(fallback ? "on the fallback kernel" : "on cuBLASLt");
+      cuda::GemmContext ctx;
+      ctx.use_fallback_only(fallback);
+      const Operand x = make_operand(seq, heads * d, in_dtype, false, 7);     // (seq, heads*d)
+      const Operand y = make_operand(seq, heads * d, in_dtype, false, 8);     // (seq, heads*d)
+      Tensor s = Tensor::zeros({heads, seq, seq}, DType::f32, Device::cuda);  // S_h = X_h Y_h^T
+      const double alpha = 0.3;
+      cuda::gemm_strided_batched(ctx, false, true, seq, seq, d, heads, alpha,
+                                 cuda::MatrixRef{x.view.raw(), in_dtype, heads * d, d},
+                                 cuda::MatrixRef{y.view.raw(), in_dtype, heads * d, d}, 0.0,
+                                 cuda::MatrixRef{s.raw(), DType::f32, seq, seq * seq}, kStream);
+      const std::vector<float> got = download_f32(s);
+      const std::vector<double> xv = x.values(), yv = y.values();
+      std::vector<double> want(static_cast<size_t>(heads * seq * seq));
       for (int64_t h = 0; h < heads; ++h) {
-        // The device's S_h as the input, so only this product's error is measured.
-        const std::vector<double> sh(got.begin() + h * seq * seq, got.begin() + (h + 1) * seq * seq);
-        cpu::gemm_strided<double>(false, false, seq, d, seq, 1.0, sh.data(), seq, xv.data() + h * d, heads * d, 0.0,
-                                  want_o.data() + h * d, heads * d);
+        cpu::gemm_strided<double>(false, true, seq, seq, d, alpha, xv.data() + h * d, heads * d, yv.data() + h * d,
+                                  heads * d, 0.0, want.data() + h * seq * seq, seq);
       }
-      EXPECT_LE(relative_error(std::vector<double>(o.begin(), o.end()), want_o), 1e-5);
+      EXPECT_LE(relative_error(std::vector<double>(got.begin(), got.end()), want), 1e-5) << to_string(in_dtype);
+
+      // The Tensor form on the same data: C_h = S_h X_h written back into a (seq, heads*d) tensor.
+      if (in_dtype == DType::f32) {
+        Tensor out = Tensor::zeros({seq, heads * d}, DType::f32, Device::cuda);
+        Tensor s0 = s.view({heads * seq, seq}).slice(0, 0, seq);
+        Tensor x0 = x.view.slice(1, 0, d);
+        Tensor out0 = out.slice(1, 0, d);
+        cuda::gemm_batched(ctx, false, false, heads, 1.0, s0, seq * seq, x0, d, 0.0, out0, d, kStream);
+        const std::vector<float> o = download_f32(out);
+        std::vector<double> want_o(static_cast<size_t>(seq * heads * d));
+        for (int64_t h = 0; h < heads; ++h) {
+          // The device's S_h as the input, so only this product's error is measured.
+          const std::vector<double> sh(got.begin() + h * seq * seq, got.begin() + (h + 1) * seq * seq);
+          cpu::gemm_strided<double>(false, false, seq, d, seq, 1.0, sh.data(), seq, xv.data() + h * d, heads * d, 0.0,
+                                    want_o.data() + h * d, heads * d);
+        }
+        EXPECT_LE(relative_error(std::vector<double>(o.begin(), o.end()), want_o), 1e-5);
+      }
     }
-  }
 }
 
 TEST(GemmCuda, RejectsBadArguments) {
@@ -415,7 +415,7 @@ TEST(GemmS8Cuda, ExactInEveryLayout) {
   cuda::GemmContext ctx;
   // Multiples of 16 from 32 rows (the TN layout runs in place), multiples of 4 and odd sizes
   // (packed and padded to 16), and one-wide ones.
-  const GemmShape shapes[] = {{64, 32, 128}, {8, 4, 4},  {67, 45, 301}, {1, 1, 1},     {5, 3, 7},
+  const GemmShape shapes[] = {{64, 32, 128}, {8, 4, 4},  {67, 45, 301},   {1, 1, 1},    {5, 3, 7},
                               {3, 130, 64},  {96, 7, 2}, {128, 64, 1000}, {16, 16, 16}, {48, 20, 36}};
   uint32_t seed = 100;
   for (const GemmShape& s : shapes) {

@@ -2,9 +2,9 @@
 // and text in, indexed datasets out, read back with data::IndexedDataset; the train/valid split;
 // identical output for any thread count; the sidecar PREFIX.meta.json (tokenizer, vocabulary, EOS);
 // the error messages for bad input; and Ctrl-C or SIGTERM mid-run, which leaves no partial files.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,16 +12,15 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstring>
-#include <map>
-#include <thread>
-
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "../support/scratch_dir.h"
 #include "core/sha256.h"
@@ -559,7 +558,8 @@ pid_t spawn_prep(const fs::path& exe, std::vector<std::string> args, const std::
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   // An ignored disposition is inherited: ignore SIGHUP here just around the spawn.
-  struct sigaction ign {}, old {};
+  struct sigaction ign {
+  }, old{};
   ign.sa_handler = SIG_IGN;
   if (ignore_hup) sigaction(SIGHUP, &ign, &old);
   pid_t pid = -1;

@@ -39,8 +39,8 @@ std::string peer_access_problem(const dist::Communicator& group, int device) {
   cudaDeviceProp prop{};
   const bool have_uuid = cuda_ok(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", error);
   std::vector<cudaUUID_t> uuids(static_cast<size_t>(group.size()));
-  MPI_CHECK(MPI_Allgather(&prop.uuid, sizeof(cudaUUID_t), MPI_BYTE, uuids.data(), sizeof(cudaUUID_t), MPI_BYTE,
-                          group.get()));
+  MPI_CHECK(
+      MPI_Allgather(&prop.uuid, sizeof(cudaUUID_t), MPI_BYTE, uuids.data(), sizeof(cudaUUID_t), MPI_BYTE, group.get()));
   if (!have_uuid) return error;
   const auto same = [](const cudaUUID_t& x, const cudaUUID_t& y) { return std::memcmp(x.bytes, y.bytes, 16) == 0; };
   int count = 0;
@@ -171,15 +171,16 @@ std::shared_ptr<CudaIpcWorkspace> CudaIpcWorkspace::for_group(const dist::Commun
   }
   group.barrier();
   std::vector<uint64_t> seen(static_cast<size_t>(group.size()), 0);
-  ok = ok && cuda_ok(cudaMemcpy(seen.data(), t.push_flag(me, 0, 0), seen.size() * sizeof(uint64_t),
-                                cudaMemcpyDeviceToHost),
-                     "probe read", error);
+  ok = ok &&
+       cuda_ok(cudaMemcpy(seen.data(), t.push_flag(me, 0, 0), seen.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
+               "probe read", error);
   for (int s = 0; s < group.size() && ok; ++s) ok = seen[static_cast<size_t>(s)] == (kProbe | static_cast<uint64_t>(s));
   ok = ok && cuda_ok(cudaMemset(t.push_flag(me, 0, 0), 0, seen.size() * sizeof(uint64_t)), "probe reset", error) &&
        cuda_ok(cudaDeviceSynchronize(), "probe reset", error);
   group.barrier();
   if (!group.all_ranks(ok))
-    return fail(error.empty() ? std::string("the IPC probe read back wrong values") : "the IPC probe failed (" + error + ")");
+    return fail(error.empty() ? std::string("the IPC probe read back wrong values")
+                              : "the IPC probe failed (" + error + ")");
   registry()[key] = ws;
   return ws;
 }
