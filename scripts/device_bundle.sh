@@ -56,7 +56,10 @@ command -v ompi_info >/dev/null || die "ompi_info not found: Open MPI must be in
 find_bin() {
   local name=$1 f try
   for try in 1 2 3 4 5 6 7; do
-    f=$(find "$BUILD_DIR" -path '*/CMakeFiles' -prune -o -type f -name "$name" -perm -u+x -print | head -1)
+    # NOTE: ELF files only: a test's work folder may hold a script of the same name (the study
+    # scripts' test makes a stand-in echo_train), which find may list first.
+    f=$(find "$BUILD_DIR" -path '*/CMakeFiles' -prune -o -type f -name "$name" -perm -u+x -print |
+      while read -r c; do [[ $(head -c 4 "$c" | od -An -c | tr -d ' ') == 177ELF ]] && { echo "$c"; break; }; done)
     if [[ -z "$f" ]]; then
       [[ $try -eq 1 ]] || return 0
       echo "device_bundle: building $name in $BUILD_DIR" >&2
