@@ -59,7 +59,8 @@ find_bin() {
     # NOTE: ELF files only: a test's work folder may hold a script of the same name (the study
     # scripts' test makes a stand-in echo_train), which find may list first.
     f=$(find "$BUILD_DIR" -path '*/CMakeFiles' -prune -o -type f -name "$name" -perm -u+x -print |
-      while read -r c; do [[ $(head -c 4 "$c" | od -An -c | tr -d ' ') == 177ELF ]] && { echo "$c"; break; }; done)
+      while IFS= read -r c; do [[ $(head -c 4 "$c" | od -An -c | tr -d ' ') == 177ELF ]] && { echo "$c"; break; }; done ||
+      true)
     if [[ -z "$f" ]]; then
       [[ $try -eq 1 ]] || return 0
       echo "device_bundle: building $name in $BUILD_DIR" >&2

@@ -17,6 +17,7 @@ constexpr size_t kMaxPathBytes = 4096;
 
 char g_paths[kMaxPaths][kMaxPathBytes];
 volatile sig_atomic_t g_count = 0;
+bool g_alive = false;  // a RemoveOnSignal exists (its handlers are installed, armed or not)
 
 void remove_then_die(int sig) {
   for (sig_atomic_t i = 0; i < g_count; ++i) ::unlink(g_paths[i]);
@@ -39,13 +40,14 @@ sigset_t stop_signal_set() {
 }  // namespace
 
 RemoveOnSignal::RemoveOnSignal(const std::vector<std::string>& paths) {
-  ECHO_CHECK(g_count == 0, "RemoveOnSignal: one at a time");
+  ECHO_CHECK(!g_alive, "RemoveOnSignal: one at a time");
   ECHO_CHECK(paths.size() <= kMaxPaths, "RemoveOnSignal: at most {} paths, got {}", kMaxPaths, paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
     ECHO_CHECK(paths[i].size() < kMaxPathBytes, "RemoveOnSignal: path too long: {}", paths[i]);
     std::memcpy(g_paths[i], paths[i].c_str(), paths[i].size() + 1);
   }
   g_count = static_cast<sig_atomic_t>(paths.size());
+  g_alive = true;
   struct sigaction sa {};
   sa.sa_handler = remove_then_die;
   sigemptyset(&sa.sa_mask);
@@ -64,6 +66,7 @@ RemoveOnSignal::~RemoveOnSignal() {
   disarm();
   for (int i = 0; i < 3; ++i)
     if (installed_[i]) sigaction(kSignals[i], &previous_[i], nullptr);
+  g_alive = false;
 }
 
 void RemoveOnSignal::disarm() noexcept { g_count = 0; }

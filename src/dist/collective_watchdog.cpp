@@ -1,6 +1,8 @@
 // The collective watchdog: one detached thread polling what the main thread's scope published.
 #include "dist/collective_watchdog.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,8 +10,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "core/seconds_text.h"
 #include "core/stopwatch.h"
@@ -35,10 +35,12 @@ struct Watchdog {
   std::function<void(const std::string&)> handler;
   std::once_flag started;
 
-  // Every change bumps the generation (sequentially consistent, like every access here: a few
-  // atomic stores beside an MPI collective cost nothing), so the thread, which reads the
-  // generation before and after the other two, never mixes two scopes.
+  // A seqlock: the generation is odd while a change is written and moves on by two with each
+  // (sequentially consistent, like every access here: a few atomic stores beside an MPI
+  // collective cost nothing), so the thread, which reads it before and after the fields and skips
+  // an odd or changed one, never mixes two scopes.
   void publish(const char* w, Patience p) {
+    generation.fetch_add(1);
     since_ns.store(steady_now_ns());
     scope_step.store(step.load());
     what.store(w);
@@ -52,8 +54,8 @@ struct Watchdog {
       // A quarter of the smaller limit in force between looks (at most 1 s, at least 10 ms): an
       // overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's.
       const int64_t step_limit = timeout_ns.load(), slow_limit = slow_timeout_ns.load();
-      const int64_t smaller = step_limit > 0 && slow_limit > 0 ? std::min(step_limit, slow_limit)
-                                                               : std::max(step_limit, slow_limit);
+      const int64_t smaller =
+          step_limit > 0 && slow_limit > 0 ? std::min(step_limit, slow_limit) : std::max(step_limit, slow_limit);
       const int64_t poll = smaller > 0 ? std::clamp<int64_t>(smaller / 4, 10'000'000, 1'000'000'000) : 1'000'000'000;
       std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
       const uint64_t gen = generation.load();
@@ -61,18 +63,19 @@ struct Watchdog {
       const bool slow = patience.load() == static_cast<int>(Patience::slow);
       const int64_t since = since_ns.load();
       const int64_t in_step = scope_step.load();
-      if (w == nullptr || gen == fired_for || generation.load() != gen) continue;
+      if ((gen & 1) != 0 || w == nullptr || gen == fired_for || generation.load() != gen) continue;
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
       if (timeout <= 0) continue;
       const int64_t waited = steady_now_ns() - since;
       if (waited <= timeout) continue;
       fired_for = gen;
-      fire(fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): a peer rank is "
-                       "stopped, hung or gone; ending this rank so that mpirun ends the job",
-                       rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
-                       in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
-                       slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9));
+      fire(
+          fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): a peer rank is "
+                      "stopped, hung or gone; ending this rank so that mpirun ends the job",
+                      rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
+                      in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
+                      slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9));
     }
   }
 

@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
 #include "../support/test_util.h"
+#include "core/config/schema.h"
 
 namespace echo::config {
 
@@ -406,7 +408,8 @@ TEST_F(ConfigFile, FullFileParsesEveryKey) {
 TEST_F(ConfigFile, UnknownKeyNamesFileLineKeyAndKnownKeys) {
   const std::string error = load_error({"run:", "  seed: 1", "comm:", "  bits: 4", "  bitz: 8"});
   EXPECT_THAT(error, StartsWith(at(5) + "unknown key 'comm.bitz'"));
-  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, save_timeout_s, shm_threads, p2p_tiles, p2p_slot_kib, bits, group_size,"));
+  EXPECT_THAT(error, HasSubstr("(known keys in 'comm': allreduce, transport, peer_timeout_s, save_timeout_s, "
+                               "shm_threads, p2p_tiles, p2p_slot_kib, bits, group_size,"));
   EXPECT_THAT(
       load_error({"comm:", "  compensator: {eta: 0.5, etta: 0.4}"}),
       StartsWith(at(2) + "unknown key 'comm.compensator.etta' (known keys in 'comm.compensator': enabled, eta"));
@@ -457,7 +460,8 @@ TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
   EXPECT_THAT(load_error({"model: {hidden: 0128}"}), HasSubstr("'model.hidden' = 0128 has a leading zero"));
   EXPECT_THAT(load_error({"run: {seed: -007}"}), HasSubstr("'run.seed' = -007 has a leading zero"));
   EXPECT_THAT(load_error({"model: {head_dim: -08}"}), HasSubstr("write it without: -8"));
-  EXPECT_THAT(load_error({"comm: {peer_timeout_s: 0300}"}), HasSubstr("'comm.peer_timeout_s' = 0300 has a leading zero"));
+  EXPECT_THAT(load_error({"comm: {peer_timeout_s: 0300}"}),
+              HasSubstr("'comm.peer_timeout_s' = 0300 has a leading zero"));
   EXPECT_EQ(parse_config("optim: {lr: 0.5e-3}\n", "t.yaml").optim.lr, 0.5e-3);
   EXPECT_THAT(load_error({"run: {seed: 000}"}), HasSubstr("write it without: 0"));
   EXPECT_THAT(error_of([] { parse_config("", "t.yaml", {"data.seq_len=0100"}); }),
@@ -701,7 +705,8 @@ TEST_F(ConfigFile, ShmTransportAndItsPeerTimeout) {
 
 TEST_F(ConfigFile, TwoCollectiveTakesOnlyTheUnpipelinedTransports) {
   for (const char* t : {"auto", "mpi"})
-    EXPECT_NO_THROW(load_config(write("tc.yaml", {"comm:", "  allreduce: two_collective", std::string("  transport: ") + t})));
+    EXPECT_NO_THROW(
+        load_config(write("tc.yaml", {"comm:", "  allreduce: two_collective", std::string("  transport: ") + t})));
   EXPECT_THAT(load_error({"comm:", "  allreduce: two_collective", "  transport: shm"}),
               HasSubstr("'comm.allreduce' = two_collective is the unpipelined baseline"));
   EXPECT_THAT(load_error({"run: {device: cuda}", "comm:", "  allreduce: two_collective", "  transport: cuda_ipc"}),
@@ -938,6 +943,47 @@ TEST(DefaultYaml, NamesEveryKeyWithAComment) {
     }
 }
 
+// Every real-valued key is written with a '.' (300.0, not 300): YAML 1.1 readers (PyYAML, which
+// sweep.py uses to learn each key's kind from this file) read 300 as an integer, and sweep.py then
+// refused a grid value of 2.5 for comm.peer_timeout_s as "must be an integer".
+struct RealKeys {
+  std::string prefix;
+  std::vector<std::string> keys;
+  template <class T>
+  void field(const char* key, T&, const char*, const schema::Check& = {}) {
+    if constexpr (std::is_same_v<T, double>) keys.push_back(schema::dotted(prefix, key));
+  }
+  template <class S>
+  void section(const char* key, S& value, const char*) {
+    const std::string outer = prefix;
+    prefix = schema::dotted(prefix, key);
+    schema::visit(value, *this);
+    prefix = outer;
+  }
+};
+
+// The scalar's text at dotted `key` ("" when there is none).
+std::string scalar_text(const YAML::Node& node, std::string_view key) {
+  const std::size_t dot = key.find('.');
+  if (!node.IsMap()) return "";
+  const YAML::Node child = node[std::string(key.substr(0, dot))];
+  if (!child.IsDefined()) return "";
+  if (dot != std::string_view::npos) return scalar_text(child, key.substr(dot + 1));
+  return child.IsScalar() ? child.Scalar() : "";
+}
+
+TEST(DefaultYaml, WritesEveryRealKeyAsAFloat) {
+  const YAML::Node root = YAML::LoadFile((repo_root() / "configs" / "default.yaml").string());
+  Config c;
+  RealKeys reals;
+  schema::visit(c, reals);
+  ASSERT_GE(reals.keys.size(), 10u);  // lr, eps, betas, eta, ...: the visitor found the table's doubles
+  for (const std::string& key : reals.keys) {
+    const std::string text = scalar_text(root, key);
+    EXPECT_NE(text.find('.'), std::string::npos) << key << ": " << text << " reads as an integer in YAML 1.1";
+  }
+}
+
 }  // namespace
 TEST(ConfigLinear, ProjectionListIsValidated) {
   Config c;
@@ -948,7 +994,8 @@ TEST(ConfigLinear, ProjectionListIsValidated) {
               HasSubstr("p.yaml:1: 'linear.projections' names 'kk', which is not one of q, k, v, o, gate, up, down"));
   EXPECT_THAT(error_of([] { parse_config("linear: {projections: \"q,q\"}", "p.yaml"); }),
               HasSubstr("'linear.projections' names 'q' twice"));
-  EXPECT_THAT(error_of([] { parse_config("linear: {projections: \",\"}", "p.yaml"); }), HasSubstr("names no projection"));
+  EXPECT_THAT(error_of([] { parse_config("linear: {projections: \",\"}", "p.yaml"); }),
+              HasSubstr("names no projection"));
 }
 
 }  // namespace echo::config

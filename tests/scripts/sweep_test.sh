@@ -120,11 +120,16 @@ check_bad 'train.steps: [1_0]' "value '1_0' is not a number"
 check_bad 'train.steps: [4, 010]' "value '010' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: 10"
 check_bad 'optim.lr: [-0300]' "value '-0300' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: -300"
 check_bad 'comm.allreduce: [1]' "value '1' is not text"
-# Integer values are compared exactly: two seeds beyond a double's 2^53 that differ in the last digit are two points.
-printf 'run.seed: [123456789012345, 123456789012346]\n' > "$work/seeds.yaml"
+# Integer values are compared exactly: two seeds beyond a double's 2^53 that differ in the last digit are two
+# points (as floats they are one value), and a real key whose default is written 300.0 takes 2.5.
+printf 'run.seed: [12345678901234567, 12345678901234568]\n' > "$work/seeds.yaml"
 out=$("${sweep[@]}" "$work/base.yaml" "$work/seeds.yaml" --print 2>&1); rc=$?
-[[ $rc -eq 0 && $(grep -c -- '--set run.seed=12345678901234[56] ' <<<"$out") -eq 2 ]] &&
-  ok "two large seeds one apart are two points" || bad "large seeds: exit $rc: $out"
+[[ $rc -eq 0 && $(grep -c -- '--set run.seed=1234567890123456[78] ' <<<"$out") -eq 2 ]] &&
+  ok "two seeds beyond 2^53 one apart are two points" || bad "large seeds: exit $rc: $out"
+printf 'comm.peer_timeout_s: [2.5, 300]\n' > "$work/timeouts.yaml"
+out=$("${sweep[@]}" "$work/base.yaml" "$work/timeouts.yaml" --print 2>&1); rc=$?
+[[ $rc -eq 0 && $(grep -c -- '--set comm.peer_timeout_s=' <<<"$out") -eq 2 ]] &&
+  ok "comm.peer_timeout_s (a real key) takes 2.5" || bad "peer_timeout_s 2.5: exit $rc: $out"
 check_bad "$(for k in run.seed optim.lr train.steps model.layers; do echo "$k: [1,2,3,4,5,6,7,8,9,10]"; done)" \
   "10000 points (more than 1000); pass --yes"
 
@@ -168,6 +173,13 @@ sed 's/init_from: ""/init_from: 1e3/' "$root/seed=1_eta=0.5/config.yaml" > "$wor
 out=$("${sweep[@]}" "$work/base-text.yaml" "$work/grid.yaml" --out-root "$work/text" --print 2>&1); rc=$?
 [[ $rc -eq 0 && $out != *"another config"* ]] && ok "run.init_from 1e3 is the 1e3 of the run there" ||
   bad "init_from 1e3 vs 1e3: exit $rc: $out"
+# An earlier run's seed is compared exactly too (relative 1e-12 once made 123456789012345 and ...346 one seed).
+mkdir -p "$work/seedrun/seed=123456789012346"
+sed 's/^  seed: 1 /  seed: 123456789012345 /' "$root/seed=1_eta=0.5/config.yaml" > "$work/seedrun/seed=123456789012346/config.yaml"
+grep -q '^  seed: 123456789012345 ' "$work/seedrun/seed=123456789012346/config.yaml" || bad "the seed line of config.yaml was not found"
+printf 'run.seed: [123456789012346]\n' > "$work/seed-one.yaml"
+check_refused "holds a run of another config: run.seed is 123456789012345 there, 123456789012346 here" \
+  "$work/base.yaml" "$work/seed-one.yaml" --out-root "$work/seedrun" --print
 # Ctrl-C before the first point (the sweep is reading its base config, a FIFO nobody writes): one line, no
 # traceback, and the sweep dies of SIGINT (a background job of this script starts with SIGINT ignored).
 rm -f "$work/fifo.yaml" && mkfifo "$work/fifo.yaml"

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -45,18 +46,22 @@ std::string peer_access_problem(const dist::Communicator& group, int device) {
   const auto same = [](const cudaUUID_t& x, const cudaUUID_t& y) { return std::memcmp(x.bytes, y.bytes, 16) == 0; };
   int count = 0;
   if (!cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount", error)) return error;
+  std::vector<cudaUUID_t> visible(static_cast<size_t>(count));  // this process's devices, by ordinal
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp other{};
+    if (!cuda_ok(cudaGetDeviceProperties(&other, d), "cudaGetDeviceProperties", error)) return error;
+    visible[static_cast<size_t>(d)] = other.uuid;
+  }
+  const cudaUUID_t unknown{};  // what a rank that could not read its own sent
   for (int p = 0; p < group.size(); ++p) {
     const cudaUUID_t& theirs = uuids[static_cast<size_t>(p)];
+    if (same(theirs, unknown)) return fmt::format("rank {} could not read its GPU's properties", p);
     if (same(theirs, prop.uuid)) continue;
-    int ordinal = -1;
-    for (int d = 0; d < count && ordinal < 0; ++d) {
-      cudaDeviceProp other{};
-      if (!cuda_ok(cudaGetDeviceProperties(&other, d), "cudaGetDeviceProperties", error)) return error;
-      if (same(other.uuid, theirs)) ordinal = d;
-    }
-    if (ordinal < 0)
+    const auto at = std::find_if(visible.begin(), visible.end(), [&](const cudaUUID_t& u) { return same(u, theirs); });
+    if (at == visible.end())
       return fmt::format("rank {}'s GPU is not visible to rank {} (CUDA_VISIBLE_DEVICES differs between them?)", p,
                          group.rank());
+    const int ordinal = static_cast<int>(at - visible.begin());
     int can = 0;
     if (!cuda_ok(cudaDeviceCanAccessPeer(&can, device, ordinal), "cudaDeviceCanAccessPeer", error)) return error;
     if (!can)
