@@ -381,19 +381,19 @@ std::unique_ptr<Plan> make_plan(GemmContext::Impl& ctx, const char* op, const Pr
   const bool declined =
       status == CUBLAS_STATUS_NOT_SUPPORTED ||
       (status == CUBLAS_STATUS_SUCCESS && (returned == 0 || result.state == CUBLAS_STATUS_NOT_SUPPORTED));
+  const auto no_algorithm = [&] {
+    return fmt::format("{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes", op, describe_problem(p),
+                       align_a, align_b, align_c);
+  };
   if (!found && declined && !integer) {
     // NOTE: the int8 path packs its operands into aligned buffers first (run_s8_tn below), so only
     // a float problem, whose operands are the caller's views, can land here.
     plan->fallback = true;
     if (!ctx.fallback_only && ctx.note_fallback)
-      ctx.note_fallback(
-          fmt::format("{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes); it runs "
-                      "on the slower fallback kernel",
-                      op, describe_problem(p), align_a, align_b, align_c));
+      ctx.note_fallback(no_algorithm() + "); it runs on the slower fallback kernel");
     return plan;
   }
-  ECHO_CHECK(found, "{}: cuBLASLt has no algorithm for {} (alignments a {} b {} c {} bytes; {})", op,
-             describe_problem(p), align_a, align_b, align_c,
+  ECHO_CHECK(found, "{}; {})", no_algorithm(),
              cublasLtGetStatusName(status != CUBLAS_STATUS_SUCCESS ? status : result.state));
   plan->algo = result.algo;
   plan->workspace_bytes = result.workspaceSize;

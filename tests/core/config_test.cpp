@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "../support/test_util.h"
@@ -32,13 +33,14 @@ using ::testing::StartsWith;
 // The repository root, from this file's path: tests/core/config_test.cpp.
 fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
 
-// Whether the YAML tree holds a scalar at dotted `key`.
-bool has_scalar(const YAML::Node& node, std::string_view key) {
+// The text of the YAML tree's scalar at dotted `key`; none when it holds no scalar there.
+std::optional<std::string> scalar_at(const YAML::Node& node, std::string_view key) {
   const std::size_t dot = key.find('.');
-  if (!node.IsMap()) return false;
+  if (!node.IsMap()) return std::nullopt;
   const YAML::Node child = node[std::string(key.substr(0, dot))];
-  if (!child.IsDefined()) return false;
-  return dot == std::string_view::npos ? child.IsScalar() : has_scalar(child, key.substr(dot + 1));
+  if (!child.IsDefined()) return std::nullopt;
+  if (dot != std::string_view::npos) return scalar_at(child, key.substr(dot + 1));
+  return child.IsScalar() ? std::optional<std::string>(child.Scalar()) : std::nullopt;
 }
 
 // A fresh directory per test for the YAML files it writes.
@@ -886,7 +888,7 @@ TEST(ConfigYaml, WritesEveryKeyWithAComment) {
   const std::string text = to_yaml(Config{});
   const YAML::Node root = YAML::Load(text);
   for (const std::string& key : known_keys()) {
-    EXPECT_TRUE(has_scalar(root, key)) << key;
+    EXPECT_TRUE(scalar_at(root, key).has_value()) << key;
   }
   std::stringstream lines(text);
   for (std::string line; std::getline(lines, line);)
@@ -934,7 +936,7 @@ TEST(DefaultYaml, NamesEveryKeyWithAComment) {
   const std::string path = (repo_root() / "configs" / "default.yaml").string();
   const YAML::Node root = YAML::LoadFile(path);
   for (const std::string& key : known_keys()) {
-    EXPECT_TRUE(has_scalar(root, key)) << key << " is missing from " << path;
+    EXPECT_TRUE(scalar_at(root, key).has_value()) << key << " is missing from " << path;
   }
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);)
@@ -962,16 +964,6 @@ struct RealKeys {
   }
 };
 
-// The scalar's text at dotted `key` ("" when there is none).
-std::string scalar_text(const YAML::Node& node, std::string_view key) {
-  const std::size_t dot = key.find('.');
-  if (!node.IsMap()) return "";
-  const YAML::Node child = node[std::string(key.substr(0, dot))];
-  if (!child.IsDefined()) return "";
-  if (dot != std::string_view::npos) return scalar_text(child, key.substr(dot + 1));
-  return child.IsScalar() ? child.Scalar() : "";
-}
-
 TEST(DefaultYaml, WritesEveryRealKeyAsAFloat) {
   const YAML::Node root = YAML::LoadFile((repo_root() / "configs" / "default.yaml").string());
   Config c;
@@ -979,7 +971,7 @@ TEST(DefaultYaml, WritesEveryRealKeyAsAFloat) {
   schema::visit(c, reals);
   ASSERT_GE(reals.keys.size(), 10u);  // lr, eps, betas, eta, ...: the visitor found the table's doubles
   for (const std::string& key : reals.keys) {
-    const std::string text = scalar_text(root, key);
+    const std::string text = scalar_at(root, key).value_or("");
     EXPECT_NE(text.find('.'), std::string::npos) << key << ": " << text << " reads as an integer in YAML 1.1";
   }
 }
