@@ -19,17 +19,42 @@ CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm
       exact_(comm::make_exact_all_reduce(tp, comm::ExactPrecision::fp32, device)),
       // The identity at tp = 1, which lets a device backend keep the cross-entropy on the device.
       reducer_(tp.size() > 1 ? backend::make_mpi_reducer(tp) : backend::make_local_reducer()) {
-  if (tp.size() > 1) reducer_.device = comm::make_device_tp_reduce(tp, device, transport);
+  if (tp.size() == 1) return;
+  reducer_.device = comm::make_device_tp_reduce(tp, device, transport);
+  // Count the reductions' payload where they are issued, whichever path carries them.
+  const auto counted = [this](std::function<void(std::span<double>)> reduce) {
+    return [this, reduce = std::move(reduce)](std::span<double> values) {
+      traffic_.reduction_bytes += values.size_bytes();
+      reduce(values);
+    };
+  };
+  reducer_.max = counted(std::move(reducer_.max));
+  reducer_.sum = counted(std::move(reducer_.sum));
+  if (reducer_.device)
+    reducer_.device = [this, reduce = std::move(reducer_.device)](void* data, int64_t n, DType dtype,
+                                                                   backend::ReduceOp op, void* stream) {
+      traffic_.reduction_bytes += static_cast<uint64_t>(n) * dtype_size(dtype);
+      reduce(data, n, dtype, op, stream);
+    };
+}
+
+void CommTpOps::block_site(Tensor& x, comm::Site site) {
+  blocks_.all_reduce(x, site);
+  if (tp_.size() > 1) traffic_.all_reduce_bytes += blocks_.wire_bytes_per_rank(x.numel(), site);
 }
 
 void CommTpOps::edge_sum(Tensor& x, comm::Site site) {
   if (!edge_) return exact_sum(x);
   edge_->begin_pass(site.direction);  // a single site: no compensator history to carry
   edge_->all_reduce(x, site);
+  if (tp_.size() > 1) traffic_.all_reduce_bytes += edge_->wire_bytes_per_rank(x.numel(), site);
 }
 
 void CommTpOps::exact_sum(Tensor& x) {
-  if (tp_.size() > 1) exact_->all_reduce(x, {0, comm::Direction::forward});
+  if (tp_.size() == 1) return;
+  const comm::Site site{0, comm::Direction::forward};
+  exact_->all_reduce(x, site);
+  traffic_.all_reduce_bytes += exact_->wire_bytes_per_rank(x.numel(), site);
 }
 
 template <class T>

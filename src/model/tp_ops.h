@@ -6,7 +6,9 @@
 //   reducer     the max / sum reductions of the vocab-parallel cross-entropy and the INT8 scales
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "backend/tp_reducer.h"
 #include "comm/all_reduce.h"
@@ -37,6 +39,15 @@ class TpOps {
   virtual void raise_deferred_faults() {}
 };
 
+// What a rank handed to its tensor-parallel group: the bytes echo's all-reduces send
+// (AllReduce::wire_bytes_per_rank: codes and group parameters, or bf16/fp32 values) and the
+// payload of the scalar reductions (TpReducer: cross-entropy statistics, INT8 scales), whose
+// movement MPI's algorithm decides (at tp = 2 each rank sends exactly the payload).
+struct TpTraffic {
+  uint64_t all_reduce_bytes = 0;
+  uint64_t reduction_bytes = 0;
+};
+
 // fp32 model: block sites go through the configured all-reduce (exact or Echo); the embedding
 // and LM-head sums through `edge` when given (comm.embedding_exact: false), else exactly; the
 // q_norm/k_norm gradient sums always exactly (fp32 two-phase); the reducer over MPI. Where device is
@@ -52,10 +63,12 @@ class CommTpOps final : public TpOps<float> {
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }
-  void block_site(Tensor& x, comm::Site site) override { blocks_.all_reduce(x, site); }
+  void block_site(Tensor& x, comm::Site site) override;
   void exact_sum(Tensor& x) override;
   void edge_sum(Tensor& x, comm::Site site) override;
   const backend::TpReducer& reducer() const override { return reducer_; }
+  // The traffic since the last call (the trainer's per-step tp_wire_bytes), and a fresh count.
+  TpTraffic take_traffic() { return std::exchange(traffic_, {}); }
   void raise_deferred_faults() override {  // the embedding's edge site runs before the blocks
     raise_all({[&] {
                  if (edge_) edge_->raise_deferred_faults();
@@ -69,6 +82,7 @@ class CommTpOps final : public TpOps<float> {
   comm::AllReduce* edge_;
   std::unique_ptr<comm::AllReduce> exact_;
   backend::TpReducer reducer_;
+  TpTraffic traffic_;
 };
 
 // Every collective an exact MPI sum in T (double for finite-difference and TP tests); with a

@@ -75,7 +75,9 @@ void MetricsLog::step(const StepMetrics& m) {
                      {"grad_norm", m.grad_norm},
                      {"tokens_per_s", m.tokens_per_s},
                      {"step_ms", m.step_ms},
-                     {"mfu", m.mfu}}
+                     {"mfu", m.mfu},
+                     {"tp_wire_bytes", m.tp_wire_bytes},
+                     {"tp_reduce_bytes", m.tp_reduce_bytes}}
           .dump());
 }
 

@@ -13,6 +13,9 @@ namespace echo::train {
 struct StepMetrics {
   int64_t step = 0;  // 1-based: the number of optimizer steps done
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, step_ms = 0, mfu = 0;
+  // Bytes the writing rank (world rank 0) handed to its tensor-parallel group in the step
+  // (model::TpTraffic): its all-reduces' wire bytes, and the scalar reductions' payload.
+  uint64_t tp_wire_bytes = 0, tp_reduce_bytes = 0;
 };
 
 // Training FLOPs per token: 6·N + 12·L·n_heads·head_dim·seq (N = parameters of the full model).

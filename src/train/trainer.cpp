@@ -402,6 +402,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     const int interval = cfg_.comm.telemetry_interval;
     const bool telemetry = interval > 0 && (step + 1) % interval == 0;
     double loss = 0;
+    tp_ops_->take_traffic();  // what an evaluation sent is not the step's
     try {
       loss = train_step(step, telemetry);
     } catch (const Error& e) {
@@ -429,13 +430,16 @@ TrainResult Trainer::run(int64_t stop_after) {
     result.steps_run = step + 1 - start_step_;
     result.last_loss = loss;
 
+    const model::TpTraffic traffic = tp_ops_->take_traffic();
     StepMetrics m{step + 1,
                   loss,
                   lr,
                   norm,
                   tokens_per_step / secs,
                   secs * 1e3,
-                  mfu(flops_per_step - int8_per_step, int8_per_step, secs, peak_, peak_units)};
+                  mfu(flops_per_step - int8_per_step, int8_per_step, secs, peak_, peak_units),
+                  traffic.all_reduce_bytes,
+                  traffic.reduction_bytes};
     if (world_.layout.rank == 0) {
       if (cfg_.train.log_interval > 0 && (step + 1) % cfg_.train.log_interval == 0) {
         const double eta =

@@ -50,14 +50,28 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
     ws->win_ = MPI_WIN_NULL;
     return fail(fmt::format("MPI_Win_allocate_shared of {} bytes per rank failed", geometry.region_bytes()));
   }
-  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, ws->win_));
-  for (int p = 0; p < group.size(); ++p) {
+  // A window's errors abort the job by default. Some MPI layers refuse the shared query of a
+  // window they allocated: Open MPI's monitoring component (mpirun --mca pml_monitoring_enable 1,
+  // a byte counter) wraps the window and answers MPI_ERR_RMA_FLAVOR. That is a reason to take the
+  // MPI path, not to die.
+  MPI_CHECK(MPI_Win_set_errhandler(ws->win_, MPI_ERRORS_RETURN));
+  std::string query_error;
+  for (int p = 0; p < group.size() && query_error.empty(); ++p) {
     MPI_Aint size = 0;
     int disp = 0;
     void* ptr = nullptr;
-    MPI_CHECK(MPI_Win_shared_query(ws->win_, p, &size, &disp, &ptr));
-    t.set_region(p, static_cast<uint8_t*>(ptr));
+    const int qrc = MPI_Win_shared_query(ws->win_, p, &size, &disp, &ptr);
+    if (qrc != MPI_SUCCESS)
+      query_error = fmt::format("MPI_Win_shared_query of rank {}'s region failed: {}", p, dist::mpi_error_string(qrc));
+    else if (ptr == nullptr || static_cast<size_t>(size) < geometry.region_bytes())
+      query_error = fmt::format("MPI_Win_shared_query gave rank {}'s region as {} bytes at {}", p, size, ptr);
+    else
+      t.set_region(p, static_cast<uint8_t*>(ptr));
   }
+  if (!group.all_ranks(query_error.empty()))  // the destructor frees the window (unlocked)
+    return fail(query_error.empty() ? "a peer could not map the shared-memory window" : query_error);
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, ws->win_));
+  ws->locked_ = true;
   std::memset(base, 0, geometry.region_bytes());
 
   // The probe: a real write into every peer's region, read back by the peer.
@@ -84,7 +98,7 @@ ShmWorkspace::~ShmWorkspace() {
   // NOTE: MPI_Win_free is collective. While an exception unwinds, the other ranks are not coming
   // (main aborts the job), so leave the window to the process's exit rather than hang in it.
   if (finalized || std::uncaught_exceptions() > 0) return;
-  MPI_Win_unlock_all(win_);
+  if (locked_) MPI_Win_unlock_all(win_);
   MPI_Win_free(&win_);
 }
 

@@ -40,6 +40,7 @@ class ShmWorkspace {
 
   RegionTable table_;
   MPI_Win win_ = MPI_WIN_NULL;
+  bool locked_ = false;  // MPI_Win_lock_all taken: the destructor unlocks before freeing
 };
 
 }  // namespace echo::comm::p2p
