@@ -50,7 +50,7 @@ __device__ __forceinline__ float from_float<float>(float v) {
 }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
+  return __ushort_as_bfloat16(float_to_bf16_bits(v));  // not __float2bfloat16_rn: NaN bits as on the host
 }
 
 __device__ __forceinline__ float load(const float* p) { return *p; }
@@ -59,19 +59,7 @@ __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat1
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __ushort_as_bfloat16(float_to_bf16_bits(v)); }
 
-// double -> float rounded to odd: truncate, then set the last bit when inexact. Rounding that to a
-// format with at least two fewer significand bits (bf16, f16) is the correctly rounded (once)
-// result, where double -> float -> bf16 could round twice.
-__host__ __device__ inline float double_to_float_odd(double v) {
-  float f = static_cast<float>(v);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = nextafterf(f, 0.0f);  // toward zero
-  if (static_cast<double>(f) != v) f = bits_float(float_bits(f) | 1u);            // sticky bit (NaN stays NaN)
-  return f;
-}
-
-__host__ __device__ inline uint16_t double_to_bf16_bits(double v) { return float_to_bf16_bits(double_to_float_odd(v)); }
-
-// Stores a double rounded once to the element type.
+// Stores a double rounded once to the element type (core/half.h's double_to_bf16_bits).
 __device__ __forceinline__ void store_double(float* p, double v) { *p = static_cast<float>(v); }
 __device__ __forceinline__ void store_double(__nv_bfloat16* p, double v) {
   *p = __ushort_as_bfloat16(double_to_bf16_bits(v));

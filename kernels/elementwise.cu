@@ -218,7 +218,7 @@ void fill(Tensor& y, double value, cudaStream_t stream) {
       break;
     case DType::f16:
       fill_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(static_cast<uint16_t*>(y.raw()), n,
-                                                             float_to_half_bits(double_to_float_odd(value)));
+                                                             double_to_half_bits(value));
       break;
     default: {
       uint64_t bits;

@@ -12,7 +12,9 @@
 //  * bit-identical: the row scales s_x, s_w, the codes X̂, Ŵ (saved), y, max |G'|, Δ, the gradient
 //    codes Q (every rounding rule and threshold sharing), E = ΔQ − G', the EC means r_t, c_b, m_b
 //    (double, the CPU's summation order), and dx, dw when EC is off (the int8 GEMMs are exact and
-//    the epilogues do the CPU's fp32 operations in its order);
+//    the epilogues do the CPU's fp32 operations in its order). NOTE: with column-style TP over a
+//    device reducer (NCCL), the row sums behind r_t are summed in NCCL's order, which at tp >= 3
+//    need not be MPI's: r_t then matches to double rounding, not bit for bit;
 //  * with EC on, dx and dw differ from the CPU by rounding only: the CPU applies the rank-(B + 1)
 //    corrections through OpenBLAS sgemm (fp32, an order of its own), the kernels form the same
 //    fp32 factors (R = [c_b; 1]·Ŵ and N = [xsum_b; u]·X̂ rounded to f32 as the CPU's are, L and M

@@ -17,13 +17,17 @@ std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& gro
     return std::make_unique<TwoPhaseReduce>(group);
   std::string why;
   auto ws = p2p::ShmWorkspace::for_group(group, options.geometry, &why);
-  if (ws) return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);
+  if (ws)
+    return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);
   if (group.rank() == 0) {
     // A warning where the config asked for shm by name; auto falling back is routine (multi-node).
     const auto level = options.kind == TransportKind::shm ? spdlog::level::warn : spdlog::level::info;
-    log::get("comm")->log(
-        level, "comm.transport = {}: the shm transport is not possible for this group ({}); using mpi",
-        options.kind == TransportKind::shm ? "shm" : options.kind == TransportKind::cuda_ipc ? "cuda_ipc" : "auto", why);
+    log::get("comm")->log(level,
+                          "comm.transport = {}: the shm transport is not possible for this group ({}); using mpi",
+                          options.kind == TransportKind::shm        ? "shm"
+                          : options.kind == TransportKind::cuda_ipc ? "cuda_ipc"
+                                                                    : "auto",
+                          why);
   }
   return std::make_unique<TwoPhaseReduce>(group);
 }

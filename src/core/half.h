@@ -3,6 +3,8 @@
 // bit patterns; NaN stays NaN (quiet), overflow rounds to infinity as IEEE 754 requires.
 #pragma once
 
+#include <cmath>
+
 #include "core/hd.h"
 
 namespace echo {
@@ -27,7 +29,7 @@ ECHO_HD uint16_t float_to_half_bits(float f) {
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
   if (a >= 0x7f800000u) return sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN / Inf
-  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
+  if (a >= 0x477ff000u) return sign | 0x7c00u;                                // >= 65520 rounds to infinity
   if (a < 0x38800000u) {
     // Below 2^-14 the result is subnormal (or zero): adding 0.5f aligns the value so that the
     // FPU's own round-to-nearest-even drops exactly the bits binary16 cannot hold.
@@ -56,5 +58,21 @@ ECHO_HD float half_bits_to_float(uint16_t h) {
 ECHO_HD float round_to_half(float f) { return half_bits_to_float(float_to_half_bits(f)); }
 
 constexpr float kHalfMax = 65504.0f;
+
+// ---- From double, rounded once ------------------------------------------------------------
+
+// double -> float rounded to odd: truncate, then set the last bit when inexact. Rounding that to a
+// format with at least two fewer significand bits (bf16, f16) is the correctly rounded (once)
+// result, where double -> float -> bf16 could round twice (a value just above a bf16 midpoint
+// that the float rounding lands on the midpoint, which then ties to even: the wrong way).
+ECHO_HD float double_to_float_odd(double v) {
+  float f = static_cast<float>(v);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = nextafterf(f, 0.0f);  // toward zero
+  if (static_cast<double>(f) != v) f = bits_float(float_bits(f) | 1u);            // sticky bit (NaN stays NaN)
+  return f;
+}
+
+ECHO_HD uint16_t double_to_bf16_bits(double v) { return float_to_bf16_bits(double_to_float_odd(v)); }
+ECHO_HD uint16_t double_to_half_bits(double v) { return float_to_half_bits(double_to_float_odd(v)); }
 
 }  // namespace echo

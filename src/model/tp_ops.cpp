@@ -32,7 +32,7 @@ CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm
   reducer_.sum = counted(std::move(reducer_.sum));
   if (reducer_.device)
     reducer_.device = [this, reduce = std::move(reducer_.device)](void* data, int64_t n, DType dtype,
-                                                                   backend::ReduceOp op, void* stream) {
+                                                                  backend::ReduceOp op, void* stream) {
       traffic_.reduction_bytes += static_cast<uint64_t>(n) * dtype_size(dtype);
       reduce(data, n, dtype, op, stream);
     };

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 
+#include "core/int8_limits.h"
+
 namespace echo::quant {
 
-// |C| <= k * 128^2 must fit in int32.
-constexpr int64_t kInt8GemmMaxK = 131071;
+// |C| <= k * 128^2 must fit in int32 (the config refuses shapes beyond it for linear.mode int8).
+using echo::kInt8GemmMaxK;
 
 // C (m, n) = op(A) · op(B), exact int32. op(A) is (m, k): A is (m, k), or (k, m) when trans_a;
 // op(B) is (k, n): B is (k, n), or (n, k) when trans_b. Row-major, packed; C is overwritten.

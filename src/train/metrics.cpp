@@ -46,9 +46,8 @@ DevicePeak gpu_peak(const std::string& device_model) {
     double bf16, int8;
   };
   // Most specific first: "H100 PCIe" before "H100".
-  static const Known kKnown[] = {{"H100 PCIe", 756e12, 1513e12}, {"H200", 989e12, 1979e12},
-                                 {"H100", 989e12, 1979e12},      {"B200", 2250e12, 4500e12},
-                                 {"A100", 312e12, 624e12},       {"L40S", 362e12, 733e12}};
+  static const Known kKnown[] = {{"H100 PCIe", 756e12, 1513e12}, {"H200", 989e12, 1979e12}, {"H100", 989e12, 1979e12},
+                                 {"B200", 2250e12, 4500e12},     {"A100", 312e12, 624e12},  {"L40S", 362e12, 733e12}};
   for (const Known& k : kKnown)
     if (device_model.find(k.match) != std::string::npos)
       return {k.bf16, k.int8,
@@ -91,7 +90,7 @@ void MetricsLog::raw(const std::string& json_line) {
   out_ << json_line << '\n';
   out_.flush();  // a crash must not lose the lines already reported
   ECHO_RUN_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path_,
-                   errno != 0 ? std::strerror(errno) : "write failed");
+                 errno != 0 ? std::strerror(errno) : "write failed");
 }
 
 void truncate_metrics(const std::string& path, int64_t last_step) {
@@ -109,8 +108,8 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   std::vector<Line> lines;
   for (std::string text; std::getline(in, text);) {
     const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const bool later = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-                       j["step"].get<int64_t>() > last_step;
+    const bool later =
+        j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > last_step;
     lines.push_back({std::move(text), !j.is_discarded(), later});
   }
   // The file is appended to in order: a line that is not JSON before the last line that is kept
@@ -155,11 +154,12 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left) {
   const long s = std::lround(std::max(0.0, seconds_left));
   const double tps = m.tokens_per_s;
-  const std::string rate = tps >= 1e6 ? fmt::format("{:.2f}M", tps / 1e6)
+  const std::string rate = tps >= 1e6   ? fmt::format("{:.2f}M", tps / 1e6)
                            : tps >= 1e3 ? fmt::format("{:.1f}k", tps / 1e3)
                                         : fmt::format("{:.0f}", tps);
-  return fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {} tok/s | {:.0f} ms | ETA {:02}:{:02}:{:02}",
-                     m.step, total_steps, m.loss, m.lr, m.grad_norm, rate, m.step_ms, s / 3600, (s / 60) % 60, s % 60);
+  return fmt::format(
+      "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {} tok/s | {:.0f} ms | ETA {:02}:{:02}:{:02}", m.step,
+      total_steps, m.loss, m.lr, m.grad_norm, rate, m.step_ms, s / 3600, (s / 60) % 60, s % 60);
 }
 
 }  // namespace echo::train

@@ -23,8 +23,8 @@ double flops_per_token(const model::ModelShape& shape, int64_t num_params, int64
 
 // The peaks the MFU is measured against, and their description for the log.
 struct DevicePeak {
-  double flops_per_s = 0;      // fp32
-  double int8_ops_per_s = 0;   // int8 multiply-adds x 2
+  double flops_per_s = 0;     // fp32
+  double int8_ops_per_s = 0;  // int8 multiply-adds x 2
   std::string description;
 };
 // CPU: cores × clock (from /proc/cpuinfo) × 32 fp32 FLOP/cycle (two 8-wide FMA units) and

@@ -991,3 +991,29 @@ TEST(ConfigLinear, ProjectionListIsValidated) {
 }
 
 }  // namespace echo::config
+
+namespace echo::config {
+
+// Every int8 GEMM sums its inner dimension in int32: 131071 products of int8 fit (131071 x 128^2
+// < 2^31), one more may not. The tokens of a micro-batch (the weight gradient's inner dimension),
+// the hidden width and the per-rank FFN and attention widths are refused beyond that, by name, and
+// only under linear.mode int8.
+TEST(ConfigLinear, Int8ShapesWhoseInt32SumsCouldOverflowAreRefused) {
+  const auto parse = [](const std::string& text) { return parse_config(text, "i.yaml"); };
+  const std::string int8 = "linear: {mode: int8}\n";
+  EXPECT_THAT(error_of([&] { parse(int8 + "train: {micro_batch: 64, global_batch: 64}\ndata: {seq_len: 2048}"); }),
+              HasSubstr("'linear.mode' = int8 sums the weight gradient over the micro-batch's tokens in int32, at most "
+                        "131071 of them: 'train.micro_batch' = 64 x 'data.seq_len' = 2048 = 131072"));
+  EXPECT_NO_THROW(parse(int8 + "train: {micro_batch: 63, global_batch: 63}\ndata: {seq_len: 2048}"));
+  EXPECT_NO_THROW(parse("train: {micro_batch: 64, global_batch: 64}\ndata: {seq_len: 2048}"));  // bf16: no int8 sums
+  EXPECT_THAT(error_of([&] { parse(int8 + "model: {hidden: 131072, vocab_size: 128}\ntrain: {micro_batch: 1}"); }),
+              HasSubstr("over a linear layer's hidden features per tp rank in int32, at most 131071 of them; "
+                        "'model.hidden' gives 131072"));
+  // ffn is split over tp: 262144 / 2 is still too wide, / 4 is not.
+  const std::string wide_ffn =
+      "model: {ffn: 262144, hidden: 64, heads: 4, kv_heads: 4, head_dim: 16, vocab_size: 128}\n";
+  EXPECT_THAT(error_of([&] { parse(int8 + wide_ffn + "parallel: {tp: 2}"); }), HasSubstr("'model.ffn' gives 131072"));
+  EXPECT_NO_THROW(parse(int8 + wide_ffn + "parallel: {tp: 4}"));
+}
+
+}  // namespace echo::config

@@ -319,5 +319,85 @@ TEST_F(HalfTest, RoundHelpersAgreeWithBitConversions) {
   }
 }
 
+// ---- double -> bf16 / f16, rounded once ---------------------------------------------------------
+// Reference independent of any float conversion: binary search over the format's non-negative bit
+// patterns (ordered like their values) for the largest value <= |v|, then compare |v| with the
+// exact midpoint to the next pattern (both have at most 12 significant bits: exact in double);
+// a tie goes to the even pattern; past the midpoint above the largest finite value, infinity.
+uint16_t reference_round_double(double v, float (*decode)(uint16_t), uint16_t max_finite, uint16_t inf,
+                                double two_to_emax_plus_one) {
+  const uint16_t sign = std::signbit(v) ? 0x8000u : 0u;
+  const double a = std::fabs(v);
+  if (std::isinf(a)) return sign | inf;
+  uint16_t lo = 0, hi = max_finite;  // decode(lo) <= a is kept true
+  if (static_cast<double>(decode(hi)) <= a) {
+    lo = hi;
+  } else {
+    while (hi - lo > 1) {
+      const auto mid = static_cast<uint16_t>((lo + hi) / 2);
+      (static_cast<double>(decode(mid)) <= a ? lo : hi) = mid;
+    }
+  }
+  const double below = decode(lo);
+  const double above = lo == max_finite ? two_to_emax_plus_one : static_cast<double>(decode(lo + 1));
+  const double midpoint = (below + above) / 2;
+  uint16_t r = lo;
+  if (a > midpoint || (a == midpoint && (lo & 1u))) r = static_cast<uint16_t>(lo + 1);
+  return sign | (r > max_finite ? inf : r);
+}
+
+uint16_t reference_double_to_bf16(double v) {
+  return reference_round_double(v, bf16_bits_to_float, 0x7f7f, 0x7f80, std::ldexp(1.0, 128));
+}
+uint16_t reference_double_to_half(double v) {
+  return reference_round_double(v, half_bits_to_float, 0x7bff, 0x7c00, 65536.0);
+}
+
+// Doubles on every scale the formats cover (subnormal to overflow), and the hard cases: every
+// midpoint of adjacent patterns, exactly and one double ulp either side (where double -> float ->
+// bf16 rounds twice and goes the wrong way).
+std::vector<double> double_cases(float (*decode)(uint16_t), uint16_t max_finite, uint64_t seed) {
+  std::vector<double> cases = {0.0, -0.0, 1.0, -1.0, 1e-300, -1e300, 3.5e38, 3.4e38, 65519.999, 65520.0, 70000.0};
+  for (uint32_t b = 0; b < max_finite; ++b) {
+    const double mid =
+        (static_cast<double>(decode(static_cast<uint16_t>(b))) + decode(static_cast<uint16_t>(b + 1))) / 2;
+    for (double m : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, 1e300)}) {
+      cases.push_back(m);
+      cases.push_back(-m);
+    }
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-160, 130);
+  for (int i = 0; i < 2'000'000; ++i) cases.push_back((rng() & 1 ? -1 : 1) * std::ldexp(mantissa(rng), exponent(rng)));
+  return cases;
+}
+
+TEST_F(HalfTest, DoubleToBf16RoundsOnce) {
+  size_t mismatches = 0, twice_differs = 0;
+  for (double v : double_cases(bf16_bits_to_float, 0x7f7f, 0xd0b1e)) {
+    const uint16_t got = double_to_bf16_bits(v), want = reference_double_to_bf16(v);
+    twice_differs += float_to_bf16_bits(static_cast<float>(v)) != want;
+    if (got != want && ++mismatches <= 10)
+      ADD_FAILURE() << std::hexfloat << v << std::hex << ": got " << got << ", reference " << want;
+  }
+  EXPECT_EQ(mismatches, 0u);
+  EXPECT_GT(twice_differs, 1000u) << "the cases should include values where rounding twice goes wrong";
+  EXPECT_TRUE(bf16_is_nan(double_to_bf16_bits(std::nan(""))));
+}
+
+TEST_F(HalfTest, DoubleToHalfRoundsOnce) {
+  size_t mismatches = 0, twice_differs = 0;
+  for (double v : double_cases(half_bits_to_float, 0x7bff, 0xd0b1f)) {
+    const uint16_t got = double_to_half_bits(v), want = reference_double_to_half(v);
+    twice_differs += float_to_half_bits(static_cast<float>(v)) != want;
+    if (got != want && ++mismatches <= 10)
+      ADD_FAILURE() << std::hexfloat << v << std::hex << ": got " << got << ", reference " << want;
+  }
+  EXPECT_EQ(mismatches, 0u);
+  EXPECT_GT(twice_differs, 1000u) << "the cases should include values where rounding twice goes wrong";
+  EXPECT_TRUE(half_is_nan(double_to_half_bits(std::nan(""))));
+}
+
 }  // namespace
 }  // namespace echo

@@ -83,7 +83,8 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
   group.barrier();
   MPI_CHECK(MPI_Win_sync(ws->win_));
   bool ok = true;
-  for (int s = 0; s < group.size(); ++s) ok = ok && observe(t.push_flag(me, 0, s)) == (kProbe | static_cast<uint64_t>(s));
+  for (int s = 0; s < group.size(); ++s)
+    ok = ok && observe(t.push_flag(me, 0, s)) == (kProbe | static_cast<uint64_t>(s));
   for (int s = 0; s < group.size(); ++s) publish(t.push_flag(me, 0, s), 0);
   MPI_CHECK(MPI_Win_sync(ws->win_));
   if (!group.all_ranks(ok)) return fail("the shared-memory probe read back wrong values");  // frees the window

@@ -1,12 +1,16 @@
 // Validation of typed values: each key against its rule in the key table, then the
 // combinations the model, the parallel layout and the backends need. Messages name both keys
 // and both values, at the place the user most likely has to edit.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "core/config/schema.h"
 #include "core/config/stages.h"
+#include "core/int8_limits.h"
 
 namespace echo::config {
 namespace {
@@ -117,6 +121,29 @@ void check_linear(const Config& c, const Origins& o) {
   }
   if (seen.empty())
     fail_at(o.where("linear.projections"), "'linear.projections' names no projection (use linear.mode: bf16 instead)");
+  if (c.linear.mode != LinearMode::int8) return;
+  // Every int8 GEMM sums its inner dimension in int32 (docs/design.md §6): the weight gradient
+  // over the micro-batch's tokens, the forward over the input features, the input gradient over
+  // the output features (per tp rank). Beyond kInt8GemmMaxK an overflow is possible; refuse the
+  // shape here rather than fail at the first step (CPU) or risk a wrapped sum (CUDA).
+  const int64_t tokens = static_cast<int64_t>(c.train.micro_batch) * c.data.seq_len;
+  if (tokens > kInt8GemmMaxK)
+    fail_at(o.where_any({"train.micro_batch", "data.seq_len", "linear.mode"}, "train"),
+            fmt::format("'linear.mode' = int8 sums the weight gradient over the micro-batch's tokens in int32, at most "
+                        "{} of them: 'train.micro_batch' = {} x 'data.seq_len' = {} = {}; lower train.micro_batch "
+                        "(train.global_batch accumulates more micro-batches)",
+                        kInt8GemmMaxK, c.train.micro_batch, c.data.seq_len, tokens));
+  const ModelConfig& m = c.model;
+  const int64_t tp = std::max(1, c.parallel.tp);
+  const std::pair<const char*, int64_t> widths[] = {{"model.hidden", m.hidden},
+                                                    {"model.ffn", static_cast<int64_t>(m.ffn) / tp},
+                                                    {"model.heads", static_cast<int64_t>(m.heads) * m.head_dim / tp}};
+  for (const auto& [key, k] : widths)
+    if (k > kInt8GemmMaxK)
+      fail_at(o.where_any({key, "linear.mode"}, "model"),
+              fmt::format("'linear.mode' = int8 sums the int8 products over a linear layer's {} features per tp rank "
+                          "in int32, at most {} of them; '{}' gives {}",
+                          std::string_view(key).substr(6), kInt8GemmMaxK, key, k));
 }
 
 // A lower bound on the memory one rank needs, so that sizes that pass each key's range but not
