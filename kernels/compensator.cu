@@ -39,10 +39,9 @@ static __global__ void compensate_kernel(const void* x, bool x_bf16, size_t n, c
     const float c = compensate_on ? comm::compensate(v, m1[i], m2[i], k) : v;
     if (x_comp != nullptr) x_comp[i] = c;
     if (y != nullptr) y[i] = comm::scale_pow2(c, 0);
-    // NOTE: as on the CPU, a non-finite value enters as +inf, never NaN (NaN bits would order
-    // above +inf and MPI_MAX need not propagate NaN anyway).
-    const float a = isfinite(c) ? fabsf(c) : __int_as_float(0x7f800000);
-    const uint32_t bits = __float_as_uint(a);
+    // As on the CPU, a non-finite value enters as +inf, never NaN (NaN bits would order above
+    // +inf, and MPI_MAX need not propagate NaN anyway).
+    const uint32_t bits = comm::absmax_bits(c);
     local = bits > local ? bits : local;
   }
   if (max_bits != nullptr) {
@@ -128,17 +127,14 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
   ECHO_CHECK(y != nullptr && out != nullptr, "echo_finish of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (x_comp != nullptr && m1 != nullptr && m2 != nullptr),
              "echo_finish needs x' and the compensator state to update it");
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, e_device, x_comp, nullptr, false, num_ranks,
-                                                             m1, m2,
-                                                             coeffs != nullptr,
-                                                             coeffs ? *coeffs : comm::CompensatorCoeffs{}, out,
-                                                             out_bf16);
+  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
+      y, n, e, e_device, x_comp, nullptr, false, num_ranks, m1, m2, coeffs != nullptr,
+      coeffs ? *coeffs : comm::CompensatorCoeffs{}, out, out_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks, float* m1,
-                           float* m2, const comm::CompensatorCoeffs* coeffs, cudaStream_t stream,
-                           const int* e_device) {
+void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16, float num_ranks, float* m1, float* m2,
+                           const comm::CompensatorCoeffs* coeffs, cudaStream_t stream, const int* e_device) {
   if (n == 0) return;
   ECHO_CHECK(y != nullptr && x != nullptr, "echo_finish_recompute of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr),

@@ -131,8 +131,8 @@ __global__ void max_kernel(const float* v, int64_t n, float* result) {
 // read the max back (TP, traces), else read on the device from where max_kernel wrote it, so the
 // backward does not wait for the stream.
 struct GradientScale {
-  float g_amax = 0.0f;                   // the host's max |G'|, when it has read it back
-  const float* device_amax = nullptr;   // else where max_kernel wrote it
+  float g_amax = 0.0f;                 // the host's max |G'|, when it has read it back
+  const float* device_amax = nullptr;  // else where max_kernel wrote it
   __device__ float amax() const { return device_amax != nullptr ? *device_amax : g_amax; }
   __device__ float value() const { return quant::int8_scale(amax()); }
   __device__ float inverse() const { return quant::int8_inv_scale(amax()); }
@@ -169,10 +169,7 @@ __global__ void quantize_gradient_kernel(const T* dy, int64_t rows, int64_t out,
       const int64_t lo = group * 16 - ch0, hi = group * 16 + 16 - ch0;
       const int64_t h_begin = lo > 0 ? lo : 0, h_end = hi < out ? hi : out;
       PhiloxOutput call{};
-      if (independent)
-        call = philox4x32_10(PhiloxCounter{{a.stream.step, a.stream.layer_site, static_cast<uint32_t>(token),
-                                            1u + static_cast<uint32_t>(group)}},
-                             a.stream.key);
+      if (independent) call = quant::independent_call(a.stream, token, static_cast<uint64_t>(group));
       for (int64_t h = h_begin; h < h_end; ++h) {
         const int64_t i = t * out + h;
         const float g = scaled_gradient(dy, i, sx, s_w[h]);
@@ -482,9 +479,9 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
     copy_to_host(bad_host, bad_x.word, 2, stream);
     wait(stream);
     ECHO_RUN_CHECK(bad_host[0] == kNoBadRow, "int8 linear: row {} of an operand (x) holds a NaN or an infinity",
-               bad_host[0]);
+                   bad_host[0]);
     ECHO_RUN_CHECK(bad_host[1] == kNoBadRow, "int8 linear: row {} of an operand (w) holds a NaN or an infinity",
-               bad_host[1]);
+                   bad_host[1]);
   }
   if (ctx.tp_style == quant::TpStyle::row) {  // X's and W's columns are sharded: the whole row's max
     max_over_tp(*ctx.tp, amax_x.as<float>(), rows, stream);
@@ -564,8 +561,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   if (rows > 0)
     dispatch_activation(dy.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      gradient_amax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(dy), rows, out, s_x, s_w,
-                                                                         row_amax.as<float>(), bad);
+      gradient_amax_kernel<T>
+          <<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(dy), rows, out, s_x, s_w, row_amax.as<float>(), bad);
     });
   max_kernel<<<1, kThreads, 0, stream>>>(row_amax.as<float>(), rows, g_amax_dev.as<float>());
   check_launch();
@@ -585,15 +582,15 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     // goes first.
     if (faults != nullptr) faults->raise_if_any(stream);
     ECHO_RUN_CHECK(bad_host == kNoBadRow,
-               "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
-               bad_host);
+                   "int8 linear backward: the output gradient holds a NaN or an infinity (row {} of G' = s_x·dy·s_w)",
+                   bad_host);
     if (tp_max) {  // the channels are sharded: Δ of the whole layer
       double d = g_amax;
       ctx.tp->max(std::span<double>(&d, 1));
       g_amax = static_cast<float>(d);
     }
-    ECHO_CHECK(g_amax >= 0.0f && g_amax <= 3.40282347e38f,
-               "int8 linear backward: max |G'| = {} is not a finite amax", g_amax);
+    ECHO_CHECK(g_amax >= 0.0f && g_amax <= 3.40282347e38f, "int8 linear backward: max |G'| = {} is not a finite amax",
+               g_amax);
     scale.g_amax = g_amax;
     if (trace != nullptr) *trace = Int8LinearTrace{g_amax, quant::int8_scale(g_amax), {}, {}, {}, {}, {}};
   }
@@ -715,7 +712,8 @@ quant::Int8LinearScratch int8_linear_scratch_bytes(const quant::Int8LinearConfig
   if (cfg.mode != LinearMode::int8) return {};
   // Each Scratch is one pool allocation; 256 bytes covers its rounding.
   const auto block = [](size_t bytes) { return bytes == 0 ? size_t{0} : (bytes + 255) / 256 * 256; };
-  const size_t forward = block(bytes_of(rows, 4)) + block(bytes_of(out, 4)) + block(16) + block(bytes_of(rows * out, 4));
+  const size_t forward =
+      block(bytes_of(rows, 4)) + block(bytes_of(out, 4)) + block(16) + block(bytes_of(rows * out, 4));
   const bool ec = cfg.ec != EcMode::none, ec_dw = cfg.ec == EcMode::two_way;
   const int64_t seq = ec ? std::max<int64_t>(seq_len, 1) : 1, num_b = ec ? rows / seq : 0;
   size_t backward = block(bytes_of(rows, 4)) + block(8) + block(4) + block(bytes_of(rows * out, 1)) +

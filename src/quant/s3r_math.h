@@ -98,11 +98,17 @@ ECHO_HD uint32_t threshold_code_per_example(const ThresholdStream& s, uint64_t e
   return s3r_threshold_code(w.v[0], 0);
 }
 
+// The Philox call that serves global channels [16g, 16g + 16) of a token (independent): lane
+// 1 + g of the token's counter (lane 0 is per_token's, kPerExampleLane per_example's).
+ECHO_HD PhiloxOutput independent_call(const ThresholdStream& s, uint64_t token, uint64_t channel_group) {
+  return philox4x32_10(
+      PhiloxCounter{{s.step, s.layer_site, static_cast<uint32_t>(token), 1u + static_cast<uint32_t>(channel_group)}},
+      s.key);
+}
+
 // The code of one element (independent): 16 channels share one Philox call.
 ECHO_HD uint32_t threshold_code_independent(const ThresholdStream& s, uint64_t token, uint64_t channel) {
-  const uint32_t lane = 1u + static_cast<uint32_t>(channel >> 4);
-  const PhiloxOutput w = philox4x32_10(PhiloxCounter{{s.step, s.layer_site, static_cast<uint32_t>(token), lane}}, s.key);
-  return threshold_code_of_call(w, channel);
+  return threshold_code_of_call(independent_call(s, token, channel >> 4), channel);
 }
 
 // R of element (token, channel) of example `example`, all GLOBAL indices.

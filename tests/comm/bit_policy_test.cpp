@@ -1,11 +1,13 @@
 // Site -> layer -> bits, and the backward rescale exponent.
+#include "comm/echo/bit_policy.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 
-#include "comm/echo/bit_policy.h"
 #include "comm/echo/rescale.h"
 #include "core/error.h"
 
@@ -65,9 +67,15 @@ TEST(Rescale, ExponentPutsTheMaxInto2To10_2To11) {
 // scale_pow2 puts gmax into [2^10, 2^11), equals ldexpf, and scaling back returns every value of
 // the group bit for bit (a precomputed 2^e is inf for e > 127, and 0·inf is NaN).
 TEST(Rescale, ScalingIsExactForEveryFiniteMagnitude) {
-  const float gmaxes[] = {std::numeric_limits<float>::denorm_min(), 1e-40f, std::ldexp(1.0f, -120),
-                          std::ldexp(1.0f, -117), std::ldexp(1.0f, -118), std::numeric_limits<float>::min(),
-                          1.0f, std::ldexp(1.0f, 100), std::numeric_limits<float>::max()};
+  const float gmaxes[] = {std::numeric_limits<float>::denorm_min(),
+                          1e-40f,
+                          std::ldexp(1.0f, -120),
+                          std::ldexp(1.0f, -117),
+                          std::ldexp(1.0f, -118),
+                          std::numeric_limits<float>::min(),
+                          1.0f,
+                          std::ldexp(1.0f, 100),
+                          std::numeric_limits<float>::max()};
   std::mt19937 gen(3);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (float gmax : gmaxes) {
@@ -90,6 +98,34 @@ TEST(Rescale, ScalingIsExactForEveryFiniteMagnitude) {
   // Results below the normal range round once, as ldexpf does.
   EXPECT_EQ(scale_pow2(1.75f, -149), std::ldexp(1.75f, -149));
   EXPECT_EQ(scale_pow2(1.5f, -149), std::ldexp(1.5f, -149));
+}
+
+// The max that picks e: |v| by its bits, a NaN or infinity of either sign as +inf (a NaN's bits
+// would order above +inf and MPI_MAX need not carry it), -0 as 0; the bits order like the values,
+// so the kernels' atomicMax on them is the max.
+TEST(Rescale, AbsmaxTakesMagnitudesAndNonFiniteAsInfinity) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(absmax_bits(-0.0f), 0u);
+  EXPECT_EQ(absmax_bits(-3.5f), float_bits(3.5f));
+  EXPECT_EQ(absmax_bits(std::numeric_limits<float>::denorm_min()), 1u);
+  EXPECT_EQ(absmax_bits(-std::numeric_limits<float>::max()), float_bits(std::numeric_limits<float>::max()));
+  for (float v : {inf, -inf, nan, -nan, bits_float(0x7f800001u), bits_float(0xffc00123u)})
+    EXPECT_EQ(absmax_bits(v), float_bits(inf)) << float_bits(v);
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> unit(-1e6f, 1e6f);
+  float acc = 0.0f;
+  uint32_t acc_bits = 0;
+  double want = 0.0;
+  for (int i = 0; i < 10000; ++i) {
+    const float v = unit(gen);
+    acc = absmax_step(acc, v);
+    acc_bits = std::max(acc_bits, absmax_bits(v));
+    want = std::max(want, std::fabs(static_cast<double>(v)));
+  }
+  EXPECT_EQ(static_cast<double>(acc), want);
+  EXPECT_EQ(float_bits(acc), acc_bits);
+  EXPECT_EQ(absmax_step(acc, nan), inf);
 }
 
 }  // namespace echo::comm

@@ -57,7 +57,8 @@ ECHO_QUANT_CLONES void scale_row(const float* g, float sx, const float* s_w, int
 }
 
 // One row of codes with per-element thresholds r, then its error.
-ECHO_QUANT_CLONES void round_row(const float* g, int64_t cols, float inv, float delta, const float* r, int8_t* q, float* e) {
+ECHO_QUANT_CLONES void round_row(const float* g, int64_t cols, float inv, float delta, const float* r, int8_t* q,
+                                 float* e) {
   for (int64_t h = 0; h < cols; ++h) q[h] = round_stochastic(mul_rn(g[h], inv), r[h]);
   if (e) error_row(g, q, cols, delta, e);
 }
@@ -127,10 +128,7 @@ void quantize_gradient(const float* g_scaled, int64_t rows, int64_t cols, float 
         // One Philox call per 16 global channels; a shard may start mid-group.
         for (int64_t h = 0; h < cols;) {
           const uint64_t ch = static_cast<uint64_t>(rule.channel_offset + h);
-          const PhiloxOutput w = philox4x32_10(
-              PhiloxCounter{{rule.stream.step, rule.stream.layer_site, static_cast<uint32_t>(token),
-                             1u + static_cast<uint32_t>(ch >> 4)}},
-              rule.stream.key);
+          const PhiloxOutput w = independent_call(rule.stream, token, ch >> 4);
           for (uint64_t lane = ch & 15u; lane < 16 && h < cols; ++lane, ++h)
             r[h] = threshold_from_code(threshold_code_of_call(w, lane));
         }

@@ -20,11 +20,17 @@ ECHO_HD int rescale_exponent(float gmax) {
   return 11 - ex;
 }
 
-// The running max of |v| that picks e: a non-finite v counts as +inf, never NaN, so the group max
-// (MPI_MAX or the shm max) carries it and the caller reports it.
-ECHO_HD float absmax_step(float acc, float v) {
+// The bits of |v| with a non-finite v as +inf, never NaN, so the group max (MPI_MAX, the shm max
+// or a kernel's atomicMax on these bits, which order like the values) carries it and the caller
+// reports it.
+ECHO_HD uint32_t absmax_bits(float v) {
   const uint32_t magnitude = float_bits(v) & 0x7fffffffu;
-  const float a = bits_float(magnitude >= 0x7f800000u ? 0x7f800000u : magnitude);  // |v|, NaN -> +inf
+  return magnitude >= 0x7f800000u ? 0x7f800000u : magnitude;
+}
+
+// The running max of |v| that picks e (absmax_bits' value).
+ECHO_HD float absmax_step(float acc, float v) {
+  const float a = bits_float(absmax_bits(v));
   return a > acc ? a : acc;
 }
 
