@@ -69,7 +69,7 @@ __device__ __forceinline__ double get_double(const elem_t<D>* p) {
   }
 }
 
-// Rounded once: to bf16 / f16 through float rounded to odd (device_util.cuh).
+// Rounded once: to bf16 / f16 through float rounded to odd (core/half.h).
 template <DType D>
 __device__ __forceinline__ void put_double(elem_t<D>* p, double v) {
   if constexpr (D == DType::f64) {

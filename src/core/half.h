@@ -3,6 +3,8 @@
 // bit patterns; NaN stays NaN (quiet), overflow rounds to infinity as IEEE 754 requires.
 #pragma once
 
+#include <math.h>  // nextafterf, for host and device alike
+
 #include <cmath>
 
 #include "core/hd.h"

@@ -60,6 +60,9 @@ class CommTpOps final : public TpOps<float> {
   CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge = nullptr,
             config::Device device = config::Device::cpu,
             comm::TransportKind transport = comm::TransportKind::automatic);
+  // The reducer's counting wrappers hold `this`: a moved or copied object would count elsewhere.
+  CommTpOps(const CommTpOps&) = delete;
+  CommTpOps& operator=(const CommTpOps&) = delete;
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void begin_pass(comm::Direction direction) override { blocks_.begin_pass(direction); }

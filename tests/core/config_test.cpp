@@ -1007,12 +1007,19 @@ TEST(ConfigLinear, Int8ShapesWhoseInt32SumsCouldOverflowAreRefused) {
   EXPECT_NO_THROW(parse(int8 + "train: {micro_batch: 63, global_batch: 63}\ndata: {seq_len: 2048}"));
   EXPECT_NO_THROW(parse("train: {micro_batch: 64, global_batch: 64}\ndata: {seq_len: 2048}"));  // bf16: no int8 sums
   EXPECT_THAT(error_of([&] { parse(int8 + "model: {hidden: 131072, vocab_size: 128}\ntrain: {micro_batch: 1}"); }),
-              HasSubstr("over a linear layer's hidden features per tp rank in int32, at most 131071 of them; "
-                        "'model.hidden' gives 131072"));
+              HasSubstr("'linear.mode' = int8 sums a linear layer's input or output features in int32, at most "
+                        "131071 of them per tp rank: 'model.hidden' = 131072 = 131072"));
   // ffn is split over tp: 262144 / 2 is still too wide, / 4 is not.
   const std::string wide_ffn =
       "model: {ffn: 262144, hidden: 64, heads: 4, kv_heads: 4, head_dim: 16, vocab_size: 128}\n";
-  EXPECT_THAT(error_of([&] { parse(int8 + wide_ffn + "parallel: {tp: 2}"); }), HasSubstr("'model.ffn' gives 131072"));
+  EXPECT_THAT(error_of([&] { parse(int8 + wide_ffn + "parallel: {tp: 2}"); }),
+              HasSubstr("per tp rank: 'model.ffn' = 262144 / 'parallel.tp' = 2 = 131072"));
+  // The attention width too: 2048 heads are refused by their own range, so 1024 x 256 / 2.
+  EXPECT_THAT(error_of([&] {
+                parse(int8 + "model: {hidden: 64, heads: 1024, kv_heads: 8, head_dim: 256, vocab_size: 128}\n" +
+                      "parallel: {tp: 2}");
+              }),
+              HasSubstr("per tp rank: 'model.heads' = 1024 x 'model.head_dim' = 256 / 'parallel.tp' = 2 = 131072"));
   EXPECT_NO_THROW(parse(int8 + wide_ffn + "parallel: {tp: 4}"));
 }
 

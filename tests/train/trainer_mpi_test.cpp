@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "../support/mpi_util.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
 #include "train/trainer.h"
-#include "../support/mpi_util.h"
-#include "../support/test_util.h"
 #include "trainer_test_util.h"
 
 namespace echo::train {
@@ -34,13 +34,16 @@ std::string scratch_dir(const std::string& tag) {
 }
 
 std::string config_text(const std::string& dir) {
-  return "run: {seed: 7, out_dir: " + dir + "/run}\n"
+  return "run: {seed: 7, out_dir: " + dir +
+         "/run}\n"
          "model: {vocab_size: 64, vocab_pad_multiple: 16, hidden: 32, ffn: 48, layers: 2, heads: 4, kv_heads: 4,\n"
          "        head_dim: 8, tie_embeddings: true, init_std: 0.05}\n"
          "comm: {allreduce: echo, bits: 4, group_size: 32}\n"
          "optim: {lr: 3.0e-3, min_lr: 3.0e-4}\n"
          "schedule: {warmup_steps: 2}\n"
-         "data: {train: " + dir + "/data/train, valid: " + dir + "/data/valid, seq_len: 16, eos_id: 63}\n"
+         "data: {train: " +
+         dir + "/data/train, valid: " + dir +
+         "/data/valid, seq_len: 16, eos_id: 63}\n"
          "train: {steps: 6, micro_batch: 2, global_batch: 8, eval_interval: 3, eval_batches: 2,\n"
          "        checkpoint_interval: 3, keep_checkpoints: 2, log_interval: 1000}\n";
 }
@@ -153,7 +156,8 @@ TEST(Trainer, ResumesAtADifferentTp) {
       }
     }
   }
-  EXPECT_NEAR(r1.last_loss, ref.last_loss, 1e-4) << "tp = 1 continues what tp = 2 started, within fp32 reduction-order noise";
+  EXPECT_NEAR(r1.last_loss, ref.last_loss, 1e-4)
+      << "tp = 1 continues what tp = 2 started, within fp32 reduction-order noise";
 }
 
 TEST(Trainer, StartsFromAHuggingFaceCheckpointGivenByRunInitFrom) {
@@ -162,13 +166,16 @@ TEST(Trainer, StartsFromAHuggingFaceCheckpointGivenByRunInitFrom) {
   train(make_config(dir, tp, {"run.out_dir=" + dir + "/a"}), RunDirMode::fresh);
   const std::string weights = dir + "/a/checkpoints/step_00000006/model.safetensors";
   const auto fresh = train(make_config(dir, tp, {"run.out_dir=" + dir + "/b", "train.steps=1"}), RunDirMode::fresh);
-  const auto warm = train(make_config(dir, tp, {"run.out_dir=" + dir + "/c", "train.steps=1", "run.init_from=" + weights}),
-                          RunDirMode::fresh);
+  const auto warm =
+      train(make_config(dir, tp, {"run.out_dir=" + dir + "/c", "train.steps=1", "run.init_from=" + weights}),
+            RunDirMode::fresh);
   // The same first batch: a model that already trained 6 steps fits it better than a fresh one.
   EXPECT_LT(warm.last_loss, fresh.last_loss - 0.1);
-  expect_error([&] { train(make_config(dir, tp, {"run.out_dir=" + dir + "/d", "run.init_from=" + dir + "/none"}),
-                           RunDirMode::fresh); },
-               dir + "/none");
+  expect_error(
+      [&] {
+        train(make_config(dir, tp, {"run.out_dir=" + dir + "/d", "run.init_from=" + dir + "/none"}), RunDirMode::fresh);
+      },
+      dir + "/none");
 }
 
 TEST(Trainer, RefusesAnOutputDirectoryHoldingAnotherRun) {
@@ -184,8 +191,11 @@ TEST(Trainer, BadDataIsNamed) {
   expect_error([&] { train(make_config(dir, 1, {"data.train=" + dir + "/data/nothing"}), RunDirMode::fresh); },
                dir + "/data/nothing.idx");
   // A vocabulary smaller than the ids in the data.
-  expect_error([&] { train(make_config(dir, 1, {"model.vocab_size=32", "run.out_dir=" + dir + "/v"}), RunDirMode::fresh); },
-               "data/train");
+  expect_error(
+      [&] {
+        train(make_config(dir, 1, {"model.vocab_size=32", "run.out_dir=" + dir + "/v"}), RunDirMode::fresh);
+      },
+      "data/train");
 }
 
 TEST(Trainer, RefusesWhatThisVersionCannotDo) {
@@ -194,18 +204,66 @@ TEST(Trainer, RefusesWhatThisVersionCannotDo) {
   // name, INT8 linears included: they have CUDA kernels, so only the missing device stops them.
   if (cuda_device_count() == 0) {
     expect_error([&] { train(make_config(dir, 1, {"run.device=cuda"}), RunDirMode::fresh); }, "'run.device' = cuda");
-    expect_error([&] { train(make_config(dir, 1, {"run.device=cuda", "linear.mode=int8"}), RunDirMode::fresh); },
-                 "'run.device' = cuda");
+    expect_error(
+        [&] {
+          train(make_config(dir, 1, {"run.device=cuda", "linear.mode=int8"}), RunDirMode::fresh);
+        },
+        "'run.device' = cuda");
   }
 }
 
 TEST(Trainer, NonFiniteTrainingStopsNamingTheStep) {
   const std::string dir = scratch_dir("nan");
-  auto cfg = make_config(dir, world_size() >= 2 ? 2 : 1, {"optim.lr=1.0e30", "optim.min_lr=1.0e30",
-                                                          "optim.grad_clip=0"});
+  auto cfg =
+      make_config(dir, world_size() >= 2 ? 2 : 1, {"optim.lr=1.0e30", "optim.min_lr=1.0e30", "optim.grad_clip=0"});
   // The first update already makes the weights absurd (5e29): caught at step 1, before the loss
   // of step 2 turns non-finite.
   expect_error([&] { train(cfg, RunDirMode::fresh); }, "the weights diverged at step 1");
+}
+
+// metrics.jsonl's tp_wire_bytes / tp_reduce_bytes (model::CommTpOps' count): the same at every
+// step, twice as much with twice the micro-batches per rank, nothing added by the evaluations in
+// between, and zero at tp = 1 (nothing is sent).
+std::vector<std::pair<uint64_t, uint64_t>> traffic_per_step(const std::string& out_dir) {
+  std::vector<std::pair<uint64_t, uint64_t>> steps;
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) steps.emplace_back(j.at("tp_wire_bytes"), j.at("tp_reduce_bytes"));
+  }
+  return steps;
+}
+
+TEST(Trainer, TpTrafficIsCountedPerStepAndMicroBatch) {
+  const std::string dir = scratch_dir("traffic");
+  const int dp = world_size() / 2;
+  const auto run = [&](const std::string& out, int tp, int micro_batches, int eval_interval) {
+    const int global = 2 * micro_batches * world_size() / tp;  // micro_batch 2 per rank
+    train(make_config(dir, tp,
+                      {"run.out_dir=" + dir + "/" + out, "train.global_batch=" + std::to_string(global),
+                       "train.eval_interval=" + std::to_string(eval_interval), "train.checkpoint_interval=0"}),
+          RunDirMode::fresh);
+  };
+  run("one", 2, 1, 0);
+  run("two", 2, 2, 0);
+  run("two_eval", 2, 2, 1);
+  run("tp1", 1, 1, 0);
+  if (world_rank() != 0) return;
+  const auto one = traffic_per_step(dir + "/one"), two = traffic_per_step(dir + "/two"),
+             two_eval = traffic_per_step(dir + "/two_eval"), tp1 = traffic_per_step(dir + "/tp1");
+  ASSERT_EQ(one.size(), 6u);
+  ASSERT_EQ(two.size(), 6u);
+  EXPECT_GT(one[0].first, 0u);
+  EXPECT_GT(one[0].second, 0u);
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(one[i], one[0]) << "step " << i + 1 << ", dp " << dp;
+    EXPECT_EQ(two[i].first, 2 * one[0].first) << "step " << i + 1;
+    EXPECT_EQ(two[i].second, 2 * one[0].second) << "step " << i + 1;
+  }
+  EXPECT_EQ(two_eval, two) << "an evaluation's all-reduces were counted in a step";
+  ASSERT_EQ(tp1.size(), 6u);
+  for (const auto& t : tp1) EXPECT_EQ(t, std::make_pair(uint64_t{0}, uint64_t{0}));
 }
 
 }  // namespace

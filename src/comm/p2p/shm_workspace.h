@@ -21,8 +21,9 @@ namespace echo::comm::p2p {
 
 class ShmWorkspace {
  public:
-  // Collective over `group`. Null (with `why` set, the same on every rank) when the group's ranks
-  // are not on one node, the window cannot be allocated or the probe fails.
+  // Collective over `group`; every rank gets the same verdict. Null when the group's ranks are not
+  // on one node, the window cannot be allocated or mapped (MPI_Win_shared_query), or the probe
+  // fails, with `why` set to the reason (on a rank that saw none itself: that a peer failed).
   static std::shared_ptr<ShmWorkspace> for_group(const dist::Communicator& group, P2pGeometry geometry,
                                                  std::string* why = nullptr);
   ~ShmWorkspace();

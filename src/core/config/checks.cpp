@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -133,17 +135,22 @@ void check_linear(const Config& c, const Origins& o) {
                         "{} of them: 'train.micro_batch' = {} x 'data.seq_len' = {} = {}; lower train.micro_batch "
                         "(train.global_batch accumulates more micro-batches)",
                         kInt8GemmMaxK, c.train.micro_batch, c.data.seq_len, tokens));
+  // The widths per tp rank (kv_heads x head_dim / tp is never wider than the query heads').
   const ModelConfig& m = c.model;
   const int64_t tp = std::max(1, c.parallel.tp);
-  const std::pair<const char*, int64_t> widths[] = {{"model.hidden", m.hidden},
-                                                    {"model.ffn", static_cast<int64_t>(m.ffn) / tp},
-                                                    {"model.heads", static_cast<int64_t>(m.heads) * m.head_dim / tp}};
-  for (const auto& [key, k] : widths)
-    if (k > kInt8GemmMaxK)
-      fail_at(o.where_any({key, "linear.mode"}, "model"),
-              fmt::format("'linear.mode' = int8 sums the int8 products over a linear layer's {} features per tp rank "
-                          "in int32, at most {} of them; '{}' gives {}",
-                          std::string_view(key).substr(6), kInt8GemmMaxK, key, k));
+  const auto check_width = [&](std::initializer_list<std::string_view> keys, const std::string& what, int64_t width) {
+    if (width > kInt8GemmMaxK)
+      fail_at(o.where_any(keys, "model"),
+              fmt::format("'linear.mode' = int8 sums a linear layer's input or output features in int32, at most {} "
+                          "of them per tp rank: {} = {}",
+                          kInt8GemmMaxK, what, width));
+  };
+  check_width({"model.hidden", "linear.mode"}, fmt::format("'model.hidden' = {}", m.hidden), m.hidden);
+  check_width({"model.ffn", "parallel.tp", "linear.mode"},
+              fmt::format("'model.ffn' = {} / 'parallel.tp' = {}", m.ffn, tp), m.ffn / tp);
+  check_width({"model.heads", "model.head_dim", "parallel.tp", "linear.mode"},
+              fmt::format("'model.heads' = {} x 'model.head_dim' = {} / 'parallel.tp' = {}", m.heads, m.head_dim, tp),
+              static_cast<int64_t>(m.heads) * m.head_dim / tp);
 }
 
 // A lower bound on the memory one rank needs, so that sizes that pass each key's range but not
