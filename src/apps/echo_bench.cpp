@@ -6,26 +6,28 @@
 // which compares the transports: over mpi the collectives hold the waiting).
 //   mpirun -np 4 echo_bench --sizes 1K..256M --impl echo --bits 4 --transport shm --json out.jsonl
 // A size is the byte size of the 16-bit message (n = size / 2 values), as in the paper.
-#include <CLI/CLI.hpp>
 #include <mpi.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
-#include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/quant_args.h"
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
+#include "apps/mpi_command_line.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/echo/quantize.h"
 #include "comm/exact_all_reduce.h"
+#include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -139,9 +141,8 @@ Row measure(const Options& o, const dist::Communicator& c, comm::AllReduce& impl
   });
   // The memory ceiling: every rank copies its fp32 input at once, as an all-reduce must at least
   // read x and write the sum over it.
-  row.copy = time_collective(c.get(), o.warmup, o.iters, [] {}, [&] {
-    std::memcpy(ref.data(), input.data(), row.count * sizeof(float));
-  });
+  row.copy = time_collective(
+      c.get(), o.warmup, o.iters, [] {}, [&] { std::memcpy(ref.data(), input.data(), row.count * sizeof(float)); });
   const size_t wire = impl.wire_bytes_per_rank(row.count, site), wire16 = exact16.wire_bytes_per_rank(row.count, site);
   MPI_Allreduce(&wire, &row.wire_bytes, 1, MPI_UINT64_T, MPI_MAX, c.get());
   MPI_Allreduce(&wire16, &row.exact_wire_bytes, 1, MPI_UINT64_T, MPI_MAX, c.get());
@@ -199,15 +200,20 @@ void print_header(const Options& o, int P, const MachineInfo& machine, const std
   // What serves the calls: --transport shm falls back to mpi where shm cannot run (the log says why).
   std::printf("# engine: %s\n", engine.c_str());
   std::printf(
-      "# echo_bench: impl=%s transport=%s threads=%d tiles=%d slot_kib=%d bits=%d group_size=%d quantizer=%s compensate=%d "
+      "# echo_bench: impl=%s transport=%s threads=%d tiles=%d slot_kib=%d bits=%d group_size=%d quantizer=%s "
+      "compensate=%d "
       "direction=%s P=%d iters=%d warmup=%d\n",
-      o.impl.c_str(), o.transport.c_str(), o.threads, o.tiles, o.slot_kib, o.bits, o.group_size, o.quantizer.c_str(), o.compensate,
-      o.direction.c_str(), P, o.iters, o.warmup);
+      o.impl.c_str(), o.transport.c_str(), o.threads, o.tiles, o.slot_kib, o.bits, o.group_size, o.quantizer.c_str(),
+      o.compensate, o.direction.c_str(), P, o.iters, o.warmup);
   std::printf("# size = bytes of the 16-bit message; times are the slowest rank's; busbw = algbw * 2(P-1)/P\n");
-  std::printf("# exact16 = our 16-bit all-reduce over the same transport, mpi32 = MPI_Allreduce on fp32, both timed in this run\n");
+  std::printf(
+      "# exact16 = our 16-bit all-reduce over the same transport, mpi32 = MPI_Allreduce on fp32, both timed in this "
+      "run\n");
   std::printf("# copy = every rank memcpy's its fp32 input at once (the memory ceiling); of_copy = copy / median\n");
-  std::printf("# split = rank 0's microseconds per call: quantize / reduce / copy / decode / wait; exch = copy + wait, the\n"
-              "#   figure to compare between transports (mpi: copy = the two collectives, the waiting for peers inside them)\n");
+  std::printf(
+      "# split = rank 0's microseconds per call: quantize / reduce / copy / decode / wait; exch = copy + wait, the\n"
+      "#   figure to compare between transports (mpi: copy = the two collectives, the waiting for peers inside "
+      "them)\n");
   std::printf("#%9s %10s %12s %6s %10s %10s %10s %8s %8s %10s %10s %8s %9s %7s %10s %5s  %s\n", "size", "count",
               "wire(B)", "wire/16", "median(us)", "p10(us)", "p90(us)", "algbw", "busbw", "exact16(us)", "mpi32(us)",
               "speedup", "copy(us)", "of_copy", "max_relerr", "ident", "split q/r/c/d/w (us)  exch(us)");
@@ -219,13 +225,12 @@ void print_row(int P, const Row& r) {
   std::printf(
       " %9s %10zu %12zu %6.3f %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %10.1f %8.2f %9.1f %7.3f %10.3e %5s  "
       "%.0f/%.0f/%.0f/%.0f/%.0f  %.0f\n",
-              format_size(r.bytes).c_str(), r.count, r.wire_bytes,
-              static_cast<double>(r.wire_bytes) / std::max<size_t>(1, r.exact_wire_bytes), r.impl.median_us,
-              r.impl.p10_us, r.impl.p90_us, alg, bus, r.exact16.median_us, r.mpi.median_us,
-              r.exact16.median_us / r.impl.median_us, r.copy.median_us, r.copy.median_us / r.impl.median_us,
-              r.max_rel_err, r.identical ? "yes" : "NO",
-              per_call_us(t.encode_s, t), per_call_us(t.reduce_s, t), per_call_us(t.copy_s, t),
-              per_call_us(t.decode_s, t), per_call_us(t.wait_s, t), per_call_us(t.exchange_s(), t));
+      format_size(r.bytes).c_str(), r.count, r.wire_bytes,
+      static_cast<double>(r.wire_bytes) / std::max<size_t>(1, r.exact_wire_bytes), r.impl.median_us, r.impl.p10_us,
+      r.impl.p90_us, alg, bus, r.exact16.median_us, r.mpi.median_us, r.exact16.median_us / r.impl.median_us,
+      r.copy.median_us, r.copy.median_us / r.impl.median_us, r.max_rel_err, r.identical ? "yes" : "NO",
+      per_call_us(t.encode_s, t), per_call_us(t.reduce_s, t), per_call_us(t.copy_s, t), per_call_us(t.decode_s, t),
+      per_call_us(t.wait_s, t), per_call_us(t.exchange_s(), t));
   std::fflush(stdout);
 }
 
@@ -241,10 +246,10 @@ void check_memory(const std::vector<size_t>& sizes, const dist::Communicator& wo
   const size_t need = largest * kHostBytesPerMessageByte * static_cast<size_t>(ranks_here);
   const std::optional<size_t> avail = host_memory_available_bytes();  // unknown: nothing to check against
   ECHO_INPUT_CHECK(!avail || need <= *avail,
-             "size {} needs about {:.1f} GiB of host memory ({} ranks on this host x {} bytes per message byte), "
-             "but only {:.1f} GiB is available; use smaller --sizes",
-             format_size(largest), static_cast<double>(need) / (1 << 30), ranks_here, kHostBytesPerMessageByte,
-             static_cast<double>(avail.value_or(0)) / (1 << 30));
+                   "size {} needs about {:.1f} GiB of host memory ({} ranks on this host x {} bytes per message byte), "
+                   "but only {:.1f} GiB is available; use smaller --sizes",
+                   format_size(largest), static_cast<double>(need) / (1 << 30), ranks_here, kHostBytesPerMessageByte,
+                   static_cast<double>(avail.value_or(0)) / (1 << 30));
 }
 
 int bench_main(int argc, char** argv) {
@@ -258,7 +263,8 @@ int bench_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--quantizer", o.quantizer, "symmetric | asym_naive | asym_zero_aware")->capture_default_str();
   app.add_flag("--compensate", o.compensate, "run the error-feedback compensator");
-  app.add_option("--transport", o.transport, "mpi | shm: how the bytes travel (shm: the pipelined shared-memory protocol)")
+  app.add_option("--transport", o.transport,
+                 "mpi | shm: how the bytes travel (shm: the pipelined shared-memory protocol)")
       ->check(CLI::IsMember({"mpi", "shm"}))
       ->capture_default_str();
   app.add_option("--threads", o.threads, "shm: threads per rank (1 to --tiles)")->capture_default_str();
@@ -274,10 +280,17 @@ int bench_main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed iterations per size (>= 0)")->capture_default_str();
   app.add_option("--json", o.json, "write one JSON record per size to this file (rank 0)");
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
-  ECHO_INPUT_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size", o.iters);
+  ECHO_INPUT_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size",
+                   o.iters);
   ECHO_INPUT_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
   ECHO_INPUT_CHECK(o.tiles >= 1 && o.tiles <= 64, "--tiles must lie in [1, 64] (got {})", o.tiles);
   ECHO_INPUT_CHECK(o.slot_kib >= 1 && o.slot_kib <= 65536, "--slot-kib must lie in [1, 65536] (got {})", o.slot_kib);
+  if (!o.json.empty()) {  // refused now, not after the first size has run
+    const std::filesystem::path json(o.json), parent = json.parent_path().empty() ? "." : json.parent_path();
+    ECHO_INPUT_CHECK(!std::filesystem::is_directory(json), "--json {} is a directory", o.json);
+    ECHO_INPUT_CHECK(std::filesystem::is_directory(parent), "--json {}: the folder {} does not exist", o.json,
+                     parent.string());
+  }
   ECHO_INPUT_CHECK(o.threads >= 1 && o.threads <= o.tiles, "--threads must lie in [1, --tiles = {}] (got {})", o.tiles,
                    o.threads);
   ECHO_INPUT_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
@@ -285,6 +298,12 @@ int bench_main(int argc, char** argv) {
   check_group_size("--group-size", o.group_size);
 
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
+  // The workspace limit of the config's comm.p2p_* keys (2 x tiles x P slots per rank).
+  const double workspace_gib = 2.0 * o.tiles * static_cast<double>(o.slot_kib) / (1024.0 * 1024.0);
+  ECHO_INPUT_CHECK(o.transport == "mpi" || workspace_gib * world.size() <= 4.0,
+                   "--tiles {} x --slot-kib {} would take {:.1f} GiB of shared memory per rank at P = {} (2 x tiles x "
+                   "P slots), more than the 4 GiB echo allows",
+                   o.tiles, o.slot_kib, workspace_gib * world.size(), world.size());
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
                                  "echo_bench's largest message (--sizes)");
   const MachineInfo machine = describe_machine();
@@ -301,22 +320,22 @@ int bench_main(int argc, char** argv) {
   }
   comm::ExactAllReduce exact16(world, comm::ExactPrecision::bf16, transport_of(o)),
       exact32(world, comm::ExactPrecision::fp32);
-  std::ofstream json;
-  if (world.rank() == 0 && !o.json.empty()) {
-    json.open(o.json);
-    ECHO_RUN_CHECK(json.good(), "cannot write --json file '{}'", o.json);
-  }
+  // --json is rewritten whole (write_file_atomic) after every size: an interrupted run leaves the
+  // rows measured so far, never a truncated line, and until the first row the old file stays; a
+  // full disk is an error.
+  std::string json_lines;
   const std::string engine = comm::describe(*impl);
   if (world.rank() == 0) print_header(o, world.size(), machine, engine);
   for (size_t bytes : sizes) {
     const Row row = measure(o, world, *impl, exact16, exact32, bytes);
     if (world.rank() != 0) continue;
     print_row(world.size(), row);
-    if (json.is_open()) {
+    if (!o.json.empty()) {
       nlohmann::json record = to_json(o, world.size(), row);
       record["machine"] = to_json(machine);
       record["engine"] = engine;
-      json << record.dump() << '\n';
+      json_lines += record.dump() + '\n';
+      write_file_atomic(o.json, json_lines, "--json " + o.json);
     }
   }
   return 0;

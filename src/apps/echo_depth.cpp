@@ -33,6 +33,7 @@
 #include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/same_file.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
 
@@ -212,6 +213,8 @@ int depth_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return comm.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
+  ECHO_INPUT_CHECK(json_path.empty() || csv_path.empty() || !same_file(json_path, csv_path),
+                   "--json {} and --csv {} name one file: each would replace the other", json_path, csv_path);
   ECHO_INPUT_CHECK(!sites.empty(), "--sites is empty");
   for (int n : sites) ECHO_INPUT_CHECK(n >= 1 && n <= 512, "--sites {}: each N must lie in [1, 512]", n);
   std::sort(sites.begin(), sites.end());
@@ -255,15 +258,15 @@ int depth_main(int argc, char** argv) {
   std::printf("\n%d of %zu values above their bound\n", over, rows.size());
 
   if (!csv_path.empty()) {
-    std::ofstream f(csv_path);
-    ECHO_INPUT_CHECK(f.good(), "--csv {}: cannot open for writing", csv_path);
+    // Through write_file_atomic like --json: a full disk is an error, not an empty file with exit 0.
+    std::ostringstream f;
     f.precision(12);
     f << "case,eta,beta1,beta2,a,mu_w,P,bits,group_size,elements,sites,max_s,q,max_s_over_q,bound,within_bound\n";
     for (const Row& r : rows)
       f << r.kind << ',' << r.eta << ',' << r.coeffs.beta1 << ',' << r.coeffs.beta2 << ',' << r.coeffs.a << ','
         << r.mu_w << ',' << comm.size() << ',' << bits << ',' << group_size << ',' << n << ',' << r.sites << ','
         << r.max_s << ',' << r.q << ',' << r.ratio << ',' << r.bound << ',' << (r.within ? 1 : 0) << '\n';
-    ECHO_RUN_CHECK(f.good(), "--csv {}: write failed", csv_path);
+    write_file_atomic(csv_path, f.str(), "--csv " + csv_path);
   }
   if (!json_path.empty()) {
     nlohmann::ordered_json j = {{"P", comm.size()},       {"bits", bits},  {"group_size", group_size},

@@ -13,14 +13,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "apps/mpi_command_line.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
+#include "apps/mpi_command_line.h"
 #include "backend/backend.h"
 #include "comm/make_all_reduce.h"
 #include "core/atomic_file.h"
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/same_file.h"
 #include "dist/communicator.h"
 #include "dist/guarded_main.h"
 #include "dist/world.h"
@@ -50,6 +51,8 @@ int bench_main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
+  ECHO_INPUT_CHECK(json_path.empty() || !same_file(json_path, path),
+                   "--json {} is the config file {}: the result would replace it", json_path, path);
   ECHO_INPUT_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
   ECHO_INPUT_CHECK(seq >= 1, "--seq must be at least 1 (got {})", seq);
   ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed step", iters);

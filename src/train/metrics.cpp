@@ -62,8 +62,19 @@ double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& p
   return ideal / (seconds * units);
 }
 
+// Opening a FIFO for writing blocks until someone reads it: a run would hang before its first
+// step. Refused by name instead (a link to a device such as /dev/full is opened as given).
+static std::string refuse_fifo(const std::string& path) {
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  ECHO_INPUT_CHECK(type != std::filesystem::file_type::fifo && type != std::filesystem::file_type::socket,
+                   "the metrics file '{}' is a {}, not a file: a run would block writing to it; remove it", path,
+                   type == std::filesystem::file_type::fifo ? "FIFO" : "socket");
+  return path;
+}
+
 MetricsLog::MetricsLog(const std::string& path, bool append)
-    : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
+    : path_(refuse_fifo(path)), out_(path, append ? std::ios::app : std::ios::trunc) {
   ECHO_RUN_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
 }
 

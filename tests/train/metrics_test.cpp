@@ -1,14 +1,15 @@
 // FLOPs per token, MFU with fp32 and int8 parts, the progress line, write errors on
 // metrics.jsonl, and its truncation for a resume.
+#include "train/metrics.h"
+
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
-#include "train/metrics.h"
 #include "../support/log_capture.h"
 #include "../support/test_util.h"
 
@@ -86,6 +87,19 @@ TEST(Metrics, AWriteErrorIsAnErrorNamingTheFile) {
   fs::remove_all(dir);
 }
 
+// A FIFO in place of metrics.jsonl (left by a user's tail -f tooling, or hostile): opening it for
+// writing would block until a reader came, so a --resume hung before its first step.
+TEST(Metrics, AFifoInPlaceOfTheFileIsRefusedNotWaitedOn) {
+  const fs::path dir = scratch("fifo");
+  const fs::path path = dir / "metrics.jsonl";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  for (bool append : {true, false}) {
+    const std::string kind = echo::testing::kind_and_what_of([&] { MetricsLog log(path.string(), append); });
+    EXPECT_EQ(kind.rfind("input: the metrics file '" + path.string() + "' is a FIFO, not a file", 0), 0u) << kind;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Metrics, TruncationForAResumeDropsLaterStepsAndATornLine) {
   const fs::path dir = scratch("truncate");
   const fs::path path = dir / "metrics.jsonl";
@@ -119,21 +133,27 @@ TEST(Metrics, TruncationNamesALineThatIsNotJsonAndKeepsTheLinesBeforeTheResumePo
   const fs::path path = dir / "metrics.jsonl";
   {
     std::ofstream out(path);
-    out << R"({"step":1,"loss":3})" << "\n"
+    out << R"({"step":1,"loss":3})"
+        << "\n"
         << "a note typed into the file\n"
-        << R"({"step":2,"loss":2.5})" << "\n"
-        << R"({"step":3,"loss":2})" << "\n"
-        << R"({"step":4,"loss":1.5})" << "\n"
-        << R"({"step": 5, "lo)" << "\n";  // cut off by a crash
+        << R"({"step":2,"loss":2.5})"
+        << "\n"
+        << R"({"step":3,"loss":2})"
+        << "\n"
+        << R"({"step":4,"loss":1.5})"
+        << "\n"
+        << R"({"step": 5, "lo)"
+        << "\n";  // cut off by a crash
   }
   const echo::testing::LogCapture log;
   truncate_metrics(path.string(), 3);
-  EXPECT_EQ(read_all(path), "{\"step\":1,\"loss\":3}\na note typed into the file\n{\"step\":2,\"loss\":2.5}\n"
-                            "{\"step\":3,\"loss\":2}\n");
+  EXPECT_EQ(read_all(path),
+            "{\"step\":1,\"loss\":3}\na note typed into the file\n{\"step\":2,\"loss\":2.5}\n"
+            "{\"step\":3,\"loss\":2}\n");
   const std::string text = log.text();
-  EXPECT_NE(text.find("line 2 of the metrics file '" + path.string() +
-                      "' is not JSON: 'a note typed into the file'; kept"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("line 2 of the metrics file '" + path.string() + "' is not JSON: 'a note typed into the file'; kept"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("line 6 of the metrics file '" + path.string() + R"(' is not JSON: '{"step": 5, "lo'; dropped)"),
             std::string::npos)

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "../support/test_data.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "core/half.h"
-#include "../support/test_util.h"
 
 namespace echo::train {
 
@@ -184,6 +184,12 @@ TEST_F(SafetensorsTest, RefusesMalformedFilesWithClearMessages) {
       {"truncated", truncated, {"tensor 't'", "data_offsets [0, 8] exceed the 5 bytes of data", "truncated"}},
       {"not_json", raw_file("{\"t\": [1, 2", {}), {"the header is not valid JSON"}},
       {"not_object", raw_file("[1, 2]", {}), {"the header is not a JSON object"}},
+      // A name twice: nlohmann keeps the last entry, which would load other bytes than the first.
+      {"name_twice",
+       raw_file(
+           R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           eight),
+       {"the header names 't' twice"}},
       {"backwards",
        raw_file(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", eight),
        {"tensor 't'", "data_offsets [8, 0] run backwards"}},
@@ -265,7 +271,9 @@ TEST_F(SafetensorsTest, WriterChecksRangesAndCompleteness) {
 TEST_F(SafetensorsTest, AFullDiskSaysToFreeSpaceOrKeepFewerCheckpoints) {
   if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
   const std::vector<float> values = {1.0f, 2.0f};
-  EXPECT_EQ(kind_and_what_of([&] { write_safetensors("/dev/full", {{"a", StDtype::f32, {2}}}, {values}); }),
+  EXPECT_EQ(kind_and_what_of([&] {
+              write_safetensors("/dev/full", {{"a", StDtype::f32, {2}}}, {values});
+            }),
             "run: writing safetensors file '/dev/full' failed at byte 0: No space left on device (free space there, "
             "or lower train.keep_checkpoints: a checkpoint save needs room for one more checkpoint beside the ones "
             "kept)");

@@ -1,6 +1,8 @@
 // MPI shared-memory regions, the start-up probe and the per-group registry.
 #include "comm/p2p/shm_workspace.h"
 
+#include <sys/statvfs.h>
+
 #include <cstring>
 #include <exception>
 #include <map>
@@ -38,6 +40,19 @@ std::shared_ptr<ShmWorkspace> ShmWorkspace::for_group(const dist::Communicator& 
   // Same node? Every rank sees the same answer, but agree anyway.
   if (!group.all_ranks(dist::node_place(group).local_size == group.size()))
     return fail("the ranks of the group are not all on one node");
+
+  // Open MPI backs the window with a file in /dev/shm: a window beyond its free space (a
+  // container's 64 MiB /dev/shm) is "allocated" with a warning and then faults or spins when
+  // touched, so ask first.
+  const double need = static_cast<double>(geometry.region_bytes()) * group.size();
+  struct statvfs fs {};
+  const bool measured = ::statvfs("/dev/shm", &fs) == 0;
+  const double free_bytes = measured ? static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) : need;
+  if (!group.all_ranks(free_bytes >= need))
+    return fail(
+        fmt::format("the window needs {:.1f} MiB of /dev/shm, which has {:.1f} MiB free (a container may "
+                    "need --shm-size)",
+                    need / (1 << 20), free_bytes / (1 << 20)));
 
   std::shared_ptr<ShmWorkspace> ws(new ShmWorkspace());
   ws->table_ = RegionTable(geometry, group.rank());

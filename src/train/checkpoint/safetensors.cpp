@@ -18,9 +18,9 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/text_file.h"
 #include "core/half.h"
 #include "core/json_guard.h"
+#include "core/text_file.h"
 
 namespace echo::train {
 
@@ -149,11 +149,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
                    "safetensors file '{}': the header nests arrays/objects more than {} deep (at header byte {})", path,
                    kMaxJsonDepth, too_deep);
   nlohmann::json j;
+  // JSON allows a key twice and nlohmann keeps the last: a tensor named twice would load the bytes
+  // of one entry and ignore the other. The reference loader (safetensors) refuses such a header,
+  // and so do we: the top-level keys are collected as the parser meets them.
+  std::set<std::string> names;
+  std::string twice;
+  const nlohmann::json::parser_callback_t note_keys = [&](int depth, nlohmann::json::parse_event_t event,
+                                                          nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second &&
+        twice.empty())
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(header, header + header_len);
+    j = nlohmann::json::parse(header, header + header_len, note_keys);
   } catch (const nlohmann::json::exception& e) {
     ECHO_INPUT_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
   }
+  ECHO_INPUT_CHECK(twice.empty(), "safetensors file '{}': the header names '{}' twice", path, twice);
   ECHO_INPUT_CHECK(j.is_object(), "safetensors file '{}': the header is not a JSON object", path);
 
   for (const auto& [key, value] : j.items()) {
@@ -198,7 +211,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
       // An integer past 2^64 - 1 is parsed as a double: it is a whole number out of range, not a
       // "negative" or fractional one (it read "must be non-negative integers").
       if (o.is_number_float() && o.get<double>() >= 18446744073709551616.0)  // 2^64: 8.0 or 1e3 are not
-        bad(fmt::format("data_offsets {}: offset {} is out of range: beyond 2^64 - 1, the largest offset a file "
+        bad(
+            fmt::format("data_offsets {}: offset {} is out of range: beyond 2^64 - 1, the largest offset a file "
                         "can have (this one holds {} bytes of data)",
                         json_excerpt(off), o.dump(), data_size));
       if (!o.is_number_unsigned()) bad(fmt::format("data_offsets {} must be non-negative integers", json_excerpt(off)));
@@ -327,8 +341,8 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<StTens
   ECHO_RUN_CHECK(fd_ >= 0, "cannot create safetensors file '{}': {}", path, sys_error());
   write_all(fd_, &header_len, 8, 0, path_);
   write_all(fd_, text.data(), text.size(), 8, path_);
-  ECHO_RUN_CHECK(::ftruncate(fd_, static_cast<off_t>(data_start_ + offset)) == 0, "cannot size safetensors file '{}': {}",
-             path_, sys_error());
+  ECHO_RUN_CHECK(::ftruncate(fd_, static_cast<off_t>(data_start_ + offset)) == 0,
+                 "cannot size safetensors file '{}': {}", path_, sys_error());
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
