@@ -62,10 +62,59 @@ def default_prefix(checkpoint):
     return os.path.join(path, "comm-eval")
 
 
+TITLE = "# Loss of one checkpoint under each tensor-parallel communication setting"
+
+
+def is_own_output(path):
+    """Whether path is a PREFIX.md or PREFIX.json that comm_eval wrote (decided by its content)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            if path.endswith(".md"):
+                return f.readline().rstrip("\n") == TITLE
+            rows = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return (isinstance(rows, list) and len(rows) > 0 and
+            all(isinstance(r, dict) and "setting" in r and "loss" in r for r in rows))
+
+
+def refuse_out(prefix, checkpoint, data):
+    """Why PREFIX.md / PREFIX.json may not be written, or None: a file there that is not an earlier
+    comm_eval output, a path inside the run's checkpoints, or one of --data's dataset files."""
+    ckpt = os.path.normpath(checkpoint)
+    run = os.path.dirname(os.path.dirname(ckpt)) if os.path.basename(os.path.dirname(ckpt)) == "checkpoints" else ckpt
+    checkpoints = os.path.realpath(os.path.join(run, "checkpoints"))
+    dataset = {os.path.realpath(data + ext) for ext in (".bin", ".idx", ".meta.json")} if data else set()
+    for target in (prefix + ".md", prefix + ".json"):
+        real = os.path.realpath(target)
+        if real.startswith(checkpoints + os.sep) or real == checkpoints:
+            return f"--out {prefix}: {target} is inside the checkpoints of {run}"
+        if real in dataset:
+            return f"--out {prefix}: {target} is a file of the dataset {data}"
+        if os.path.lexists(target) and not is_own_output(target):
+            return f"--out {prefix}: {target} exists and is not an earlier comm_eval.py output; not overwriting it"
+    return None
+
+
+def write_atomic(path, text):
+    """path written through a temporary file in its folder and a rename: never half written."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".comm_eval-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; give it what open() would
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def table(checkpoint, np_, rows):
     """The Markdown table of (label, command, result) rows; rows[0] is the 16-bit reference."""
     ref = rows[0][2]
-    lines = ["# Loss of one checkpoint under each tensor-parallel communication setting",
+    lines = [TITLE,
              "",
              f"Checkpoint `{checkpoint}` (step {ref['step']}), tp = {np_}, {ref['tokens']} tokens of "
              f"`{ref['data']}` ({ref['batches']} batches of {ref['micro_batch'] * ref['num_micro']} x "
@@ -101,6 +150,10 @@ def main(argv):
         print(f"comm_eval: {args.checkpoint}: no such checkpoint or run directory", file=sys.stderr)
         return 2
     prefix = args.out or default_prefix(args.checkpoint)
+    why = refuse_out(prefix, args.checkpoint, args.data)
+    if why:
+        print(f"comm_eval: {why}", file=sys.stderr)
+        return 2
     try:
         mpirun = launcher(args.mpirun)
     except LaunchError as e:
@@ -139,13 +192,14 @@ def main(argv):
             done.append((label, cmd, result))
             print(f"comm_eval: {label}: loss {result['loss']:.6f} ppl {result['ppl']:.4f}", flush=True)
 
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     text = table(args.checkpoint, args.np, done)
-    with open(prefix + ".md", "w", encoding="utf-8") as f:
-        f.write(text)
-    with open(prefix + ".json", "w", encoding="utf-8") as f:
-        json.dump([r for _, _, r in done], f, indent=1)
-        f.write("\n")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+        write_atomic(prefix + ".md", text)
+        write_atomic(prefix + ".json", json.dumps([r for _, _, r in done], indent=1) + "\n")
+    except OSError as e:
+        print(f"comm_eval: cannot write {prefix}.md / {prefix}.json: {e.strerror}", file=sys.stderr)
+        return 1
     print(text)
     print(f"comm_eval: wrote {prefix}.md and {prefix}.json")
     return 0

@@ -17,6 +17,7 @@ are refused, naming the folders: give each length its own OUT_ROOT.
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -38,6 +39,20 @@ class ReportError(Exception):
     pass
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise ReportError(f"config.yaml has the key '{key_node.value}' twice "
+                                      f"(line {key_node.start_mark.line + 1})")
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
+
+
 def train_steps(point_dir):
     """train.steps of the run's config.yaml."""
     path = os.path.join(point_dir, "config.yaml")
@@ -45,7 +60,9 @@ def train_steps(point_dir):
         raise ReportError("no config.yaml")
     try:
         with open(path, encoding="utf-8") as f:
-            steps = (yaml.safe_load(f) or {}).get("train", {}).get("steps")
+            steps = (yaml.load(f, Loader=UniqueKeyLoader) or {}).get("train", {}).get("steps")
+    except UnicodeDecodeError:
+        raise ReportError("config.yaml unreadable: not UTF-8 text")
     except (OSError, yaml.YAMLError, AttributeError) as e:
         raise ReportError(f"config.yaml unreadable: {e}")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
@@ -68,7 +85,11 @@ def final_val(point_dir):
         at = f"the last at step {m['val'][-1]['step']}" if m["val"] else "none logged"
         # echo_train validates every eval_interval steps only, not at the end.
         raise ReportError(f"no validation at step {steps}, {at}; train.eval_interval must divide train.steps")
-    return steps, m["val"][-1]["val_loss"]
+    val = m["val"][-1]["val_loss"]
+    # A gap divides by the baseline's loss; a NaN or infinite loss cannot be plotted.
+    if not math.isfinite(val) or val <= 0:
+        raise ReportError(f"final validation loss is {val}, not a positive finite number")
+    return steps, val
 
 
 def refuse_mixed(lengths):
@@ -130,7 +151,8 @@ def gaps(results, baseline, setting, depth):
 def report(out_root, baseline):
     results, unfinished = collect(out_root)
     if baseline not in results:
-        raise ReportError(f"{out_root}: no finished runs of the baseline setting '{baseline}'")
+        raise ReportError(f"{out_root}: no finished runs of the baseline setting '{baseline}'"
+                          + (f" (not finished: {', '.join(unfinished)})" if unfinished else ""))
     settings = ordered(results)
     depths = sorted({d for runs in results.values() for d, _ in runs})
     name = lambda s: LABELS.get(s, s)  # noqa: E731

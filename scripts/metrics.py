@@ -57,7 +57,7 @@ def parse_line(raw, where):
         return None
     try:
         d = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
         raise MetricsError(f"{where}: not a JSON line")
     if not isinstance(d, dict):
         raise MetricsError(f"{where}: not a JSON object")

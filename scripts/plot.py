@@ -242,10 +242,20 @@ def read_csv_rows(path, need, what):
     refused as not being `what`, naming the columns it needs."""
     import csv
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = []
+            for r in reader:
+                if None in r.values():  # fewer fields than the header
+                    raise PlotError(f"{path}:{reader.line_num}: {len(r) - list(r.values()).count(None)} "
+                                    f"fields, the header has {len(reader.fieldnames)}")
+                rows.append(r)
     except OSError as e:
         raise PlotError(f"{path}: {e.strerror}")
+    except UnicodeDecodeError:
+        raise PlotError(f"{path}: not UTF-8 text")
+    except csv.Error as e:
+        raise PlotError(f"{path}: not a CSV file ({e})")
     if not rows or not need <= set(rows[0]):
         columns = ", ".join(rows[0]) if rows else "none"
         raise PlotError(f"{path}: not {what} (needs the columns {', '.join(sorted(need))}; has: {columns})")
@@ -409,6 +419,8 @@ def main(argv):
         print(f"wrote {path}")
         if not args.runs:
             return 0
+    if args.ymax is not None and not math.isfinite(args.ymax):
+        ap.error(f"--ymax {args.ymax}: must be a finite number")
     for name in ("smooth", "tail", "tail_smooth"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")

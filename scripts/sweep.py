@@ -103,6 +103,8 @@ def load_yaml(path, what, raw=False):
             data = yaml.load(f, Loader=yaml.BaseLoader) if raw else yaml.safe_load(f)
     except OSError as e:
         raise SweepError(f"cannot read {what} {path}: {e.strerror}")
+    except UnicodeDecodeError:
+        raise SweepError(f"{what} {path} is not UTF-8 text")
     except yaml.YAMLError as e:
         raise SweepError(f"{what} {path} is not valid YAML: {e}")
     return data
@@ -215,6 +217,8 @@ def load_grid(path, known):
             root = yaml.compose(f)
     except OSError as e:
         raise SweepError(f"cannot read grid {path}: {e.strerror}")
+    except UnicodeDecodeError:
+        raise SweepError(f"grid {path} is not UTF-8 text")
     except yaml.YAMLError as e:
         raise SweepError(f"grid {path} is not valid YAML: {e}")
     if root is None or not isinstance(root, yaml.MappingNode) or not root.value:
@@ -223,6 +227,8 @@ def load_grid(path, known):
     for key_node, value_node in root.value:
         key = key_node.value
         where = f"grid {path}:{key_node.start_mark.line + 1}"
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise SweepError(f"{where}: a key must be a dotted config key, not a list or mapping")
         if key in seen:
             raise SweepError(f"{where}: key '{key}' appears twice")
         seen.add(key)

@@ -39,6 +39,26 @@ print("rows ok")
 PY
 msg=$("$PY" "$src/scripts/comm_eval.py" "$work/no-such-run" --out "$work/x" 2>&1) && fail "a missing checkpoint was accepted"
 [[ $msg == *no-such-run* ]] || fail "the message does not name the missing checkpoint: $msg"
+# --out never overwrites what comm_eval did not write: a checkpoint's files (.json is appended),
+# a dataset file of --data, any other existing file; refused with exit 2 before any row runs.
+ck=$(ls -d "$run"/checkpoints/step_* | head -1)
+mkdir -p "$work/ds" && printf 'meta\n' > "$work/ds/valid.meta.json" && printf 'notes\n' > "$work/notes.md"
+snapshot() { { find "$ck" -type f -print0 | sort -z | xargs -0 cat; cat "$work/ds/valid.meta.json" "$work/notes.md" "$out.md" "$out.json"; } | cksum; }
+sum_before=$(snapshot)
+refused() {  # refused WORD_IN_MESSAGE ARGS...
+  local want=$1 msg rc; shift
+  msg=$("$PY" "$src/scripts/comm_eval.py" "$@" --np 2 --echo-eval "$build/echo_eval" --mpirun false 2>&1); rc=$?
+  [[ $rc -eq 2 && $msg == *"$want"* && $msg != *"[1/6]"* && $msg != *Traceback* ]] || fail "comm_eval.py $*: exit $rc: $msg"
+}
+refused "is inside the checkpoints of $run" "$run" --out "$ck/config"
+refused "is inside the checkpoints of $run" "$ck" --out "$run/checkpoints/x"
+refused "is a file of the dataset $work/ds/valid" "$run" --data "$work/ds/valid" --out "$work/ds/valid.meta"
+refused "$work/notes.md exists and is not an earlier comm_eval.py output" "$run" --out "$work/notes"
+[[ $(snapshot) == "$sum_before" ]] ||
+  fail "a refused --out changed a file"
+# An earlier comm_eval output is overwritten: past the check, the rows run (here: fail at once).
+msg=$("$PY" "$src/scripts/comm_eval.py" "$run" --np 2 --out "$out" --mpirun false 2>&1); rc=$?
+[[ $rc -eq 1 && $msg == *"echo_eval exited"* ]] || fail "rerun into an earlier output: exit $rc: $msg"
 # Ctrl-C before the first row (here: while the launcher is set up): one line, no traceback, killed by SIGINT.
 msg=$("$PY" - "$src/scripts" "$run" <<'PY' 2>&1
 import runpy, sys

@@ -63,4 +63,23 @@ msg=$("$PY" "$src/scripts/depth_report.py" "$work/mixed" 2>&1) && fail "runs of 
 rm -rf "$work/study/bf16"
 msg=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) && fail "a study without its baseline was accepted"
 [[ $msg == *"baseline setting 'bf16'"* ]] || fail "the message does not name the missing baseline: $msg"
+# Runs whose numbers or config.yaml cannot be used are listed with the reason, not a traceback: a
+# baseline loss of 0 (the gap divides by it), a NaN loss, a config.yaml that is not UTF-8 or has a key twice.
+h=$work/hostile
+run bf16 2 1 4 2.0 4 4 "$h"; run bf16 2 2 4 0 4 4 "$h"; run bf16 2 3 4 NaN 4 4 "$h"
+run echo4 2 1 4 2.02 4 4 "$h"; run echo4 2 2 4 2.2 4 4 "$h"; run echo4 2 3 4 2.4 4 4 "$h"
+run echo4 2 4 4 2.4 4 4 "$h" && printf 'train:\n  steps: 4\xff\n' > "$h/echo4/layers=2_seed=4/config.yaml"
+run echo4 2 5 4 2.4 4 4 "$h" && printf 'train:\n  steps: 4\n  steps: 4\n' > "$h/echo4/layers=2_seed=5/config.yaml"
+msg=$("$PY" "$src/scripts/depth_report.py" "$h" 2>&1) || fail "hostile runs: exit non-zero: $msg"
+[[ $msg != *Traceback* && $msg == *"bf16/layers=2_seed=2 (final validation loss is 0, not a positive finite number)"* &&
+   $msg == *"bf16/layers=2_seed=3 (final validation loss is nan, not a positive finite number)"* &&
+   $msg == *"echo4/layers=2_seed=4 (config.yaml unreadable: not UTF-8 text)"* &&
+   $msg == *"echo4/layers=2_seed=5 (config.yaml has the key 'steps' twice (line 3))"* ]] ||
+  fail "hostile runs not listed with their reasons: $msg"
+grep -q '^| 2 | 1.00 % (n=1) |$' "$h/depth-gap.md" || fail "hostile runs: gap row wrong: $(grep '^| 2 ' "$h/depth-gap.md" | tail -1)"
+# A baseline whose only run has a key twice: the refusal lists why it does not count.
+rm -rf "$h/bf16" && run bf16 2 1 4 2.0 4 4 "$h" && printf 'train:\n  steps: 4\ntrain:\n  steps: 4\n' > "$h/bf16/layers=2_seed=1/config.yaml"
+msg=$("$PY" "$src/scripts/depth_report.py" "$h" 2>&1) && fail "a baseline with a duplicate key was accepted"
+[[ $msg != *Traceback* && $msg == *"baseline setting 'bf16' (not finished: bf16/layers=2_seed=1 (config.yaml has the key 'train' twice (line 3))"* ]] ||
+  fail "the duplicate key of the baseline's run is not named: $msg"
 echo "ok: depth_report.py tables and figure"

@@ -46,4 +46,21 @@ msg=$(plot "$work/a" "$work/b") || fail "a metrics.jsonl with a cut last line wa
 printf '{"bad\n{"step":1,"loss":1}\n' > "$work/c.jsonl"
 msg=$(plot "$work/c.jsonl") && fail "a bad first line was accepted"
 [[ $msg == *"$work/c.jsonl:1: not a JSON line"* ]] || fail "bad first line: $msg"
+# Hostile inputs: one line naming the file (and the line), never a traceback.
+for y in nan inf -inf; do
+  msg=$(plot "$work/a" --ymax="$y") && fail "--ymax $y was accepted"
+  [[ $msg == *"--ymax $y: must be a finite number"* && $msg != *Traceback* ]] || fail "--ymax $y: $msg"
+done
+printf 'case,eta\n\xff\xfe,1\n' > "$work/latin1.csv"
+msg=$(plot --depth "$work/latin1.csv") && fail "a non-UTF-8 depth CSV was accepted"
+[[ $msg == "plot: $work/latin1.csv: not UTF-8 text" ]] || fail "non-UTF-8 depth CSV: $msg"
+msg=$(plot --sweep "$work/latin1.csv" --sweep-x optim.lr) && fail "a non-UTF-8 sweep CSV was accepted"
+[[ $msg == "plot: $work/latin1.csv: not UTF-8 text" ]] || fail "non-UTF-8 sweep CSV: $msg"
+printf 'case,eta,beta1,beta2,a,mu_w,sites,max_s_over_q,bound\ncoherent,0.5\n' > "$work/short.csv"
+msg=$(plot --depth "$work/short.csv") && fail "a short depth CSV row was accepted"
+[[ $msg == "plot: $work/short.csv:2: 2 fields, the header has 9" ]] || fail "short depth CSV row: $msg"
+# A metrics line nested 100,000 deep is a bad line like any other (no RecursionError).
+"$PY" -c 'import sys; sys.stdout.write("[" * 100000 + "]" * 100000 + "\n{\"step\":1,\"loss\":1,\"tokens_per_s\":1}\n")' > "$work/deep.jsonl"
+msg=$(plot "$work/deep.jsonl") && fail "a metrics line nested 100,000 deep was accepted"
+[[ $msg == "plot: $work/deep.jsonl:1: not a JSON line" ]] || fail "deeply nested metrics line: $msg"
 echo "ok: plot.py labels and cut metrics lines"

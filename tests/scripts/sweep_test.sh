@@ -120,6 +120,9 @@ check_bad 'train.steps: [1_0]' "value '1_0' is not a number"
 check_bad 'train.steps: [4, 010]' "value '010' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: 10"
 check_bad 'optim.lr: [-0300]' "value '-0300' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: -300"
 check_bad 'comm.allreduce: [1]' "value '1' is not text"
+check_bad $'? [run.seed, optim.lr]\n: [1]' "a key must be a dotted config key, not a list or mapping"
+check_bad $'{run.seed: 1}: [1]' "a key must be a dotted config key, not a list or mapping"
+check_bad $'run.seed: [1]\noptim.lr: [\xff]' "is not UTF-8 text"
 # Integer values are compared exactly: two seeds beyond a double's 2^53 that differ in the last digit are two
 # points (as floats they are one value), and a real key whose default is written 300.0 takes 2.5.
 printf 'run.seed: [12345678901234567, 12345678901234568]\n' > "$work/seeds.yaml"
