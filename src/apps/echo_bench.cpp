@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -285,12 +286,6 @@ int bench_main(int argc, char** argv) {
   ECHO_INPUT_CHECK(o.warmup >= 0, "--warmup must be 0 or more (got {})", o.warmup);
   ECHO_INPUT_CHECK(o.tiles >= 1 && o.tiles <= 64, "--tiles must lie in [1, 64] (got {})", o.tiles);
   ECHO_INPUT_CHECK(o.slot_kib >= 1 && o.slot_kib <= 65536, "--slot-kib must lie in [1, 65536] (got {})", o.slot_kib);
-  if (!o.json.empty()) {  // refused now, not after the first size has run
-    const std::filesystem::path json(o.json), parent = json.parent_path().empty() ? "." : json.parent_path();
-    ECHO_INPUT_CHECK(!std::filesystem::is_directory(json), "--json {} is a directory", o.json);
-    ECHO_INPUT_CHECK(std::filesystem::is_directory(parent), "--json {}: the folder {} does not exist", o.json,
-                     parent.string());
-  }
   ECHO_INPUT_CHECK(o.threads >= 1 && o.threads <= o.tiles, "--threads must lie in [1, --tiles = {}] (got {})", o.tiles,
                    o.threads);
   ECHO_INPUT_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
@@ -304,6 +299,12 @@ int bench_main(int argc, char** argv) {
                    "--tiles {} x --slot-kib {} would take {:.1f} GiB of shared memory per rank at P = {} (2 x tiles x "
                    "P slots), more than the 4 GiB echo allows",
                    o.tiles, o.slot_kib, workspace_gib * world.size(), world.size());
+  if (world.rank() == 0 && !o.json.empty()) {  // refused now, not after the first size (rank 0 writes it)
+    const std::filesystem::path json(o.json), parent = json.parent_path().empty() ? "." : json.parent_path();
+    ECHO_INPUT_CHECK(!std::filesystem::is_directory(json), "--json {} is a directory", o.json);
+    ECHO_INPUT_CHECK(std::filesystem::is_directory(parent), "--json {}: the folder {} does not exist", o.json,
+                     parent.string());
+  }
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
                                  "echo_bench's largest message (--sizes)");
   const MachineInfo machine = describe_machine();
@@ -324,6 +325,19 @@ int bench_main(int argc, char** argv) {
   // rows measured so far, never a truncated line, and until the first row the old file stays; a
   // full disk is an error.
   std::string json_lines;
+  // /dev/stdout, a FIFO or another non-file target is written as a stream, once, row by row (there
+  // is nothing to rename over, and rewriting would repeat the rows).
+  std::ofstream json_stream;
+  if (world.rank() == 0 && !o.json.empty()) {
+    std::error_code ec;
+    const auto target = std::filesystem::weakly_canonical(o.json, ec).string();
+    const auto type = std::filesystem::status(o.json, ec).type();
+    const bool device = target.rfind("/dev/", 0) == 0 || target.rfind("/proc/", 0) == 0;
+    if (device || (type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::regular)) {
+      json_stream.open(o.json, std::ios::app);
+      ECHO_RUN_CHECK(json_stream.good(), "cannot write --json file '{}'", o.json);
+    }
+  }
   const std::string engine = comm::describe(*impl);
   if (world.rank() == 0) print_header(o, world.size(), machine, engine);
   for (size_t bytes : sizes) {
@@ -334,8 +348,13 @@ int bench_main(int argc, char** argv) {
       nlohmann::json record = to_json(o, world.size(), row);
       record["machine"] = to_json(machine);
       record["engine"] = engine;
-      json_lines += record.dump() + '\n';
-      write_file_atomic(o.json, json_lines, "--json " + o.json);
+      if (json_stream.is_open()) {
+        json_stream << record.dump() << '\n' << std::flush;
+        ECHO_RUN_CHECK(json_stream.good(), "--json {}: write failed: {}", o.json, std::strerror(errno));
+      } else {
+        json_lines += record.dump() + '\n';
+        write_file_atomic(o.json, json_lines, "--json " + o.json);
+      }
     }
   }
   return 0;

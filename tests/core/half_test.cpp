@@ -373,30 +373,30 @@ std::vector<double> double_cases(float (*decode)(uint16_t), uint16_t max_finite,
   return cases;
 }
 
-TEST_F(HalfTest, DoubleToBf16RoundsOnce) {
+// One format's double conversion against the reference: no mismatch, and the cases must hold
+// values where rounding twice (double -> float -> format) goes wrong, or they test nothing.
+void check_rounds_once(uint16_t (*convert)(double), uint16_t (*reference)(double), uint16_t (*via_float)(float),
+                       bool (*is_nan)(uint16_t), float (*decode)(uint16_t), uint16_t max_finite, uint64_t seed) {
   size_t mismatches = 0, twice_differs = 0;
-  for (double v : double_cases(bf16_bits_to_float, 0x7f7f, 0xd0b1e)) {
-    const uint16_t got = double_to_bf16_bits(v), want = reference_double_to_bf16(v);
-    twice_differs += float_to_bf16_bits(static_cast<float>(v)) != want;
+  for (double v : double_cases(decode, max_finite, seed)) {
+    const uint16_t got = convert(v), want = reference(v);
+    twice_differs += via_float(static_cast<float>(v)) != want;
     if (got != want && ++mismatches <= 10)
       ADD_FAILURE() << std::hexfloat << v << std::hex << ": got " << got << ", reference " << want;
   }
   EXPECT_EQ(mismatches, 0u);
   EXPECT_GT(twice_differs, 1000u) << "the cases should include values where rounding twice goes wrong";
-  EXPECT_TRUE(bf16_is_nan(double_to_bf16_bits(std::nan(""))));
+  EXPECT_TRUE(is_nan(convert(std::nan(""))));
+}
+
+TEST_F(HalfTest, DoubleToBf16RoundsOnce) {
+  check_rounds_once(double_to_bf16_bits, reference_double_to_bf16, float_to_bf16_bits, bf16_is_nan, bf16_bits_to_float,
+                    0x7f7f, 0xd0b1e);
 }
 
 TEST_F(HalfTest, DoubleToHalfRoundsOnce) {
-  size_t mismatches = 0, twice_differs = 0;
-  for (double v : double_cases(half_bits_to_float, 0x7bff, 0xd0b1f)) {
-    const uint16_t got = double_to_half_bits(v), want = reference_double_to_half(v);
-    twice_differs += float_to_half_bits(static_cast<float>(v)) != want;
-    if (got != want && ++mismatches <= 10)
-      ADD_FAILURE() << std::hexfloat << v << std::hex << ": got " << got << ", reference " << want;
-  }
-  EXPECT_EQ(mismatches, 0u);
-  EXPECT_GT(twice_differs, 1000u) << "the cases should include values where rounding twice goes wrong";
-  EXPECT_TRUE(half_is_nan(double_to_half_bits(std::nan(""))));
+  check_rounds_once(double_to_half_bits, reference_double_to_half, float_to_half_bits, half_is_nan, half_bits_to_float,
+                    0x7bff, 0xd0b1f);
 }
 
 }  // namespace

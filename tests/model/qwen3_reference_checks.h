@@ -32,6 +32,10 @@ constexpr double kLossRelTol = 2e-6;     // |loss_echo - loss_ref| / loss_ref
 constexpr double kHiddenRelTol = 1e-5;   // max |h_echo - h_ref| / max |h_ref|, final hidden state
 constexpr double kLogProbAbsTol = 5e-5;  // max |log p_echo - log p_ref| over the positions and ids
 
+// The weights' seed and the batch shape both tests use (tp = 1 and the MPI test at tp = 2, 4).
+constexpr uint64_t kSeed = 20250611;
+constexpr int64_t kBatch = 3, kSeq = 7;
+
 // ---- configurations ---------------------------------------------------------------------------
 
 struct ReferenceCase {

@@ -38,14 +38,7 @@ namespace echo::model {
 namespace {
 
 namespace hf = testing::hf;
-using testing::kHiddenRelTol;
-using testing::kLogProbAbsTol;
-using testing::kLossRelTol;
-using testing::max_abs;
-using testing::max_abs_diff;
-
-constexpr uint64_t kSeed = 20250611;
-constexpr int64_t kBatch = 3, kSeq = 7;
+using namespace testing;  // the cases, seed, shape, tolerances and helpers of qwen3_reference_checks.h
 
 class HfQwen3Reference : public ::testing::TestWithParam<testing::ReferenceCase> {
  protected:

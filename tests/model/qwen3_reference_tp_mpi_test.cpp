@@ -23,14 +23,7 @@ namespace echo::model {
 namespace {
 
 namespace hf = testing::hf;
-using testing::kHiddenRelTol;
-using testing::kLogProbAbsTol;
-using testing::kLossRelTol;
-using testing::max_abs;
-using testing::max_abs_diff;
-
-constexpr uint64_t kSeed = 20250611;  // qwen3_reference_test's
-constexpr int64_t kBatch = 3, kSeq = 7;
+using namespace testing;  // the cases, seed, shape, tolerances and helpers of qwen3_reference_checks.h
 
 bool tp_divides(const hf::Qwen3Config& c, int tp) {
   return c.num_attention_heads % tp == 0 && c.num_key_value_heads % tp == 0 && c.intermediate_size % tp == 0 &&
