@@ -328,15 +328,9 @@ int bench_main(int argc, char** argv) {
   // /dev/stdout, a FIFO or another non-file target is written as a stream, once, row by row (there
   // is nothing to rename over, and rewriting would repeat the rows).
   std::ofstream json_stream;
-  if (world.rank() == 0 && !o.json.empty()) {
-    std::error_code ec;
-    const auto target = std::filesystem::weakly_canonical(o.json, ec).string();
-    const auto type = std::filesystem::status(o.json, ec).type();
-    const bool device = target.rfind("/dev/", 0) == 0 || target.rfind("/proc/", 0) == 0;
-    if (device || (type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::regular)) {
-      json_stream.open(o.json, std::ios::app);
-      ECHO_RUN_CHECK(json_stream.good(), "cannot write --json file '{}'", o.json);
-    }
+  if (world.rank() == 0 && !o.json.empty() && writes_in_place(o.json)) {
+    json_stream.open(o.json, std::ios::app);
+    ECHO_RUN_CHECK(json_stream.good(), "cannot write --json file '{}'", o.json);
   }
   const std::string engine = comm::describe(*impl);
   if (world.rank() == 0) print_header(o, world.size(), machine, engine);

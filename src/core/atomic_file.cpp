@@ -33,14 +33,6 @@ void fsync_fd(int fd, const std::string& path) {
 
 namespace {
 
-// A path through /dev or /proc (/dev/stdout, /dev/null, /proc/self/fd/1) names an open stream or
-// a device, whatever it resolves to: written in place, appending, never renamed over. NOTE:
-// /dev/stdout redirected to a file resolves to that regular file, and renaming over it would
-// drop what the program printed before and send what it prints after to the unlinked file.
-bool names_a_stream(const std::string& path) {
-  return path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
-}
-
 void write_in_place(const std::string& path, std::string_view bytes, const std::string& what) {
   std::ofstream out(path, std::ios::binary | std::ios::app);
   ECHO_RUN_CHECK(out.good(), "{}: cannot open for writing: {}", what, std::strerror(errno));
@@ -69,12 +61,24 @@ mode_t umask_now() {
 
 }  // namespace
 
+// A path through /dev or /proc (/dev/stdout, /dev/null, /proc/self/fd/1), taken lexically
+// (absolute, normalized, links not followed), names an open stream or a device whatever it resolves
+// to. NOTE: /dev/stdout redirected to a file resolves to that regular file, and renaming over it
+// would drop what the program printed before and send what it prints after to the unlinked file.
+bool writes_in_place(const std::string& path) {
+  std::error_code error;
+  const std::string lexical = fs::absolute(path, error).lexically_normal().string();
+  if (lexical.rfind("/dev/", 0) == 0 || lexical.rfind("/proc/", 0) == 0) return true;
+  const fs::file_status status = fs::status(path, error);  // follows links: a link to a FIFO too
+  return fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status);
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
   std::error_code error;
   fs::path target(path);
   const fs::file_status status = fs::status(target, error);  // follows links
   ECHO_INPUT_CHECK(!fs::is_directory(status), "{}: it is a directory; move it away", what);
-  if (names_a_stream(path) || (fs::exists(status) && !fs::is_regular_file(status))) {  // a FIFO too
+  if (writes_in_place(path)) {
     write_in_place(path, bytes, what);
     return;
   }

@@ -133,5 +133,29 @@ TEST(AtomicFile, FollowsALinkAndWritesADeviceInPlace) {
   EXPECT_TRUE(fs::is_character_file(fs::symlink_status("/dev/null")));
 }
 
+// The predicate echo_bench uses to write --json row by row: lexical /dev and /proc paths even when
+// they resolve to a regular file (a redirected /dev/stdout), a relative path that normalizes into
+// /proc, a FIFO; never a regular file, a missing one, a directory or a link to a regular file.
+TEST(AtomicFile, WritesInPlaceTellsStreamsFromFiles) {
+  echo::testing::ScratchDir dir;
+  const std::string file = dir.path("out.json"), fifo = dir.path("pipe"), link = dir.path("link.json");
+  std::ofstream(file) << "x\n";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_symlink(file, link);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::string proc_fd = "/proc/self/fd/" + std::to_string(fd);
+  ASSERT_TRUE(fs::is_regular_file(proc_fd)) << "resolves to the regular file";
+  EXPECT_TRUE(writes_in_place(proc_fd));
+  EXPECT_TRUE(writes_in_place("/dev/stdout"));
+  EXPECT_TRUE(writes_in_place("/tmp/../proc/self/fd/" + std::to_string(fd)));
+  EXPECT_TRUE(writes_in_place(fifo));
+  EXPECT_FALSE(writes_in_place(file));
+  EXPECT_FALSE(writes_in_place(link));
+  EXPECT_FALSE(writes_in_place(dir.path("missing.json")));
+  EXPECT_FALSE(writes_in_place(dir.path("")));
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace echo
