@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/vector_norms.h"
+
 namespace echo::cpu::testing {
 
 // Normal(0, stddev) doubles; a fresh stream per (seed, stream) pair.
@@ -42,11 +44,7 @@ inline std::vector<double> float_exact(std::vector<double> v) {
   return v;
 }
 
-inline double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
+using echo::testing::max_abs;
 
 // Elementwise |a - ref| <= atol + rtol * |ref|; one failure naming the worst element.
 template <class A>

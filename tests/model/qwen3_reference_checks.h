@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/vector_norms.h"
 #include "core/config/config.h"
 #include "hf_qwen3_reference.h"
 #include "model/qwen3_model.h"
@@ -185,11 +186,7 @@ inline std::vector<double> echo_log_probs(Qwen3Model<float>& model, const Window
   return out;
 }
 
-inline double max_abs(const std::vector<double>& a) {
-  double m = 0;
-  for (double x : a) m = std::max(m, std::fabs(x));
-  return m;
-}
+using echo::testing::max_abs;
 
 template <class T>
 double max_abs_diff(const std::vector<T>& a, const std::vector<double>& b) {
