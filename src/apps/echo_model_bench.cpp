@@ -5,6 +5,7 @@
 //   echo_model_bench configs/model_bench.yaml --set run.device=cuda --adamw   (one GPU)
 // The TP group is the whole world (tp = world size); parallel.tp in the file is ignored. Each
 // timed step ends with the backend synchronized, so device work is inside the time.
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
@@ -27,6 +29,7 @@
 #include "dist/world.h"
 #include "model/qwen3_model.h"
 #include "train/adamw.h"
+#include "train/step_memory.h"
 
 namespace echo {
 namespace {
@@ -42,8 +45,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("config", path, "YAML config (model and comm sections are used)")->required();
   app.add_option("--set", overrides, "override a key, e.g. --set comm.bits=8");
   // NOTE: numbers are checked below with messages in words, not by CLI11 validators.
-  app.add_option("--batch", batch, "sequences per step (>= 1)")->capture_default_str();
-  app.add_option("--seq", seq, "tokens per sequence (>= 1)")->capture_default_str();
+  app.add_option("--batch", batch, "sequences per step (>= 1; sets train.micro_batch)")->capture_default_str();
+  app.add_option("--seq", seq, "tokens per sequence (>= 1; sets data.seq_len)")->capture_default_str();
   app.add_option("--iters", iters, "timed steps (>= 1)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps (>= 0)")->capture_default_str();
   app.add_option("--json", json_path, "also write the result as JSON to this file (rank 0)");
@@ -61,11 +64,18 @@ int bench_main(int argc, char** argv) {
 
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   overrides.push_back("parallel.tp=" + std::to_string(tp.size()));
+  // The step's shape goes through the config's checks (INT8 limits, the 1 TiB bound) and the
+  // trainer's memory plan, so a batch that cannot fit is refused by name, not by bad_alloc.
+  for (const auto& [key, value] :
+       {std::pair{"train.micro_batch", batch}, std::pair{"train.global_batch", batch}, std::pair{"data.seq_len", seq}})
+    overrides.push_back(fmt::format("{}={}", key, value));
   const config::Config cfg = config::load_config(path, overrides, tp.size());
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp.size(), tp.rank());
   const Device device = cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu;
   const dist::NodePlace node = dist::node_place(tp);
   auto be = backend::make_backend(device, {node.local_rank, node.local_size});  // chooses the rank's GPU first
+  train::reserve_step_memory(cfg, shape, *be, /*optimizer=*/true,
+                             fmt::format("echo_model_bench --batch {} --seq {}", batch, seq));
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
   model::CommTpOps ops(tp, *blocks, edge.get(), cfg.run.device, comm::transport_options_from(cfg.comm).kind);

@@ -10,6 +10,7 @@
 #include "core/same_file.h"
 #include "dist/guarded_main.h"
 #include "dist/world.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
@@ -49,8 +50,12 @@ int train_main(int argc, char** argv) {
     if (result.steps_run == 0)
       log::get("train")->info("{} at step {} without training a step", how, result.steps_done);
     else
-      log::get("train")->info("{} at step {}: loss {:.4f}; metrics in {}/metrics.jsonl, checkpoints in {}/checkpoints/",
-                              how, result.steps_done, result.last_loss, cfg.run.out_dir, cfg.run.out_dir);
+      log::get("train")->info(
+          "{} at step {}: loss {:.4f}; metrics in {}/metrics.jsonl, {}", how, result.steps_done, result.last_loss,
+          cfg.run.out_dir,
+          trainer.last_checkpoint_step() < 0
+              ? std::string("no checkpoint saved (train.checkpoint_interval is 0)")
+              : "last checkpoint " + train::checkpoint_dir(cfg.run.out_dir, trainer.last_checkpoint_step()));
   }
   return 0;
 }

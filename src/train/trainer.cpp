@@ -13,6 +13,7 @@
 #include "comm/make_all_reduce.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/same_file.h"
 #include "core/text_file.h"
 #include "data/dataset_meta.h"
 #include "data/stored_eos.h"
@@ -27,6 +28,7 @@
 #include "train/hf_config.h"
 #include "train/lr_schedule.h"
 #include "train/resume_check.h"
+#include "train/step_memory.h"
 #include "train/stop_signal.h"
 
 namespace echo::train {
@@ -177,24 +179,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
                                                comm::transport_options_from(cfg.comm).kind);
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
-  model::MemoryPlanInput plan_in;
-  plan_in.master = DType::f32;
-  plan_in.activation = backend_->activation_dtype(DType::f32);
-  plan_in.statistic = backend_->statistic_dtype(DType::f32);
-  plan_in.micro_batch = cfg.train.micro_batch;
-  plan_in.seq = cfg.data.seq_len;
-  plan_in.optimizer = true;
-  plan_in.workspace = backend_->workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape_.heads_local(),
-                                                shape_.kv_heads_local(), shape_.head_dim);
+  memory_plan_ = reserve_step_memory(cfg, shape_, *backend_, /*optimizer=*/true, "training this model");
   const auto int8_cfg = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
-  if (int8_cfg.mode == config::LinearMode::int8) {
-    plan_in.int8_projections = cfg.linear.projection_list();
-    plan_in.int8_scratch = [&](int64_t rows, int64_t in, int64_t out) {
-      return backend_->int8_scratch_bytes(int8_cfg, rows, in, out, cfg.data.seq_len);
-    };
-  }
-  memory_plan_ = model::plan_memory(shape_, model::make_qwen3_plan(shape_), plan_in);
-  backend_->reserve(memory_plan_.total(), fmt::format("training this model (per rank: {})", memory_plan_.describe()));
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_, backend_.get());
   model_->set_int8_linear(int8_cfg, cfg.linear.projection_list());
   num_params_ = count_parameters(model_->plan());
@@ -269,6 +255,13 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       cfg.train.micro_batch, cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());
+  // Legal but seldom meant: a warmup that never ends never trains at optim.lr.
+  if (L.rank == 0 && cfg.schedule.warmup_steps >= cfg.train.steps)
+    logger->warn(
+        "'schedule.warmup_steps' = {} is not below 'train.steps' = {}: the learning rate never reaches "
+        "'optim.lr' = {} (it ends at {:.4g})",
+        cfg.schedule.warmup_steps, cfg.train.steps, cfg.optim.lr,
+        cfg.optim.lr * static_cast<double>(cfg.train.steps) / cfg.schedule.warmup_steps);
 }
 
 // The training (and validation) data, checked against the config and the sidecar echo_prep wrote.
@@ -295,6 +288,11 @@ void Trainer::open_data() {
   train_loader_.emplace(*train_data_, opts);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
     valid_data_.emplace(open_dataset("data.valid", cfg.data.valid));
+    if (L.rank == 0 && same_file(cfg.data.valid + ".bin", cfg.data.train + ".bin"))
+      log::get("train")->warn(
+          "'data.valid' = {} is the training data ('data.train' = {}): val_loss measures "
+          "sequences the model trains on, not held-out text",
+          cfg.data.valid, cfg.data.train);
     const auto valid_meta = data::check_dataset_meta(*valid_data_, "data.valid", tokens);
     if (train_meta && valid_meta) data::check_same_preparation(*train_meta, "data.train", *valid_meta, "data.valid");
     data::check_token_range(*valid_data_, cfg.model.vocab_size, "data.valid");

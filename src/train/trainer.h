@@ -37,6 +37,9 @@ class Trainer {
   // Called on every rank after each checkpoint this run saves, with its step. Tests use it to
   // deliver a signal while a save is under way.
   void after_each_save(std::function<void(int64_t step)> hook) { after_save_ = std::move(hook); }
+  // The step of the newest checkpoint in run.out_dir, this run's or the one it resumed from; -1
+  // when there is none (train.checkpoint_interval 0 and no signal).
+  int64_t last_checkpoint_step() const { return last_saved_step_; }
 
  private:
   double train_step(int64_t step, bool telemetry);

@@ -118,7 +118,24 @@ ckpt=$work/run/checkpoints/step_00000002
 [[ $(cd "$ckpt" && ls *.safetensors) == model.safetensors ]] || fail "other *.safetensors beside the model: $(ls "$ckpt")"
 [[ -f $ckpt/trainer/optimizer.safetensors && -f $ckpt/trainer/trainer_state.json ]] || fail "no trainer/ state"
 grep -q '"max_position_embeddings": 40960' "$ckpt/config.json" || fail "config.json: $(grep max_pos "$ckpt/config.json")"
+grep -q "done at step 2: .*last checkpoint $ckpt\$" "$work/run7.log" || fail "final line: $(grep 'done at' "$work/run7.log")"
 echo "checkpoint: a clean Hugging Face folder"
+
+# 7b. With train.checkpoint_interval 0 and no signal nothing is saved, and the final line says so
+#     (it named checkpoints/ before, which does not exist). Two legal settings seldom meant are
+#     warned about: a warmup (5) longer than the run, validation on the training data.
+rm -rf "$work/run"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set train.steps=1 \
+  --set data.valid="$work/train" --set train.eval_interval=1 --set train.eval_batches=1 \
+  >"$work/run7b.log" 2>&1 || { tail -20 "$work/run7b.log"; fail "short run without checkpoints"; }
+grep -q "'schedule.warmup_steps' = 5 is not below 'train.steps' = 1" "$work/run7b.log" ||
+  fail "no warning for a warmup longer than the run: $(cat "$work/run7b.log")"
+grep -q "'data.valid' = $work/train is the training data" "$work/run7b.log" ||
+  fail "no warning for data.valid = data.train: $(cat "$work/run7b.log")"
+[[ ! -e $work/run/checkpoints ]] || fail "checkpoints/ written with checkpoint_interval 0: $(ls "$work/run/checkpoints")"
+grep -q 'done at step 1: .*no checkpoint saved (train.checkpoint_interval is 0)' "$work/run7b.log" ||
+  fail "final line: $(grep 'done at' "$work/run7b.log")"
+echo "checkpoint_interval 0: no checkpoint, and the final line says so"
 
 # 8. The training .bin truncated while the run reads it: the job ends naming the file (it died of
 #    a bare SIGBUS before). On a copy, so the other cases keep their data.
