@@ -142,18 +142,18 @@ TEST_F(SafetensorsTest, TinyFileHasTheExactByteLayout) {
 }
 
 TEST_F(SafetensorsTest, ReadsAHandBuiltFile) {
-  // As another writer might lay it out: no padding, tensors out of data order, a gap, F16 and
-  // an integer tensor (readable as bytes, not convertible to fp32).
+  // As another writer might lay it out: no padding, tensors out of data order, an empty tensor,
+  // F16 and an integer tensor (readable as bytes, not convertible to fp32).
   const std::string header =
       R"({"b":{"dtype":"F16","shape":[2],"data_offsets":[6,10]},"a":{"dtype":"BF16","shape":[3],"data_offsets":[0,6]},)"
-      R"("i":{"dtype":"I32","shape":[1],"data_offsets":[12,16]}})";
+      R"("i":{"dtype":"I32","shape":[1],"data_offsets":[10,14]},"e":{"dtype":"F32","shape":[0],"data_offsets":[14,14]}})";
   const std::vector<uint8_t> data = {0x80, 0x3f, 0x00, 0xc0, 0x00, 0x00,  // bf16 1, -2, 0
                                      0x00, 0x3c, 0x00, 0xb8,              // f16 1, -0.5
-                                     0xee, 0xee,                          // unused gap
                                      0x07, 0x00, 0x00, 0x00};             // i32 7
   write_bytes(path("hand.safetensors"), raw_file(header, data));
   SafetensorsFile f(path("hand.safetensors"));
-  EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b", "i"}));
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b", "i", "e"}));
+  EXPECT_TRUE(f.read_f32("e").empty());
   EXPECT_EQ(f.read_f32("a"), (std::vector<float>{1.0f, -2.0f, 0.0f}));
   EXPECT_EQ(f.read_f32("b"), (std::vector<float>{1.0f, -0.5f}));
   EXPECT_EQ(f.info("i").dtype, StDtype::i32);
@@ -204,6 +204,18 @@ TEST_F(SafetensorsTest, RefusesMalformedFilesWithClearMessages) {
            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
            eight),
        {"tensors 'a' (bytes [0, 8)) and 'b' (bytes [4, 8)) overlap"}},
+      // The reference reader refuses unused bytes between tensors and after the last one.
+      {"gap",
+       raw_file(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[6,8]}})",
+           eight),
+       {"data bytes [4, 6) before tensor 'b' belong to no tensor"}},
+      {"gap_at_start",
+       raw_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+       {"data bytes [0, 4) before tensor 't' belong to no tensor"}},
+      {"trailing_bytes",
+       raw_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight),
+       {"4 bytes follow the last tensor's data (bytes [4, 8) belong to no tensor"}},
       {"unknown_dtype",
        raw_file(R"({"t":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", eight),
        {"tensor 't'", "unknown safetensors dtype 'F33'"}},

@@ -233,14 +233,28 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
   std::sort(tensors_.begin(), tensors_.end(), [](const StTensorInfo& a, const StTensorInfo& b) {
     return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
   });
+  // The tensors tile the data region exactly, as the format's reference reader (Hugging Face's
+  // safetensors, validate()) demands: no overlap, no unused bytes between tensors, and the last
+  // one ends where the file does. A gap or a tail is a file another tool would refuse, most often
+  // one cut or padded in a copy.
   const StTensorInfo* prev = nullptr;  // the non-empty tensor reaching furthest so far
   for (const auto& t : tensors_) {
     if (t.begin == t.end) continue;
     ECHO_INPUT_CHECK(prev == nullptr || t.begin >= prev->end,
                      "safetensors file '{}': tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap", path,
                      prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0, t.name, t.begin, t.end);
+    const uint64_t covered = prev ? prev->end : 0;
+    ECHO_INPUT_CHECK(t.begin == covered,
+                     "safetensors file '{}': data bytes [{}, {}) before tensor '{}' belong to no tensor (a safetensors "
+                     "file's tensors follow each other without gaps)",
+                     path, covered, t.begin, t.name);
     prev = &t;
   }
+  const uint64_t covered = prev ? prev->end : 0;
+  ECHO_INPUT_CHECK(covered == data_size,
+                   "safetensors file '{}': {} bytes follow the last tensor's data (bytes [{}, {}) belong to no tensor; "
+                   "a safetensors file ends with its last tensor): a damaged or appended-to file?",
+                   path, data_size - covered, covered, data_size);
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
