@@ -141,9 +141,14 @@ namespace {
 
 // The model config.json `j` describes over echo's defaults (see config_from_hf).
 config::Config model_of(const Json& j, const std::string& what) {
-  if (j.contains("model_type"))
-    ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
-                     json_excerpt(j["model_type"]));
+  // NOTE: a missing model_type is refused too: transformers' AutoConfig cannot place such a file,
+  // and a Llama or Mistral config with the key deleted would otherwise pass for Qwen3's shapes.
+  ECHO_INPUT_CHECK(j.contains("model_type"),
+                   "{}: 'model_type' is missing; echo reads Qwen3 configs (\"model_type\": \"qwen3\", as "
+                   "transformers writes it)",
+                   what);
+  ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
+                   json_excerpt(j["model_type"]));
   auto integer = [&](const char* key) -> int {
     ECHO_INPUT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: '{}' is missing or not an integer", what, key);
     // NOTE: checked before the narrowing: 2^32 + 64 would wrap to 64, 2^31 to a negative.

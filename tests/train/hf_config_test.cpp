@@ -327,6 +327,12 @@ TEST_F(InitFromConfig, WhatEchoEvalRefusesIsRefused) {
     write(change);
     EXPECT_THAT(refusal(), HasSubstr(what + needle)) << needle;
   }
+  // Without model_type the file is not known to be Qwen3's (a Llama config with the key deleted).
+  write();
+  Json unnamed = Json::parse(echo::testing::read_file(dir_.path("config.json")));
+  unnamed.erase("model_type");
+  dir_.write("config.json", unnamed.dump());
+  EXPECT_THAT(refusal(), HasSubstr(what + "'model_type' is missing"));
 }
 
 TEST(OverridesSet, FindsTheKeyDottedOrInAFlowMap) {
