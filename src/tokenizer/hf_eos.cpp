@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "core/log.h"
 #include "core/text_file.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -66,8 +67,17 @@ int32_t resolve(const HfTokenizer& tok, const std::string& origin, const std::st
 }  // namespace
 
 EosChoice choose_eos(const HfTokenizer& tok, const std::string& origin, const EosRule& rule) {
-  if (!rule.eos_token.empty())
-    return {resolve(tok, origin, rule.eos_token, "--eos-token"), fmt::format("--eos-token {:?}", rule.eos_token)};
+  if (!rule.eos_token.empty()) {
+    const int32_t id = resolve(tok, origin, rule.eos_token, "--eos-token");
+    // Honoured, as asked, but said: the separator would also stand for that text inside documents.
+    if (const auto* t = added_token(tok, rule.eos_token); t == nullptr || !t->special)
+      log::get("tokenizer")
+          ->warn(
+              "--eos-token {:?} is {} of {} (id {}), not a special token: text in a document can encode to "
+              "it, and the model then sees a document boundary there",
+              rule.eos_token, t ? "a non-special added token" : "an ordinary vocab entry", origin, id);
+    return {id, fmt::format("--eos-token {:?}", rule.eos_token)};
+  }
   for (const std::string_view c : kEosCandidates)
     if (const auto* t = added_token(tok, c); t && t->special)
       return {t->id, fmt::format("special added token {:?}", c)};

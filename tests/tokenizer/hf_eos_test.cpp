@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "../support/log_capture.h"
 #include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -121,14 +122,25 @@ TEST_F(HfEos, ATokenizerConfigThatCannotBeReadIsNotCalledMissing) {
 
 TEST_F(HfEos, EosTokenOverride) {
   const std::string path = tokenizer_json(html_vocab());
-  const auto tok = load_tokenizer(path, "</s>");
-  EXPECT_EQ(tok->eos_id(), 6);
-  EXPECT_EQ(tok->eos_source(), "--eos-token \"</s>\"");
+  {
+    echo::testing::LogCapture log;
+    const auto tok = load_tokenizer(path, "</s>");
+    EXPECT_EQ(tok->eos_id(), 6);
+    EXPECT_EQ(tok->eos_source(), "--eos-token \"</s>\"");
+    // Taken, but an ordinary vocab entry is text BPE also emits: said in a warning.
+    EXPECT_THAT(log.text(),
+                HasSubstr("--eos-token \"</s>\" is an ordinary vocab entry of tokenizer.json '" + path + "' (id 6)"));
+  }
   // It wins over a special added token and over tokenizer_config.json.
   tokenizer_json(html_vocab(Json::array({added("<|endoftext|>", 8, true)})));
   dir_.write("tokenizer_config.json", R"({"eos_token": "h"})");
   EXPECT_EQ(load_tokenizer(path, "</s>")->eos_id(), 6);
   EXPECT_EQ(load_tokenizer(path)->eos_id(), 8);
+  {
+    echo::testing::LogCapture log;
+    EXPECT_EQ(load_tokenizer(path, "<|endoftext|>")->eos_id(), 8);
+    EXPECT_EQ(log.text().find("not a special token"), std::string::npos) << "a special token is no surprise";
+  }
   EXPECT_THAT(error_of([&] { load_tokenizer(path, "<nope>"); }),
               HasSubstr("--eos-token names the EOS \"<nope>\", which is not a token of tokenizer.json '" + path + "'"));
   EXPECT_EQ(load_tokenizer("byte", "<|endoftext|>")->eos_id(), 256);
