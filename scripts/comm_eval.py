@@ -14,7 +14,10 @@ with the settings of ROWS below (everything else from the checkpoint's config), 
 gives the loss, the perplexity, and both against the 16-bit row: the loss difference and the
 perplexity change in percent. Writes PREFIX.md (the table and the commands) and PREFIX.json
 (echo_eval's JSON per row); PREFIX defaults to CHECKPOINT's run folder + /comm-eval. The exact row
-runs first: it is the reference the others are compared with.
+runs first: it is the reference the others are compared with. Both files are written through a
+temporary file and a rename, after the last row; before the first row, --out is refused (exit 2)
+when PREFIX.md or PREFIX.json lies inside the run's checkpoints/, is one of --data's dataset files,
+or exists without being an earlier comm_eval.py output (which it replaces).
 
 Ctrl-C (SIGINT) or SIGTERM during a row is forwarded to echo_eval as SIGUSR1 and nothing is
 written; a Ctrl-C while no row runs ends the script with one line. Either way it dies of the
