@@ -9,12 +9,10 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -327,11 +325,8 @@ int bench_main(int argc, char** argv) {
   std::string json_lines;
   // /dev/stdout, a FIFO or another non-file target is written as a stream, once, row by row (there
   // is nothing to rename over, and rewriting would repeat the rows).
-  std::ofstream json_stream;
-  if (world.rank() == 0 && !o.json.empty() && writes_in_place(o.json)) {
-    json_stream.open(o.json, std::ios::app);
-    ECHO_RUN_CHECK(json_stream.good(), "cannot write --json file '{}'", o.json);
-  }
+  std::optional<StreamOutput> json_stream;
+  if (world.rank() == 0 && !o.json.empty() && writes_in_place(o.json)) json_stream.emplace(o.json, "--json " + o.json);
   const std::string engine = comm::describe(*impl);
   if (world.rank() == 0) print_header(o, world.size(), machine, engine);
   for (size_t bytes : sizes) {
@@ -342,9 +337,8 @@ int bench_main(int argc, char** argv) {
       nlohmann::json record = to_json(o, world.size(), row);
       record["machine"] = to_json(machine);
       record["engine"] = engine;
-      if (json_stream.is_open()) {
-        json_stream << record.dump() << '\n' << std::flush;
-        ECHO_RUN_CHECK(json_stream.good(), "--json {}: write failed: {}", o.json, std::strerror(errno));
+      if (json_stream) {
+        json_stream->write(record.dump() + '\n');
       } else {
         json_lines += record.dump() + '\n';
         write_file_atomic(o.json, json_lines, "--json " + o.json);

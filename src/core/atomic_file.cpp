@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -33,25 +35,44 @@ void fsync_fd(int fd, const std::string& path) {
 
 namespace {
 
-void write_in_place(const std::string& path, std::string_view bytes, const std::string& what) {
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  ECHO_RUN_CHECK(out.good(), "{}: cannot open for writing: {}", what, std::strerror(errno));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();  // NOTE: a full disk shows only when the buffer is written out
-  ECHO_RUN_CHECK(!out.fail(), "{}: write failed: {}", what, std::strerror(errno));
-}
-
-void write_fd(int fd, std::string_view bytes, const std::string& what, const std::string& temp) {
+void write_fd(int fd, std::string_view bytes, const std::string& what, const std::string& name) {
   const char* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    ECHO_RUN_CHECK(n > 0, "{}: write failed ('{}'): {}", what, temp, n < 0 ? std::strerror(errno) : "no progress");
+    ECHO_RUN_CHECK(n > 0, "{}: write failed ('{}'): {}", what, name, n < 0 ? std::strerror(errno) : "no progress");
     p += n;
     left -= static_cast<size_t>(n);
   }
 }
+
+// N of "N" when it is a whole non-negative decimal number of at most 9 digits, else -1.
+int descriptor_number(const std::string& text) {
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoi(text);
+}
+
+// The N of a lexical /dev/fd/N or /proc/<who>/fd/N (who: self, thread-self or a pid, returned in
+// `who`), /dev/stdin|stdout|stderr; -1 for any other path.
+int lexical_descriptor(const fs::path& lexical, std::string* who) {
+  const std::string text = lexical.string();
+  if (text == "/dev/stdin") return 0;
+  if (text == "/dev/stdout") return 1;
+  if (text == "/dev/stderr") return 2;
+  std::vector<std::string> parts;
+  for (const auto& part : lexical.relative_path()) parts.push_back(part.string());
+  if (parts.size() == 3 && parts[0] == "dev" && parts[1] == "fd") return descriptor_number(parts[2]);
+  if (parts.size() == 4 && parts[0] == "proc" && parts[2] == "fd") {
+    *who = parts[1];
+    return descriptor_number(parts[3]);
+  }
+  return -1;
+}
+
+bool same_object(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
 
 mode_t umask_now() {
   const mode_t mask = ::umask(0);
@@ -61,16 +82,47 @@ mode_t umask_now() {
 
 }  // namespace
 
-// A path through /dev or /proc (/dev/stdout, /dev/null, /proc/self/fd/1), taken lexically
-// (absolute, normalized, links not followed), names an open stream or a device whatever it resolves
-// to. NOTE: /dev/stdout redirected to a file resolves to that regular file, and renaming over it
-// would drop what the program printed before and send what it prints after to the unlinked file.
-bool writes_in_place(const std::string& path) {
+int own_descriptor_named(const std::string& path) {
   std::error_code error;
-  const std::string lexical = fs::absolute(path, error).lexically_normal().string();
-  if (lexical.rfind("/dev/", 0) == 0 || lexical.rfind("/proc/", 0) == 0) return true;
+  const fs::path lexical = fs::absolute(path, error).lexically_normal();
+  std::string who = "self";
+  const int n = lexical_descriptor(lexical, &who);
+  const bool ours = who == "self" || who == "thread-self" || who == std::to_string(::getpid());
+  if (n >= 0 && ours) return ::fcntl(n, F_GETFD) >= 0 ? n : -1;
+  // A link to /dev/stdout, or the file stdout is redirected to, is the same object as fd 1.
+  struct stat target {};
+  if (::stat(path.c_str(), &target) != 0) return -1;
+  for (int fd : {1, 2}) {
+    struct stat open {};
+    if (::fstat(fd, &open) == 0 && same_object(target, open)) return fd;
+  }
+  return -1;
+}
+
+bool writes_in_place(const std::string& path) {
+  if (own_descriptor_named(path) >= 0) return true;
+  std::error_code error;
+  std::string who;
+  if (lexical_descriptor(fs::absolute(path, error).lexically_normal(), &who) >= 0) return true;
   const fs::file_status status = fs::status(path, error);  // follows links: a link to a FIFO too
   return fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status);
+}
+
+StreamOutput::StreamOutput(const std::string& path, std::string what) : what_(std::move(what)) {
+  fd_ = own_descriptor_named(path);
+  if (fd_ >= 0) return;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ECHO_RUN_CHECK(fd_ >= 0, "{}: cannot open for writing: {}", what_, std::strerror(errno));
+  owned_ = true;
+}
+
+StreamOutput::~StreamOutput() {
+  if (owned_) ::close(fd_);
+}
+
+void StreamOutput::write(std::string_view bytes) {
+  if (!owned_) std::fflush(nullptr);  // what the program printed so far comes first
+  write_fd(fd_, bytes, what_, "descriptor " + std::to_string(fd_));
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
@@ -79,7 +131,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
   const fs::file_status status = fs::status(target, error);  // follows links
   ECHO_INPUT_CHECK(!fs::is_directory(status), "{}: it is a directory; move it away", what);
   if (writes_in_place(path)) {
-    write_in_place(path, bytes, what);
+    StreamOutput(path, what).write(bytes);
     return;
   }
   if (fs::is_symlink(fs::symlink_status(target, error))) {  // replace the file it names, not the link

@@ -15,11 +15,40 @@ void fsync_path(const std::string& path, bool directory);
 // The same for a descriptor already open (a file being written), `path` naming it in the error.
 void fsync_fd(int fd, const std::string& path);
 
-// True when `path` is a stream rather than a file to replace: a path under /dev or /proc
-// (/dev/stdout, also when redirected to a file) or an existing target that is neither a regular
-// file nor a directory (a FIFO). Such a target is written once, in place, appending; a caller
-// that rewrites its output whole after every row writes it row by row instead.
+// The descriptor of this process that `path` names, or -1: /dev/stdin, /dev/stdout, /dev/stderr,
+// /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N or /proc/<this pid>/fd/N of an open N, taken
+// lexically (absolute, normalized, links not followed); or a path that is the very file, pipe or
+// device standard output or standard error is (a link to /dev/stdout, the file stdout is
+// redirected to).
+int own_descriptor_named(const std::string& path);
+
+// True when `path` is a stream rather than a file to replace: one of this process's descriptors
+// (own_descriptor_named), another process's /proc/<pid>/fd/N, or an existing target that is neither
+// a regular file nor a directory (a FIFO, /dev/null). A regular file is a file wherever it lies
+// (/dev/shm too). A caller that rewrites its output whole after every row writes a stream row by
+// row instead (StreamOutput).
 bool writes_in_place(const std::string& path);
+
+// An output for which writes_in_place() holds, opened once and written in order. One of this
+// process's descriptors is written through that descriptor after stdio is flushed, so the bytes
+// land in order with what the program prints, at the descriptor's own position. NOTE: opening
+// /dev/stdout again, when it is redirected to a file, would write at another offset, and the
+// program's later output would overwrite it. Anything else is opened for appending.
+class StreamOutput {
+ public:
+  // `what` starts the error messages ("--json /dev/stdout").
+  StreamOutput(const std::string& path, std::string what);
+  ~StreamOutput();
+  StreamOutput(const StreamOutput&) = delete;
+  StreamOutput& operator=(const StreamOutput&) = delete;
+  // All of `bytes`, or a RunError naming `what`.
+  void write(std::string_view bytes);
+
+ private:
+  int fd_ = -1;
+  bool owned_ = false;  // opened here (closed by the destructor), not one of the process's own
+  std::string what_;
+};
 
 // Writes `bytes` to `path` through a unique temp file beside it (`path`.tmp.XXXXXX): written,
 // synced, given the mode of the file it replaces (0666 less the umask for a new one), renamed
@@ -27,7 +56,7 @@ bool writes_in_place(const std::string& path);
 // ("--json out.json"). A `path` that is a directory is refused (InputError) before anything is
 // written; a failure removes the temp file and leaves any old file intact. A symbolic link is
 // followed (the file it names is replaced, the link stays). A target for which writes_in_place()
-// holds is appended to in place: there is nothing to rename over. NOTE: the directory must be
+// holds is written in place as a StreamOutput: there is nothing to rename over. NOTE: the directory must be
 // writable (a writable file in a read-only directory cannot be replaced this way).
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
 

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <vector>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -98,18 +100,20 @@ TEST(AtomicFile, RefusesADirectoryKeepsOtherFilesAndTheMode) {
   EXPECT_EQ(st.st_mode & 07777, 0640u) << "the replaced file's mode";
 }
 
-// /dev/stdout redirected to a file resolves to that regular file: written in place after what is
-// there (here through /proc/self/fd/N of a file opened for appending), never renamed over it,
-// which would drop the earlier output and leave later output in the unlinked file.
-TEST(AtomicFile, AStreamPathIsAppendedToInPlace) {
+// /dev/stdout redirected to a file resolves to that regular file: the text is written through
+// the descriptor itself (here /proc/self/fd/N of a file opened as a shell's `>` opens it, not for
+// appending), at its position, never renamed over it (which would drop the earlier output and leave
+// later output in the unlinked file) nor reopened (a new offset, overwritten by later output).
+TEST(AtomicFile, AStreamPathIsWrittenThroughItsDescriptor) {
   echo::testing::ScratchDir dir;
   const std::string log = dir.path("log.txt");
-  std::ofstream(log) << "before\n";
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "before\n", 7), 7);
   struct stat st {};
   ASSERT_EQ(::stat(log.c_str(), &st), 0);
-  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
   const std::string stream = "/proc/self/fd/" + std::to_string(fd);
+  EXPECT_EQ(own_descriptor_named(stream), fd);
   write_file_atomic(stream, "{\"a\": 1}\n", "--json " + stream);
   ASSERT_EQ(::write(fd, "after\n", 6), 6);
   ::close(fd);
@@ -117,6 +121,41 @@ TEST(AtomicFile, AStreamPathIsAppendedToInPlace) {
   struct stat now {};
   ASSERT_EQ(::stat(log.c_str(), &now), 0);
   EXPECT_EQ(now.st_ino, st.st_ino) << "the file was replaced, not written";
+}
+
+// A child process whose standard output is redirected to `log` as a shell's `>` does prints
+// "before" (buffered by stdio), writes "json" to `target` with write_file_atomic, prints "after";
+// what `log` then holds.
+std::string redirected_child_output(const std::string& log, const std::string& target) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0) ::_exit(2);
+    std::printf("before\n");
+    try {
+      write_file_atomic(target, "json\n", "--json " + target);
+    } catch (...) {
+      ::_exit(3);
+    }
+    std::printf("after\n");
+    std::fflush(stdout);
+    ::_exit(0);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return "fork or wait failed";
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "child failed, status " + std::to_string(status);
+  return read_all(log);
+}
+
+// `--json /dev/stdout > out.txt` run without mpirun: every spelling of standard output (a link to
+// it, the redirected file's own name) puts the text between what was printed before and after.
+TEST(AtomicFile, StandardOutputRedirectedToAFileGetsTheTextInOrder) {
+  echo::testing::ScratchDir dir;
+  const std::string log = dir.path("out.txt"), link = dir.path("link");
+  fs::create_symlink("/dev/stdout", link);
+  for (const std::string& target :
+       {std::string("/dev/stdout"), std::string("/dev/fd/1"), std::string("/proc/self/fd/1"), link, log})
+    EXPECT_EQ(redirected_child_output(log, target), "before\njson\nafter\n") << target;
 }
 
 // A symbolic link stays a link (the file it names gets the new text); a character device such as
@@ -133,9 +172,10 @@ TEST(AtomicFile, FollowsALinkAndWritesADeviceInPlace) {
   EXPECT_TRUE(fs::is_character_file(fs::symlink_status("/dev/null")));
 }
 
-// The predicate echo_bench uses to write --json row by row: lexical /dev and /proc paths even when
-// they resolve to a regular file (a redirected /dev/stdout), a relative path that normalizes into
-// /proc, a FIFO; never a regular file, a missing one, a directory or a link to a regular file.
+// The predicate echo_bench uses to write --json row by row: this process's descriptors by any
+// spelling (also when they resolve to a regular file: a redirected /dev/stdout), another process's
+// /proc/<pid>/fd/N, a FIFO, /dev/null; never a regular file (under /dev/shm, or named relatively
+// from there, too), a missing one, a directory or a link to a regular file.
 TEST(AtomicFile, WritesInPlaceTellsStreamsFromFiles) {
   echo::testing::ScratchDir dir;
   const std::string file = dir.path("out.json"), fifo = dir.path("pipe"), link = dir.path("link.json");
@@ -149,12 +189,30 @@ TEST(AtomicFile, WritesInPlaceTellsStreamsFromFiles) {
   EXPECT_TRUE(writes_in_place(proc_fd));
   EXPECT_TRUE(writes_in_place("/dev/stdout"));
   EXPECT_TRUE(writes_in_place("/tmp/../proc/self/fd/" + std::to_string(fd)));
+  EXPECT_TRUE(writes_in_place("/proc/1/fd/1"));
   EXPECT_TRUE(writes_in_place(fifo));
+  EXPECT_TRUE(writes_in_place("/dev/null"));
   EXPECT_FALSE(writes_in_place(file));
   EXPECT_FALSE(writes_in_place(link));
   EXPECT_FALSE(writes_in_place(dir.path("missing.json")));
   EXPECT_FALSE(writes_in_place(dir.path("")));
+  EXPECT_EQ(own_descriptor_named(file), -1) << "open here, but not standard output";
+  EXPECT_EQ(own_descriptor_named("/proc/1/fd/1"), -1);
   ::close(fd);
+
+  // /dev/shm holds regular files (tmpfs): replaced like any other, by absolute or relative name.
+  std::string shm = "/dev/shm/echo_atomic_XXXXXX";
+  ASSERT_NE(::mkdtemp(shm.data()), nullptr);
+  const std::string in_shm = shm + "/out.json";
+  std::ofstream(in_shm) << "old\n";
+  EXPECT_FALSE(writes_in_place(in_shm));
+  const fs::path cwd = fs::current_path();
+  fs::current_path(shm);
+  EXPECT_FALSE(writes_in_place("out.json"));
+  write_file_atomic("out.json", "new\n", "--json out.json");
+  fs::current_path(cwd);
+  EXPECT_EQ(read_all(in_shm), "new\n") << "replaced, not appended to";
+  fs::remove_all(shm);
 }
 
 }  // namespace
