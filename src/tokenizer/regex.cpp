@@ -25,12 +25,39 @@ struct MatchDataDeleter {
 
 }  // namespace
 
+std::string with_unicode_white_space(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 32);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    const char next = pattern[++i];
+    if (next == 's' || next == 'S') {
+      out += next == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
+    } else if (next == 'Q') {  // a quote runs to \E (or the end): nothing inside is a class escape
+      const size_t end = pattern.find("\\E", i + 1);
+      const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
+      out.append(pattern.substr(i - 1, stop - (i - 1)));
+      i = stop - 1;
+    } else {
+      out += '\\';
+      out += next;
+    }
+  }
+  return out;
+}
+
 Regex::Regex(std::string_view pattern, const std::string& what) : pattern_(pattern), what_(what) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+  const std::string unicode = with_unicode_white_space(pattern);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(unicode.data()), unicode.size(), PCRE2_UTF | PCRE2_UCP,
                         &error_code, &error_offset, nullptr);
-  ECHO_INPUT_CHECK(code_ != nullptr, "{}: regex {:?} does not compile at offset {}: {}", what, pattern, error_offset,
+  // The offset counts in the pattern compiled, which the message quotes when it differs.
+  ECHO_INPUT_CHECK(code_ != nullptr, "{}: regex {:?}{} does not compile at offset {}: {}", what, pattern,
+                   unicode == pattern ? std::string() : fmt::format(" (compiled as {:?})", unicode), error_offset,
                    pcre2_message(error_code));
   // NOTE: pcre2_match uses the JIT code by itself once it exists; without a JIT (PCRE2 built
   // without it, or an architecture it lacks) the interpreter gives the same matches, slower.

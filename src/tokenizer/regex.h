@@ -21,8 +21,9 @@ struct Match {
 
 class Regex {
  public:
-  // Throws echo::Error with PCRE2's message and the offset in the pattern. `what` names the
-  // pattern's origin in that message (e.g. "tokenizer.json 'x': pre_tokenizer Split").
+  // Compiles with_unicode_white_space(pattern). Throws echo::Error with PCRE2's message and the
+  // offset in the pattern. `what` names the pattern's origin in that message (e.g.
+  // "tokenizer.json 'x': pre_tokenizer Split").
   Regex(std::string_view pattern, const std::string& what);
   ~Regex();
   Regex(Regex&& other) noexcept;
@@ -44,6 +45,12 @@ class Regex {
   std::string pattern_;
   std::string what_;
 };
+
+// `pattern` with \s and \S as Unicode's White_Space (\p{White_Space}, \P{White_Space}), inside and
+// outside classes, escapes and \Q...\E quotes left as they are. NOTE: under UCP, PCRE2's \s also
+// matches U+180E (MONGOLIAN VOWEL SEPARATOR, White_Space until Unicode 6.3); the Rust tokenizers'
+// Oniguruma, Rust's regex and JavaScript do not, so Qwen's `\s+(?!\S)` split differently there.
+std::string with_unicode_white_space(std::string_view pattern);
 
 // Whether this PCRE2 build has a JIT compiler for this machine (PCRE2_CONFIG_JIT).
 bool pcre2_jit_available();
