@@ -53,7 +53,8 @@ std::optional<std::string> configured_eos(const std::string& path) {
   return content->get<std::string>();
 }
 
-// The id of `text`, which `named_by` says is the EOS.
+// The id of `text`, which `named_by` says is the EOS. Honoured, as asked, but a text that is not
+// a special token is warned about: the separator would also stand for that text inside documents.
 int32_t resolve(const HfTokenizer& tok, const std::string& origin, const std::string& text,
                 const std::string& named_by) {
   const auto id = tok.token_to_id(text);
@@ -61,6 +62,12 @@ int32_t resolve(const HfTokenizer& tok, const std::string& origin, const std::st
                    "{} names the EOS {:?}, which is not a token of {} (neither an added token nor a "
                    "vocab entry)",
                    named_by, text, origin);
+  if (const auto* t = added_token(tok, text); t == nullptr || !t->special)
+    log::get("tokenizer")
+        ->warn(
+            "{} names the EOS {:?}, {} of {} (id {}), not a special token: text in a document can encode to "
+            "it, and the model then sees a document boundary there",
+            named_by, text, t ? "a non-special added token" : "an ordinary vocab entry", origin, *id);
   return *id;
 }
 
@@ -68,15 +75,7 @@ int32_t resolve(const HfTokenizer& tok, const std::string& origin, const std::st
 
 EosChoice choose_eos(const HfTokenizer& tok, const std::string& origin, const EosRule& rule) {
   if (!rule.eos_token.empty()) {
-    const int32_t id = resolve(tok, origin, rule.eos_token, "--eos-token");
-    // Honoured, as asked, but said: the separator would also stand for that text inside documents.
-    if (const auto* t = added_token(tok, rule.eos_token); t == nullptr || !t->special)
-      log::get("tokenizer")
-          ->warn(
-              "--eos-token {:?} is {} of {} (id {}), not a special token: text in a document can encode to "
-              "it, and the model then sees a document boundary there",
-              rule.eos_token, t ? "a non-special added token" : "an ordinary vocab entry", origin, id);
-    return {id, fmt::format("--eos-token {:?}", rule.eos_token)};
+    return {resolve(tok, origin, rule.eos_token, "--eos-token"), fmt::format("--eos-token {:?}", rule.eos_token)};
   }
   for (const std::string_view c : kEosCandidates)
     if (const auto* t = added_token(tok, c); t && t->special)

@@ -71,9 +71,14 @@ TEST_F(HfEos, AnOrdinaryVocabEntryIsRefused) {
 TEST_F(HfEos, TokenizerConfigNamesTheEos) {
   const std::string path = tokenizer_json(html_vocab());
   const std::string config = dir_.write("tokenizer_config.json", R"({"eos_token": "</s>", "bos_token": null})");
+  echo::testing::LogCapture log;
   const auto tok = HfTokenizer::from_file(path);
   EXPECT_EQ(tok->eos_id(), 6);
   EXPECT_EQ(tok->eos_source(), "eos_token of tokenizer_config.json '" + config + "' = \"</s>\"");
+  // Taken as the file says, with the warning --eos-token gets: BPE also emits this id from text.
+  EXPECT_THAT(log.text(), HasSubstr("eos_token of tokenizer_config.json '" + config +
+                                    "' names the EOS \"</s>\", an ordinary vocab entry of tokenizer.json '" + path +
+                                    "' (id 6), not a special token"));
   // transformers' AddedToken object form; the directory spec finds both files.
   dir_.write("tokenizer_config.json", R"({"eos_token": {"__type": "AddedToken", "content": "h", "special": true}})");
   EXPECT_EQ(load_tokenizer(dir_.str())->eos_id(), 7);
@@ -129,7 +134,8 @@ TEST_F(HfEos, EosTokenOverride) {
     EXPECT_EQ(tok->eos_source(), "--eos-token \"</s>\"");
     // Taken, but an ordinary vocab entry is text BPE also emits: said in a warning.
     EXPECT_THAT(log.text(),
-                HasSubstr("--eos-token \"</s>\" is an ordinary vocab entry of tokenizer.json '" + path + "' (id 6)"));
+                HasSubstr("--eos-token names the EOS \"</s>\", an ordinary vocab entry of tokenizer.json '" + path +
+                          "' (id 6), not a special token"));
   }
   // It wins over a special added token and over tokenizer_config.json.
   tokenizer_json(html_vocab(Json::array({added("<|endoftext|>", 8, true)})));
@@ -153,6 +159,13 @@ TEST_F(HfEos, OnlySpecialAddedTokensCount) {
   EXPECT_THAT(error_of([&] { load_tokenizer(path); }),
               HasSubstr("; \"<|endoftext|>\" is an added token (id 8) but not special; \"</s>\" is only an ordinary "
                         "vocab entry (id 6)"));
+  {
+    echo::testing::LogCapture log;
+    EXPECT_EQ(load_tokenizer(path, "<|endoftext|>")->eos_id(), 8) << "named, it is taken";
+    EXPECT_THAT(log.text(), HasSubstr("--eos-token names the EOS \"<|endoftext|>\", a non-special added token of "
+                                      "tokenizer.json '" +
+                                      path + "' (id 8), not a special token"));
+  }
   // The candidates' order: <|end_of_text|> before </s>, both special.
   tokenizer_json(html_vocab(Json::array({added("</s>", 9, true), added("<|end_of_text|>", 8, true)})));
   EXPECT_EQ(load_tokenizer(path)->eos_id(), 8);
