@@ -177,7 +177,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     edge_ = comm::make_edge_all_reduce(cfg.comm, world.tp);
   }
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
-                                               comm::transport_options_from(cfg.comm).kind);
+                                               comm::transport_options_from(cfg.comm));
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
   memory_plan_ = reserve_step_memory(cfg, shape_, *backend_, /*optimizer=*/true, "training this model");
   const auto int8_cfg = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
@@ -255,13 +255,13 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       cfg.train.micro_batch, cfg.data.seq_len);
   logger->info("MFU is measured against the {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());
-  // Legal but seldom meant: a warmup that never ends never trains at optim.lr.
+  // Legal but seldom meant: a warmup as long as the run never decays (and, longer, never reaches optim.lr).
   if (L.rank == 0 && cfg.schedule.warmup_steps >= cfg.train.steps)
     logger->warn(
-        "'schedule.warmup_steps' = {} is not below 'train.steps' = {}: the learning rate never reaches "
-        "'optim.lr' = {} (it ends at {:.4g})",
-        cfg.schedule.warmup_steps, cfg.train.steps, cfg.optim.lr,
-        cfg.optim.lr * static_cast<double>(cfg.train.steps) / cfg.schedule.warmup_steps);
+        "'schedule.warmup_steps' = {} is not below 'train.steps' = {}: the learning rate rises for the whole run, "
+        "to {:.4g} at the last step ('optim.lr' = {}), and never decays toward 'optim.min_lr' = {}",
+        cfg.schedule.warmup_steps, cfg.train.steps,
+        learning_rate(cfg.optim, cfg.schedule, cfg.train.steps - 1, cfg.train.steps), cfg.optim.lr, cfg.optim.min_lr);
 }
 
 // The training (and validation) data, checked against the config and the sidecar echo_prep wrote.

@@ -96,8 +96,12 @@ model=("${np1[@]}" "$build/echo_model_bench" "$src/configs/model_bench.yaml")
 refused "echo_model_bench iters 0" "--iters must be at least 1 (got 0)" "${model[@]}" --iters 0
 refused "echo_model_bench batch 0" "--batch must be at least 1 (got 0)" "${model[@]}" --batch 0
 # A batch that cannot fit is refused by the config's bound or the memory plan (it was a bad_alloc).
-refused "echo_model_bench batch past int" "'train.micro_batch' = 2147483647 must be <= 65536" "${model[@]}" --batch 2147483647
+refused "echo_model_bench batch past int" "--batch 2147483647: 'train.micro_batch' = 2147483647 must be <= 65536" \
+  "${model[@]}" --batch 2147483647
 refused "echo_model_bench batch past 1 TiB" "more than the 1 TiB echo allows" "${model[@]}" --batch 65536 --seq 4096
+refused "echo_model_bench --set of a key --seq sets" \
+  "--set data.seq_len=64: echo_model_bench sets 'data.seq_len' from --seq; use that instead" \
+  "${model[@]}" --set data.seq_len=64
 refused "echo_model_bench batch past host memory" "does not fit in this host's memory" "${model[@]}" --batch 2000 --seq 4096
 refused "echo_model_bench names its arguments" "echo_model_bench --batch 2000 --seq 4096 (per rank: " "${model[@]}" --batch 2000 --seq 4096
 runs "echo_model_bench machine" "$work/model.json" "${model[@]}" --batch 1 --seq 8 --iters 1 --warmup 0 --json "$work/model.json"

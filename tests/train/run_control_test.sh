@@ -113,7 +113,7 @@ echo "full disk: the run failed naming metrics.jsonl"
 # 7. A checkpoint is a clean Hugging Face folder: model.safetensors is its only *.safetensors.
 rm -rf "$work/run"
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set train.steps=2 \
-  --set train.checkpoint_interval=2 >"$work/run7.log" 2>&1 || { tail -20 "$work/run7.log"; fail "short run"; }
+  --set train.checkpoint_interval=2 --set schedule.warmup_steps=2 >"$work/run7.log" 2>&1 || { tail -20 "$work/run7.log"; fail "short run"; }
 ckpt=$work/run/checkpoints/step_00000002
 [[ $(cd "$ckpt" && ls *.safetensors) == model.safetensors ]] || fail "other *.safetensors beside the model: $(ls "$ckpt")"
 [[ -f $ckpt/trainer/optimizer.safetensors && -f $ckpt/trainer/trainer_state.json ]] || fail "no trainer/ state"
@@ -123,13 +123,16 @@ echo "checkpoint: a clean Hugging Face folder"
 
 # 7b. With train.checkpoint_interval 0 and no signal nothing is saved, and the final line says so
 #     (it named checkpoints/ before, which does not exist). Two legal settings seldom meant are
-#     warned about: a warmup (5) longer than the run, validation on the training data.
+#     warned about: a warmup (5) longer than the run (run 7: as long), validation on the training data.
 rm -rf "$work/run"
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set train.steps=1 \
   --set data.valid="$work/train" --set train.eval_interval=1 --set train.eval_batches=1 \
   >"$work/run7b.log" 2>&1 || { tail -20 "$work/run7b.log"; fail "short run without checkpoints"; }
-grep -q "'schedule.warmup_steps' = 5 is not below 'train.steps' = 1" "$work/run7b.log" ||
+grep -q "'schedule.warmup_steps' = 5 is not below 'train.steps' = 1: the learning rate rises for the whole run, to 0.0002 at the last step ('optim.lr' = 0.001)" "$work/run7b.log" ||
   fail "no warning for a warmup longer than the run: $(cat "$work/run7b.log")"
+grep -q "'schedule.warmup_steps' = 2 is not below 'train.steps' = 2: the learning rate rises for the whole run, to 0.001 at the last step" "$work/run7.log" ||
+  fail "no warning for a warmup as long as the run: $(grep warmup "$work/run7.log")"
+! grep -q "warmup_steps" "$work/run2.log" || fail "a warning for a warmup shorter than the run: $(grep warmup "$work/run2.log")"
 grep -q "'data.valid' = $work/train is the training data" "$work/run7b.log" ||
   fail "no warning for data.valid = data.train: $(cat "$work/run7b.log")"
 [[ ! -e $work/run/checkpoints ]] || fail "checkpoints/ written with checkpoint_interval 0: $(ls "$work/run/checkpoints")"
