@@ -11,16 +11,17 @@
 namespace echo::model {
 
 CommTpOps::CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge,
-                     config::Device device, comm::TransportKind transport)
+                     config::Device device, const comm::TransportOptions& transport)
     : tp_(tp),
       blocks_(blocks),
       edge_(edge),
-      // NCCL between distinct GPUs, else the host engine over MPI (the same bits as over shm).
-      exact_(comm::make_exact_all_reduce(tp, comm::ExactPrecision::fp32, device)),
+      // NCCL between distinct GPUs, else the host engine over the transport (shm and MPI agree bit
+      // for bit; shm_pipelined_reduce_mpi_test).
+      exact_(comm::make_exact_all_reduce(tp, comm::ExactPrecision::fp32, device, transport)),
       // The identity at tp = 1, which lets a device backend keep the cross-entropy on the device.
       reducer_(tp.size() > 1 ? backend::make_mpi_reducer(tp) : backend::make_local_reducer()) {
   if (tp.size() == 1) return;
-  reducer_.device = comm::make_device_tp_reduce(tp, device, transport);
+  reducer_.device = comm::make_device_tp_reduce(tp, device, transport.kind);
   // Count the reductions' payload where they are issued, whichever path carries them.
   const auto counted = [this](std::function<void(std::span<double>)> reduce) {
     return [this, reduce = std::move(reduce)](std::span<double> values) {

@@ -50,16 +50,16 @@ struct TpTraffic {
 
 // fp32 model: block sites go through the configured all-reduce (exact or Echo); the embedding
 // and LM-head sums through `edge` when given (comm.embedding_exact: false), else exactly; the
-// q_norm/k_norm gradient sums always exactly (fp32 two-phase); the reducer over MPI. Where device is
-// cuda and each rank drives its own GPU, the exact sums and the reducer's device half go over NCCL
-// (the reducer's unless `transport` is mpi, as for Echo's bytes), so tp > 1 does not wait for the
-// GPU either. Make it after the backend has chosen the rank's GPU; collective over tp. Arguments
-// must outlive this.
+// q_norm/k_norm gradient sums always exactly (fp32); the reducer over MPI. The exact sums move over
+// `transport` (comm.transport: on one node the shm workspace the block sites use, with the same
+// bits as over MPI; MPI for the two-collective baseline). Where device is cuda and each rank drives
+// its own GPU, the exact sums and the reducer's device half go over NCCL (the reducer's unless the
+// transport is mpi, as for Echo's bytes), so tp > 1 does not wait for the GPU either. Make it after
+// the backend has chosen the rank's GPU; collective over tp. Arguments must outlive this.
 class CommTpOps final : public TpOps<float> {
  public:
   CommTpOps(const dist::Communicator& tp, comm::AllReduce& blocks, comm::AllReduce* edge = nullptr,
-            config::Device device = config::Device::cpu,
-            comm::TransportKind transport = comm::TransportKind::automatic);
+            config::Device device = config::Device::cpu, const comm::TransportOptions& transport = {});
   // The reducer's counting wrappers hold `this`: a moved or copied object would count elsewhere.
   CommTpOps(const CommTpOps&) = delete;
   CommTpOps& operator=(const CommTpOps&) = delete;

@@ -93,6 +93,29 @@ TEST(Trainer, SameConfigAndSeedGiveTheSameCurveAndLossFalls) {
   }
 }
 
+// Every TP sum (Echo's block sites, the fp32 embedding / LM-head / q-k-norm sums) moves over the
+// shm workspace or over MPI with the same bits, so the curve cannot depend on comm.transport.
+TEST(Trainer, TheTransportDoesNotChangeTheCurve) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::string dir = scratch_dir("transport");
+  for (const char* allreduce : {"echo", "exact_fp32"}) {
+    const auto run = [&](const std::string& transport) {
+      const std::string out = dir + "/" + allreduce + "-" + transport;
+      train(make_config(dir, 2,
+                        {"run.out_dir=" + out, "comm.transport=" + transport,
+                         std::string("comm.allreduce=") + allreduce, "model.tie_embeddings=false"}),
+            RunDirMode::fresh);
+      return out;
+    };
+    const std::string over_mpi = run("mpi"), over_shm = run("shm");
+    if (world_rank() == 0) {
+      const auto a = metric_lines(over_mpi);
+      ASSERT_EQ(a.size(), 8u) << allreduce;
+      EXPECT_EQ(a, metric_lines(over_shm)) << allreduce;
+    }
+  }
+}
+
 TEST(Trainer, Int8S3rLinearsTrainAndResumeBitForBit) {
   const std::string dir = scratch_dir("int8");
   const int tp = world_size() >= 2 ? 2 : 1;
