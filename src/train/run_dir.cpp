@@ -4,12 +4,13 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -71,29 +72,52 @@ std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, 
 }  // namespace
 
 RunDirLock::~RunDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock
+  for (const int fd : {file_fd_, dir_fd_})  // closing releases the flocks
+    if (fd >= 0) ::close(fd);
 }
 
 std::string RunDirLock::acquire(const std::string& out_dir) {
   const std::string path = (fs::path(out_dir) / ".echo_train.lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return fmt::format("cannot open the run directory's lock file {}: {}", path, std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // NOTE: O_NOFOLLOW and no O_TRUNC: the pid is written into the file, and a link planted at the
+  // name (or a FIFO) would have its target overwritten or block the open.
+  const int dir_fd = ::open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return fmt::format("cannot open the run directory {}: {}", out_dir, std::strerror(errno));
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  const int open_error = errno;
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fd >= 0) ::close(fd);
+    ::close(dir_fd);
+    if (fd >= 0 || open_error == ELOOP)
+      return fmt::format(
+          "the run directory's lock file {} is {}: echo_train writes its pid there and follows no "
+          "link; remove it",
+          path, fd >= 0 ? "not a regular file" : "a symbolic link");
+    return fmt::format("cannot open the run directory's lock file {}: {}", path, std::strerror(open_error));
+  }
+  dir_fd_ = dir_fd;
+  file_fd_ = fd;
+  // Both the directory and the file are locked: deleting the file (a "stale lock" cleanup) leaves
+  // the directory's lock, and an echo_train from before the directory lock still sees the file's.
+  for (const int locked : {fd, dir_fd}) {
+    if (::flock(locked, LOCK_EX | LOCK_NB) == 0) continue;
     const int err = errno;
-    ::close(fd);
     if (err != EWOULDBLOCK) {
       // A file system without locks (some network mounts) must not stop every run: go on unguarded.
       ECHO_WARN("train", "cannot lock {} ({}): another echo_train on this run directory would not be noticed",
-                path, std::strerror(err));
-      return {};
+                locked == fd ? path : out_dir, std::strerror(err));
+      continue;
     }
-    std::ifstream in(path);
-    std::string holder;
-    std::getline(in, holder);
+    std::string holder(256, '\0');
+    const ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    holder = holder.substr(0, holder.find('\n'));
+    ::close(std::exchange(dir_fd_, -1));  // none of this directory is ours
+    ::close(std::exchange(file_fd_, -1));
     return fmt::format(
         "'run.out_dir' = {} is in use by another echo_train{} (it holds the lock on {}); wait for it to end, stop "
         "it, or use another run.out_dir",
-        out_dir, holder.empty() ? "" : " (" + holder + ")", path);
+        out_dir, holder.empty() ? "" : " (" + holder + ")", locked == fd ? path : out_dir);
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -101,12 +125,10 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(), 0) < 0) {
     // Only informative; the lock itself is held.
   }
-  fd_ = fd;
   return {};
 }
 
-bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world,
-                     RunDirLock& lock) {
+bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world, RunDirLock& lock) {
   std::string error;
   bool has_run = false;
   if (world.rank() == 0) error = inspect(out_dir, mode, has_run, lock);

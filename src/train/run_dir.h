@@ -17,8 +17,9 @@ enum class RunDirMode { fresh, resume, overwrite };
 // An exclusive advisory lock (flock) on <out_dir>/.echo_train.lock, held by rank 0 for as long as
 // the run's Trainer lives, so that a second echo_train on the same run directory (a scheduler's
 // requeue while the first still runs, a --resume typed twice) is refused instead of truncating the
-// first one's metrics.jsonl and pruning its checkpoints. The file stays (it holds the pid and host
-// of the last holder); only the lock on it matters.
+// first one's metrics.jsonl and pruning its checkpoints. The directory itself is locked too, so a
+// deleted lock file lets nobody in. The file stays (it holds the pid and host of the last holder);
+// only the locks matter. A lock file that is a link or not a regular file is refused, never followed.
 class RunDirLock {
  public:
   RunDirLock() = default;
@@ -30,7 +31,8 @@ class RunDirLock {
   std::string acquire(const std::string& out_dir);
 
  private:
-  int fd_ = -1;
+  int dir_fd_ = -1;   // out_dir, locked
+  int file_fd_ = -1;  // out_dir/.echo_train.lock, locked
 };
 
 // Whether out_dir holds a run: a non-empty metrics.jsonl or checkpoints/ (a config.yaml alone is

@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -501,7 +502,8 @@ TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
     }
     sync();
     for (const RunDirMode mode : {RunDirMode::resume, RunDirMode::overwrite, RunDirMode::fresh}) {
-      const std::string msg = echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=6"}), mode); });
+      const std::string msg =
+          echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=6"}), mode); });
       // The holder is rank 0 of this test (the message reaches every rank as rank 0 wrote it).
       EXPECT_EQ(msg.rfind("input: 'run.out_dir' = " + cfg.run.out_dir + " is in use by another echo_train (pid " +
                               std::to_string(rank0_pid),
@@ -514,10 +516,49 @@ TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
           << msg;
     }
     sync();
+    // Someone deletes the lock file as "stale": the directory's own lock still refuses the run.
+    if (world_rank() == 0) {
+      ASSERT_TRUE(fs::remove(cfg.run.out_dir + "/.echo_train.lock"));
+    }
+    sync();
+    const std::string msg =
+        echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=6"}), RunDirMode::overwrite); });
+    EXPECT_EQ(msg, "input: 'run.out_dir' = " + cfg.run.out_dir +
+                       " is in use by another echo_train (it holds the lock on " + cfg.run.out_dir +
+                       "); wait for it to end, stop it, or use another run.out_dir");
+    sync();
     EXPECT_EQ(read_file(metrics), before) << "the refused runs must not touch the run";
   }
   sync();  // the other run ended: its lock is gone
   EXPECT_EQ(train(make_config(dir, {"train.steps=6"}), RunDirMode::resume).steps_done, 6);
+}
+
+// A link planted at the lock file's name (a shared directory, a run as root): refused, and the
+// file it names is neither truncated nor given a pid. It used to be overwritten even by a run that
+// then failed.
+TEST(TrainerGuard, ALockFileThatIsALinkIsRefusedAndItsTargetKept) {
+  const std::string dir = scratch_dir("lock_link");
+  const auto cfg = make_config(dir);
+  const std::string victim = dir + "/victim.txt", lock = cfg.run.out_dir + "/.echo_train.lock";
+  if (world_rank() == 0) {
+    fs::create_directories(cfg.run.out_dir);
+    std::ofstream(victim) << "precious\n";
+    fs::create_symlink(victim, lock);
+  }
+  sync();
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::fresh); }),
+            "input: the run directory's lock file " + lock +
+                " is a symbolic link: echo_train writes its pid there and follows no link; remove it");
+  sync();
+  EXPECT_EQ(read_file(victim), "precious\n");
+  if (world_rank() == 0) {
+    fs::remove(lock);
+    ASSERT_EQ(::mkfifo(lock.c_str(), 0600), 0);
+  }
+  sync();
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::fresh); }),
+            "input: the run directory's lock file " + lock +
+                " is not a regular file: echo_train writes its pid there and follows no link; remove it");
 }
 
 // Overwrites the first value of tensor `name` in a safetensors file (rank 0 only).
