@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/log_capture.h"
 #include "../support/mpi_util.h"
 #include "../support/test_util.h"
 #include "checkpoint_test_util.h"
@@ -202,8 +203,9 @@ TEST_F(ChecksumsTest, AChangedTrainerStateIsRefused) {
 }
 
 // config.json is the Hugging Face folder's, for the user to edit (transformers settings); the
-// load does not read it, so an edit does not refuse a resume.
-TEST_F(ChecksumsTest, AnEditedConfigJsonStillLoads) {
+// load does not read it, so an edit does not refuse a resume, but it is said (rank 0): a damaged
+// one (emptied, cut, removed) would otherwise go unseen until a Hugging Face tool reads it.
+TEST_F(ChecksumsTest, AnEditedConfigJsonStillLoadsWithAWarning) {
   const fs::path config = ckpt_ / "config.json";
   const std::string text = read_file(config);
   const size_t at = text.find("\"torch_dtype\": \"float32\"");
@@ -216,7 +218,26 @@ TEST_F(ChecksumsTest, AnEditedConfigJsonStillLoads) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_NE(read_file(config), text);
+  const std::string changed = "checkpoint '" + ckpt_.string() + "': config.json ";
+  const std::string tail = "; echo does not read it (trainer/trainer_state.json holds the config), but Hugging Face "
+                           "tools loading this folder do";
+  const auto warned = [&](const std::string& what) {
+    echo::testing::LogCapture log;
+    EXPECT_EQ(load(), "") << what;
+    const bool said = log.text().find(changed + what + tail) != std::string::npos;
+    EXPECT_EQ(said, world_rank() == 0) << what << ": " << log.text();
+  };
+  warned("does not match its checksum (edited or damaged)");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove(config);
+  MPI_Barrier(MPI_COMM_WORLD);
+  warned("is missing or not a file");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) write_file(config, text);
+  MPI_Barrier(MPI_COMM_WORLD);
+  echo::testing::LogCapture log;
   EXPECT_EQ(load(), "");
+  EXPECT_EQ(log.text().find("config.json"), std::string::npos) << "the saved text is no change: " << log.text();
 }
 
 TEST_F(ChecksumsTest, ACheckpointWithoutChecksumsLoads) { EXPECT_EQ(load_without_checksums(), ""); }

@@ -243,6 +243,30 @@ void publish(const fs::path& tmp_dir, const fs::path& final_dir) {
   fs::rename(tmp_dir, final_dir);
 }
 
+// config.json is hashed at save, but a load does not read it (trainer_state.json holds the config)
+// and a user may edit it for transformers: a change is said, not refused. "" when it matches.
+std::string hf_config_change(const CheckpointChecksums& sums, const std::string& ckpt_dir, const fs::path& dir) {
+  const auto stored = sums.files.find(kHfConfigFile);
+  if (stored == sums.files.end()) return {};
+  const fs::path path = dir / kHfConfigFile;
+  std::error_code error;
+  const char* what = nullptr;
+  if (!fs::is_regular_file(path, error)) {
+    what = "is missing or not a file";
+  } else {
+    try {
+      if (xxh3_64(read_text(path)) != stored->second) what = "does not match its checksum (edited or damaged)";
+    } catch (const Error&) {
+      what = "cannot be read";
+    }
+  }
+  if (what == nullptr) return {};
+  return fmt::format(
+      "checkpoint '{}': {} {}; echo does not read it (trainer/{} holds the config), but Hugging Face "
+      "tools loading this folder do",
+      ckpt_dir, kHfConfigFile, what, kStateFile);
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
@@ -428,6 +452,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
   TensorFiles model_index, opt_index;
   std::vector<Target> model_targets, opt_targets;
   bool verified = false;
+  std::string hf_config_note;  // rank 0
   try {
     ECHO_INPUT_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", ckpt_dir);
     ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written",
@@ -438,10 +463,10 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     // such rather than by whatever its damage breaks. The trainer state is tiny: every rank hashes
     // it; the tensors are split over the world (tensor i by world rank i % world size), and a
     // mismatch found on any rank reaches every rank through the agreement below. config.json is
-    // hashed at save but not checked here: the load does not read it, and the folder is a Hugging
-    // Face one whose config.json a user may edit for transformers.
+    // only compared, with a warning (hf_config_change).
     const std::optional<CheckpointChecksums> sums = read_checkpoint_checksums(dir.string());
     verified = sums.has_value();
+    if (sums && world.world.rank() == 0) hf_config_note = hf_config_change(*sums, ckpt_dir, dir);
     ChecksumShare share{world.world.rank(), world.world.size(), 0};
     const std::string state_text = read_text(trainer_dir / kStateFile);
     if (sums) {
@@ -473,6 +498,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
               "checkpoint '{}' has no {}/{} (written before checkpoints carried checksums): its contents cannot be "
               "verified",
               ckpt_dir, kTrainerDir, kChecksumsFile);
+  if (!hf_config_note.empty()) ECHO_WARN("train", "{}", hf_config_note);
 
   std::string read_error = read_targets(model_index, model_targets, tp, tp_rank);
   if (read_error.empty() && opt != nullptr) read_error = read_targets(opt_index, opt_targets, tp, tp_rank);
