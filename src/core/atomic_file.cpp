@@ -35,13 +35,15 @@ void fsync_fd(int fd, const std::string& path) {
 
 namespace {
 
+// `name`, when not empty, is the file written in place of the target (a temp file).
 void write_fd(int fd, std::string_view bytes, const std::string& what, const std::string& name) {
   const char* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    ECHO_RUN_CHECK(n > 0, "{}: write failed ('{}'): {}", what, name, n < 0 ? std::strerror(errno) : "no progress");
+    ECHO_RUN_CHECK(n > 0, "{}: write failed{}: {}", what, name.empty() ? "" : " ('" + name + "')",
+                   n < 0 ? std::strerror(errno) : "no progress");
     p += n;
     left -= static_cast<size_t>(n);
   }
@@ -122,7 +124,7 @@ StreamOutput::~StreamOutput() {
 
 void StreamOutput::write(std::string_view bytes) {
   if (!owned_) std::fflush(nullptr);  // what the program printed so far comes first
-  write_fd(fd_, bytes, what_, "descriptor " + std::to_string(fd_));
+  write_fd(fd_, bytes, what_, "");  // `what` names the target
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
