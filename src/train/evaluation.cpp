@@ -1,12 +1,15 @@
 // evaluate_loss: the validation loop of docs/design.md §12.
 #include "train/evaluation.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace echo::train {
 
 EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& loader, const dist::Communicator& dp,
-                       const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) {
+                       const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets,
+                       const std::function<bool()>& abandon) {
   ECHO_CHECK(spec.batches > 0 && spec.micro_batch > 0 && spec.num_micro > 0,
              "evaluation needs positive batches, micro_batch and num_micro (got {}, {}, {})", spec.batches,
              spec.micro_batch, spec.num_micro);
@@ -21,6 +24,12 @@ EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& 
     for (int micro = 0; micro < spec.num_micro; ++micro) {
       loader.micro_batch(static_cast<uint64_t>(b), micro, spec.micro_batch, spec.num_micro, tokens, targets);
       model.forward({tokens.data(), targets.data(), spec.micro_batch, seq}, false, acc, total);
+    }
+    if (abandon && b + 1 < spec.batches && abandon()) {
+      EvalLoss r;
+      r.loss = NAN;
+      r.abandoned_at = b + 1;
+      return r;
     }
   }
   const double loss = model.read_loss(acc);

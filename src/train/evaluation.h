@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,16 +23,20 @@ struct EvalBatches {
 };
 
 struct EvalLoss {
-  double loss = 0;     // mean cross-entropy per target token (the same value on every rank)
-  int64_t tokens = 0;  // target tokens over all DP ranks
+  double loss = 0;       // mean cross-entropy per target token (the same value on every rank)
+  int64_t tokens = 0;    // target tokens over all DP ranks
+  int abandoned_at = 0;  // > 0: `abandon` said so after this many global batches; loss is NaN
 };
 
 // Forward passes only (no activations kept). Collective over `dp` and over the model's TP group.
 // `tokens` and `targets` are scratch buffers (the trainer reuses its own).
 // NOTE: the summation order (each micro-batch's mean / (batches · num_micro), then the rank-order
 // sum over DP / dp) is part of the contract: the trainer's val_loss and echo_eval agree bit for bit.
+// `abandon`, when given, is asked after each global batch but the last, on every rank alike (it
+// may be collective: the trainer's stop check), and true ends the evaluation there.
 EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& loader, const dist::Communicator& dp,
-                       const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+                       const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets,
+                       const std::function<bool()>& abandon = {});
 
 // The sequences an evaluation of `spec` reads over `dp_size` ranks (batches × global batch), and
 // how many distinct ones the loader's data holds: past that, batches wrap into the data's next

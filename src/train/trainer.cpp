@@ -328,11 +328,19 @@ double Trainer::train_step(int64_t step, bool telemetry) {
   return mean_over(world_.dp, model_->read_loss(loss));
 }
 
-double Trainer::evaluate() {
+std::optional<double> Trainer::evaluate(const StopSignal& stop) {
   if (!valid_loader_) return NAN;
   // Shared with echo_eval (train/evaluation.h), so an offline eval of a checkpoint reproduces this.
   const EvalBatches spec{cfg_.train.eval_batches, cfg_.train.micro_batch, num_micro_};
-  return evaluate_loss(*model_, *valid_loader_, world_.dp, spec, tokens_, targets_).loss;
+  // A stop asked during a long evaluation ends it, so the checkpoint is written within the
+  // scheduler's grace period instead of after the last batch.
+  const EvalLoss r = evaluate_loss(*model_, *valid_loader_, world_.dp, spec, tokens_, targets_,
+                                   [&] { return stop.requested(world_.world); });
+  if (r.abandoned_at == 0) return r.loss;
+  if (world_.layout.rank == 0)
+    log::get("train")->warn("evaluation abandoned after {} of {} batches: a stop was asked", r.abandoned_at,
+                            spec.batches);
+  return std::nullopt;
 }
 
 void Trainer::save(int64_t steps_done) {
@@ -448,10 +456,10 @@ TrainResult Trainer::run(int64_t stop_after) {
       if (telemetry) log_telemetry(step + 1);
     }
     if (cfg_.train.eval_interval > 0 && (step + 1) % cfg_.train.eval_interval == 0 && valid_loader_) {
-      const double val = evaluate();
-      if (world_.layout.rank == 0) {
-        metrics_.eval(step + 1, val);
-        logger->info("step {:>6}/{} | val_loss {:.4f}", step + 1, total, val);
+      const std::optional<double> val = evaluate(stop);
+      if (world_.layout.rank == 0 && val) {
+        metrics_.eval(step + 1, *val);
+        logger->info("step {:>6}/{} | val_loss {:.4f}", step + 1, total, *val);
       }
     }
     const bool last = step + 1 == total;

@@ -21,6 +21,8 @@
 
 namespace echo::train {
 
+class StopSignal;
+
 struct TrainResult {
   int64_t steps_done = 0;      // optimizer steps completed, counting those before a resume
   int64_t steps_run = 0;       // steps this invocation trained (0: last_loss means nothing)
@@ -43,7 +45,9 @@ class Trainer {
 
  private:
   double train_step(int64_t step, bool telemetry);
-  double evaluate();
+  // The validation loss (NaN without validation data); none when a stop was asked during it
+  // (`stop`, checked after each batch).
+  std::optional<double> evaluate(const StopSignal& stop);
   void open_data();
   void save(int64_t steps_done);
   void log_telemetry(int64_t step);

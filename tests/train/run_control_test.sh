@@ -140,6 +140,25 @@ grep -q 'done at step 1: .*no checkpoint saved (train.checkpoint_interval is 0)'
   fail "final line: $(grep 'done at' "$work/run7b.log")"
 echo "checkpoint_interval 0: no checkpoint, and the final line says so"
 
+# 7c. A stop signal during a long evaluation ends it after the batch in progress: the checkpoint is
+#     written within seconds, not after the last of 100 000 batches (a scheduler's grace period).
+rm -rf "$work/run"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set data.valid="$work/train" \
+  --set train.eval_interval=1 --set train.eval_batches=100000 >"$work/run7c.log" 2>&1 &
+pid=$!
+wait_for_steps 1
+sleep 1  # inside the evaluation of step 1
+pkill -TERM -f "^$build/echo_train $work/cfg.yaml"
+for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+kill -0 $pid 2>/dev/null && { kill -KILL $pid; fail "echo_train did not exit within 30 s of a SIGTERM during evaluation"; }
+wait $pid || { tail -20 "$work/run7c.log"; fail "echo_train exited non-zero after a SIGTERM during evaluation"; }
+grep -q "evaluation abandoned after [0-9]* of 100000 batches: a stop was asked" "$work/run7c.log" ||
+  { tail -20 "$work/run7c.log"; fail "the evaluation was not abandoned"; }
+grep -q "stopping at step 1 on signal 15; checkpoint saved" "$work/run7c.log" ||
+  { tail -20 "$work/run7c.log"; fail "no checkpoint of step 1 after a SIGTERM during evaluation"; }
+! grep -q '"val_loss"' "$work/run/metrics.jsonl" || fail "an abandoned evaluation logged a val_loss"
+echo "a stop during evaluation: abandoned, step 1 saved"
+
 # 8. The training .bin truncated while the run reads it: the job ends naming the file (it died of
 #    a bare SIGBUS before). On a copy, so the other cases keep their data.
 rm -rf "$work/run"
