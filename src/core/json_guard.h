@@ -74,6 +74,24 @@ std::string json_excerpt(const Json& value, std::size_t max_chars = 80) {
   return out;
 }
 
+// nlohmann's parse message for a person: without its "[json.exception.parse_error.101] " tag, and
+// with every byte outside printable ASCII as \xNN (its "last read" excerpt quotes the damaged
+// bytes; it writes control characters as <U+001B> itself, but invalid UTF-8 raw).
+inline std::string json_error_text(const nlohmann::json::exception& e) {
+  std::string_view text = e.what();
+  if (text.rfind("[json.exception.", 0) == 0)
+    if (const std::size_t tag_end = text.find("] "); tag_end != std::string_view::npos) text.remove_prefix(tag_end + 2);
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7F)
+      out += c;
+    else
+      out += fmt::format("\\x{:02x}", byte);
+  }
+  return out;
+}
+
 // Parses JSON read from a file, `what` naming it in errors ("trainer state 'x'"): text nested
 // deeper than kMaxJsonDepth or not valid JSON is an InputError, never a stack overflow.
 inline nlohmann::json parse_untrusted_json(std::string_view text, const std::string& what) {
@@ -83,7 +101,7 @@ inline nlohmann::json parse_untrusted_json(std::string_view text, const std::str
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    ECHO_INPUT_FAIL("{} is not valid JSON: {}", what, e.what());
+    ECHO_INPUT_FAIL("{} is not valid JSON: {}", what, json_error_text(e));
   }
 }
 

@@ -136,6 +136,13 @@ TEST_F(TextFileTest, JsonFileErrorsNameTheFile) {
   EXPECT_EQ(read_untrusted_json_file(write("ok.json", R"({"a": [1, 2]})"), "x")["a"][1], 2);
   const std::string message = kind_and_what_of([&] { read_untrusted_json_file(write("bad.json", "{\"a\": "), "state 's'"); });
   EXPECT_EQ(message.rfind("input: state 's' is not valid JSON: ", 0), 0u) << message;
+  // The parser's excerpt of damaged bytes is escaped (no invalid UTF-8 reaches a terminal or a log),
+  // and its exception tag is not shown.
+  const std::string damaged =
+      kind_and_what_of([&] { read_untrusted_json_file(write("esc.json", "{\"a\": \"x\xff\"}"), "state 'e'"); });
+  EXPECT_EQ(damaged.find("[json.exception"), std::string::npos) << damaged;
+  EXPECT_EQ(damaged.find('\xff'), std::string::npos) << damaged;
+  EXPECT_NE(damaged.find("\\xff"), std::string::npos) << damaged;
   EXPECT_EQ(kind_and_what_of([&] { read_untrusted_json_file(dir_.str(), "state 'd'"); }),
             "input: cannot read state 'd': it is a directory");
 }

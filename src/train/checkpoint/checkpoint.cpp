@@ -173,7 +173,7 @@ CheckpointMeta parse_state(const fs::path& path, const std::string& text, int64_
       ECHO_INPUT_CHECK(*named == meta.step, "'step' = {} but the checkpoint directory is {}", meta.step, dir_name);
     return meta;
   } catch (const nlohmann::json::exception& e) {
-    ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), e.what());
+    ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), json_error_text(e));
   } catch (const Error& e) {
     ECHO_INPUT_FAIL("trainer state '{}' is malformed: {}", path.string(), e.message());
   }

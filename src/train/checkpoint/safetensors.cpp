@@ -164,7 +164,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path, data::MappedFile::Acce
   try {
     j = nlohmann::json::parse(header, header + header_len, note_keys);
   } catch (const nlohmann::json::exception& e) {
-    ECHO_INPUT_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
+    ECHO_INPUT_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, json_error_text(e));
   }
   ECHO_INPUT_CHECK(twice.empty(), "safetensors file '{}': the header names '{}' twice", path, twice);
   ECHO_INPUT_CHECK(j.is_object(), "safetensors file '{}': the header is not a JSON object", path);
