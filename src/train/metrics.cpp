@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/clip_text.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -150,15 +151,8 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
     ECHO_WARN("train", "the metrics file '{}' holds {} lines that are not JSON in all ({} of them dropped)", path,
               not_json, not_json_dropped);
   if (later == 0 && not_json_dropped == 0) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.flush();
-    ECHO_RUN_CHECK(out.good(), "cannot write '{}': {}", tmp, std::strerror(errno));
-  }
-  fs::rename(tmp, path, ec);
-  ECHO_RUN_CHECK(!ec, "cannot replace the metrics file '{}': {}", path, ec.message());
+  // A unique temp file, removed when the write fails (a full disk left 'metrics.jsonl.tmp' behind).
+  write_file_atomic(path, kept, fmt::format("cannot replace the metrics file '{}'", path));
   if (later > 0) ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, later);
 }
 
