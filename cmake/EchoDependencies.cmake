@@ -9,7 +9,8 @@ find_package(Threads REQUIRED)
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# 10.40: binary properties such as \p{White_Space} (tokenizer/regex.h).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8>=10.40)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 # XXH3-64 checksums of training checkpoints (train/checkpoint/checksums.h).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)

@@ -99,7 +99,8 @@ const texts = [
   // U+180E left White_Space in Unicode 6.3; PCRE2's \s still matches it (the Rust tokenizers,
   // Rust's regex and JS do not), which split `\s+(?!\S)` differently before every space run here.
   "a \u180eb  \u180e c\u180e\u180e d",
-  // Every White_Space character before a word, a contraction and the end.
+  // White_Space characters (those on which the JS reference's \s agrees: not U+0085) before a word,
+  // a contraction and the end.
   "w\u0009x\u000by\u000cz\u00a0a\u1680b\u2000c\u2005d\u200ae\u2028f\u2029g\u202fh\u205fi\u3000j 's\u3000",
 ];
 

@@ -1,6 +1,10 @@
 // Choosing the engine of the host all-reduces: shm on one node, MPI otherwise.
 #include "comm/segment_reduce.h"
 
+#include <mutex>
+#include <set>
+#include <string>
+
 #include "comm/p2p/shm_pipelined_reduce.h"
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
@@ -19,15 +23,21 @@ std::unique_ptr<SegmentReduce> make_segment_reduce(const dist::Communicator& gro
   auto ws = p2p::ShmWorkspace::for_group(group, options.geometry, &why);
   if (ws)
     return std::make_unique<p2p::ShmPipelinedReduce>(group, std::move(ws), options.peer_timeout_s, options.threads);
-  if (group.rank() == 0) {
+  // Said once per reason: a trainer's Echo, edge and exact all-reduces each ask for the group.
+  static std::mutex said_mutex;
+  static std::set<std::string> said;
+  const std::string text = fmt::format(
+      "comm.transport = {}: the shm transport is not possible for this group ({}); "
+      "using mpi",
+      options.kind == TransportKind::shm        ? "shm"
+      : options.kind == TransportKind::cuda_ipc ? "cuda_ipc"
+                                                : "auto",
+      why);
+  const std::lock_guard<std::mutex> lock(said_mutex);
+  if (group.rank() == 0 && said.insert(text).second) {
     // A warning where the config asked for shm by name; auto falling back is routine (multi-node).
     const auto level = options.kind == TransportKind::shm ? spdlog::level::warn : spdlog::level::info;
-    log::get("comm")->log(level,
-                          "comm.transport = {}: the shm transport is not possible for this group ({}); using mpi",
-                          options.kind == TransportKind::shm        ? "shm"
-                          : options.kind == TransportKind::cuda_ipc ? "cuda_ipc"
-                                                                    : "auto",
-                          why);
+    log::get("comm")->log(level, "{}", text);
   }
   return std::make_unique<TwoPhaseReduce>(group);
 }

@@ -70,6 +70,8 @@ class CommTpOps final : public TpOps<float> {
   void exact_sum(Tensor& x) override;
   void edge_sum(Tensor& x, comm::Site site) override;
   const backend::TpReducer& reducer() const override { return reducer_; }
+  // The exact fp32 sums' all-reduce (its engine names the transport it took).
+  const comm::AllReduce& exact_all_reduce() const { return *exact_; }
   // The traffic since the last call (the trainer's per-step tp_wire_bytes), and a fresh count.
   TpTraffic take_traffic() { return std::exchange(traffic_, {}); }
   void raise_deferred_faults() override {  // the embedding's edge site runs before the blocks

@@ -85,27 +85,30 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   const int open_error = errno;
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  // A hard link planted at the name is a regular file too: its target would be truncated.
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
     if (fd >= 0) ::close(fd);
     ::close(dir_fd);
     if (fd >= 0 || open_error == ELOOP)
       return fmt::format(
           "the run directory's lock file {} is {}: echo_train writes its pid there and follows no "
           "link; remove it",
-          path, fd >= 0 ? "not a regular file" : "a symbolic link");
+          path,
+          fd < 0                ? std::string("a symbolic link")
+          : S_ISREG(st.st_mode) ? fmt::format("a file with {} hard links", st.st_nlink)
+                                : std::string("not a regular file"));
     return fmt::format("cannot open the run directory's lock file {}: {}", path, std::strerror(open_error));
   }
   dir_fd_ = dir_fd;
   file_fd_ = fd;
   // Both the directory and the file are locked: deleting the file (a "stale lock" cleanup) leaves
   // the directory's lock, and an echo_train from before the directory lock still sees the file's.
+  std::string unlocked[2];  // why the file's, the directory's lock could not be taken
   for (const int locked : {fd, dir_fd}) {
     if (::flock(locked, LOCK_EX | LOCK_NB) == 0) continue;
     const int err = errno;
     if (err != EWOULDBLOCK) {
-      // A file system without locks (some network mounts) must not stop every run: go on unguarded.
-      ECHO_WARN("train", "cannot lock {} ({}): another echo_train on this run directory would not be noticed",
-                locked == fd ? path : out_dir, std::strerror(err));
+      unlocked[locked == fd ? 0 : 1] = std::strerror(err);
       continue;
     }
     std::string holder(256, '\0');
@@ -119,6 +122,18 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
         "it, or use another run.out_dir",
         out_dir, holder.empty() ? "" : " (" + holder + ")", locked == fd ? path : out_dir);
   }
+  // A file system without locks must not stop every run: go on, saying what is not guarded. NOTE:
+  // NFS emulates flock with fcntl locks, which a directory (open read-only) cannot take.
+  if (!unlocked[0].empty() && !unlocked[1].empty())
+    ECHO_WARN("train", "cannot lock {} ({}) nor {} ({}): another echo_train on this run directory would not be noticed",
+              path, unlocked[0], out_dir, unlocked[1]);
+  else if (!unlocked[1].empty())
+    ECHO_INFO("train",
+              "cannot lock the run directory {} itself ({}); {} is locked, but deleting it while this run "
+              "lives would let another echo_train in",
+              out_dir, unlocked[1], path);
+  else if (!unlocked[0].empty())
+    ECHO_INFO("train", "cannot lock {} ({}); the run directory itself is locked", path, unlocked[0]);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string holder = fmt::format("pid {} on {}\n", ::getpid(), host);

@@ -259,9 +259,12 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   if (L.rank == 0 && cfg.schedule.warmup_steps >= cfg.train.steps)
     logger->warn(
         "'schedule.warmup_steps' = {} is not below 'train.steps' = {}: the learning rate rises for the whole run, "
-        "to {:.4g} at the last step ('optim.lr' = {}), and never decays toward 'optim.min_lr' = {}",
+        "to {:.4g} at the last step ('optim.lr' = {}){}",
         cfg.schedule.warmup_steps, cfg.train.steps,
-        learning_rate(cfg.optim, cfg.schedule, cfg.train.steps - 1, cfg.train.steps), cfg.optim.lr, cfg.optim.min_lr);
+        learning_rate(cfg.optim, cfg.schedule, cfg.train.steps - 1, cfg.train.steps), cfg.optim.lr,
+        cfg.schedule.decay == config::LrDecay::constant
+            ? std::string()
+            : fmt::format(", and never decays toward 'optim.min_lr' = {}", cfg.optim.min_lr));
 }
 
 // The training (and validation) data, checked against the config and the sidecar echo_prep wrote.

@@ -102,6 +102,9 @@ refused "echo_model_bench batch past 1 TiB" "more than the 1 TiB echo allows" "$
 refused "echo_model_bench --set of a key --seq sets" \
   "--set data.seq_len=64: echo_model_bench sets 'data.seq_len' from --seq; use that instead" \
   "${model[@]}" --set data.seq_len=64
+refused "echo_model_bench --set of the section --batch sets" \
+  "--set train={micro_batch: 3}: echo_model_bench sets 'train.micro_batch' from --batch; use that instead" \
+  "${model[@]}" --set "train={micro_batch: 3}"
 refused "echo_model_bench batch past host memory" "does not fit in this host's memory" "${model[@]}" --batch 2000 --seq 4096
 refused "echo_model_bench names its arguments" "echo_model_bench --batch 2000 --seq 4096 (per rank: " "${model[@]}" --batch 2000 --seq 4096
 runs "echo_model_bench machine" "$work/model.json" "${model[@]}" --batch 1 --seq 8 --iters 1 --warmup 0 --json "$work/model.json"

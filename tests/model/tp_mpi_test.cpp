@@ -113,6 +113,25 @@ TEST(TensorParallel, MicroBatchesAccumulateTheSameGradientsAtEveryTp) {
   }
 }
 
+// The exact fp32 sums take the configured transport: shm on one node (where the block sites' engine
+// is), MPI when asked, and MPI for the two-collective baseline (pipelined false).
+TEST(TensorParallel, TheExactSumsTakeTheConfiguredTransport) {
+  auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
+  if (tp.size() < 2) GTEST_SKIP() << "one rank has no transport";
+  comm::ExactAllReduce blocks(tp, comm::ExactPrecision::fp32);
+  const auto engine_of = [&](comm::TransportKind kind, bool pipelined) {
+    comm::TransportOptions t;
+    t.kind = kind;
+    t.pipelined = pipelined;
+    CommTpOps ops(tp, blocks, nullptr, config::Device::cpu, t);
+    return std::string(ops.exact_all_reduce().engine()->transport());
+  };
+  EXPECT_EQ(engine_of(comm::TransportKind::shm, true), "shm");
+  EXPECT_EQ(engine_of(comm::TransportKind::automatic, true), "shm") << "the ranks of a test share a node";
+  EXPECT_EQ(engine_of(comm::TransportKind::mpi, true), "mpi");
+  EXPECT_EQ(engine_of(comm::TransportKind::shm, false), "mpi");
+}
+
 TEST(TensorParallel, ReplicaCheckFindsADivergedNormWeight) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   comm::ExactAllReduce exact(tp, comm::ExactPrecision::fp32);

@@ -559,6 +559,17 @@ TEST(TrainerGuard, ALockFileThatIsALinkIsRefusedAndItsTargetKept) {
   EXPECT_EQ(echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::fresh); }),
             "input: the run directory's lock file " + lock +
                 " is not a regular file: echo_train writes its pid there and follows no link; remove it");
+  sync();
+  if (world_rank() == 0) {  // a hard link is a regular file too, and its target would be truncated
+    fs::remove(lock);
+    fs::create_hard_link(victim, lock);
+  }
+  sync();
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { train(cfg, RunDirMode::fresh); }),
+            "input: the run directory's lock file " + lock +
+                " is a file with 2 hard links: echo_train writes its pid there and follows no link; remove it");
+  sync();
+  EXPECT_EQ(read_file(victim), "precious\n");
 }
 
 // Overwrites the first value of tensor `name` in a safetensors file (rank 0 only).
