@@ -41,19 +41,17 @@ struct BenchSetting {
   std::string source;  // "--batch"
 };
 
-// The config with `settings` applied after the user's --set overrides. A --set of one of those keys
-// is refused (it would be overridden unseen), and a config check failing on one names its source
+// The config with `settings` applied after the user's --set overrides. A --set that sets one of those
+// keys is refused (it would be overridden unseen), and a config check failing on one names its source
 // ("--batch 2147483647: ...") instead of a --set the user never typed.
 config::Config load_with_settings(const std::string& path, std::vector<std::string> overrides,
                                   const std::vector<BenchSetting>& settings, int world_size) {
-  for (const std::string& o : overrides) {
-    std::string key = o.substr(0, o.find('='));  // trimmed as the override parser trims it
-    key.erase(0, key.find_first_not_of(" \t"));
-    key.erase(key.find_last_not_of(" \t") + 1);
-    for (const BenchSetting& s : settings)  // the key itself, or a section holding it (--set "data={...}")
-      ECHO_INPUT_CHECK(key != s.key && s.key.rfind(key + ".", 0) != 0,
+  // The config's own reading of the overrides: the key however spaced, or inside a flow mapping
+  // (--set "train={micro_batch: 3}").
+  for (const std::string& o : overrides)
+    for (const BenchSetting& s : settings)
+      ECHO_INPUT_CHECK(!config::overrides_set({o}, s.key),
                        "--set {}: echo_model_bench sets '{}' from {}; use that instead", o, s.key, s.source);
-  }
   for (const BenchSetting& s : settings) overrides.push_back(fmt::format("{}={}", s.key, s.value));
   try {
     return config::load_config(path, overrides, world_size);
