@@ -24,11 +24,12 @@ double max_abs_weight(const model::ParameterSet<float>& params, const dist::Comm
 }
 
 void check_weights(double max_abs, int64_t step, const std::string& kept) {
-  ECHO_RUN_CHECK(std::isfinite(max_abs), "non-finite weights after the update of step {}; {}", step, kept);
-  ECHO_RUN_CHECK(max_abs <= kMaxSaneWeight,
-             "the weights diverged at step {}: max |w| = {:.3g} > {:.0e} (optim.lr too high, or optim.lr x "
-             "optim.weight_decay >= 1?); {}",
-             step, max_abs, kMaxSaneWeight, kept);
+  // The gradients were finite (the step checks them before the update): the update did it.
+  constexpr const char* kLikelyCause = "optim.lr too high, or optim.lr x optim.weight_decay >= 1?";
+  ECHO_RUN_CHECK(std::isfinite(max_abs), "non-finite weights after the update of step {} ({}); {}", step,
+                 kLikelyCause, kept);
+  ECHO_RUN_CHECK(max_abs <= kMaxSaneWeight, "the weights diverged at step {}: max |w| = {:.3g} > {:.0e} ({}); {}", step,
+                 max_abs, kMaxSaneWeight, kLikelyCause, kept);
 }
 
 }  // namespace echo::train

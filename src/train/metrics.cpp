@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
-#include "core/clip_text.h"
+#include "core/input_excerpt.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -137,7 +137,7 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
     const Line& line = lines[i];
     const bool keep = line.json ? !line.later : i < keep_before;
     if (!line.json && ++not_json <= kNamedLines)
-      ECHO_WARN("train", "line {} of the metrics file '{}' is not JSON: '{}'; {}", i + 1, path, clip_text(line.text),
+      ECHO_WARN("train", "line {} of the metrics file '{}' is not JSON: '{}'; {}", i + 1, path, input_excerpt(line.text),
                 keep ? "kept (it lies among the lines before the resume point)"
                      : "dropped with the lines after the resume point (most likely cut off when the run died)");
     if (keep)

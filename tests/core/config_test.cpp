@@ -493,6 +493,19 @@ TEST_F(ConfigFile, SyntaxErrorReportsYamlLine) {
   EXPECT_THAT(load_error({"model:", "  layers: 2", " hidden: 3"}), StartsWith(at(3) + "YAML syntax error"));
 }
 
+// A control byte in the file is named with its line and column; yaml-cpp alone reported a NUL as
+// "unknown escape character" on the next line. Tab and carriage return stay legal.
+TEST_F(ConfigFile, ControlCharactersInTheFileAreNamed) {
+  using namespace std::string_view_literals;
+  EXPECT_EQ(load_error({"run:", "  device: cpu\0"sv}),
+            at(2) + "a control character (byte 0x00) at column 14: a YAML config is text; a tab, a line feed and a "
+                    "carriage return are the only control characters it may hold");
+  EXPECT_THAT(load_error({"train: {steps: 3}", "run: {seed: 1}", "  # \x1b[2J"}),
+              StartsWith(at(3) + "a control character (byte 0x1b) at column 5:"));
+  EXPECT_THAT(load_error({"x\x7f: 1"}), StartsWith(at(1) + "a control character (byte 0x7f) at column 2:"));
+  EXPECT_EQ(load_config(write("tabs.yaml", {"train: {steps: 3}\r", "# a\tcomment\r"})).train.steps, 3);
+}
+
 // yaml-cpp gives up past its nesting limit with the message "bad file" (its DeepRecursion): the
 // error names the nesting instead, for a file and for a --set value.
 TEST_F(ConfigFile, NestingPastYamlCppsLimitIsNamed) {
@@ -537,6 +550,11 @@ TEST_F(ConfigFile, EveryRangeIsEnforced) {
       {"model: {vocab_size: 0}", "'model.vocab_size' = 0 must be >= 1"},
       {"model: {head_dim: 127}", "'model.head_dim' = 127 must be even"},
       {"model: {norm_eps: 0.0}", "'model.norm_eps' = 0.0 must be > 0"},
+      {"model: {init_std: 0}", "'model.init_std' = 0.0 must be > 0"},
+      {"model: {init_std: 1.5}",
+       "'model.init_std' = 1.5 must be <= 1 (published models use 0.006 to 0.02; at 10 the first forward pass "
+       "overflows)"},
+      {"model: {init_std: 1e39}", "'model.init_std' = 1.0e+39 must be <= 1"},
       {"model: {rope_base: .inf}", "'model.rope_base' = inf must be a finite number"},
       {"parallel: {tp: 0}", "'parallel.tp' = 0 must be >= 1"},
       {"comm: {group_size: 1}", "'comm.group_size' = 1 must be a power of two in [2, 1048576]"},

@@ -302,6 +302,32 @@ TEST_F(CheckpointTest, KeepLastDeletesOlderCheckpoints) {
   EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 50)));
 }
 
+// Only the names echo writes are checkpoints to it: a user's copy named step_99 (once taken for
+// the latest checkpoint, then refused for its step) or step_6 (once counted toward keep_last and
+// deleted by the next save) is left alone and listed by foreign_step_dirs.
+TEST_F(CheckpointTest, DirectoriesEchoDidNotNameAreNeitherPickedNorPruned) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference ref = make_reference(cfg, 7);
+  save_reference(dir_, cfg, ref, W, 2, 1);
+  const fs::path root = fs::path(dir_) / "checkpoints";
+  if (world_rank() == 0)
+    for (const char* name : {"step_99", "step_6", "step_000000003", "step_best"})
+      fs::copy(checkpoint_dir(dir_, 2), root / name, fs::copy_options::recursive);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(latest_checkpoint(dir_), checkpoint_dir(dir_, 2));
+  EXPECT_EQ(foreign_step_dirs(dir_), (std::vector<std::string>{"step_000000003", "step_6", "step_99", "step_best"}));
+  EXPECT_EQ(unfinished_checkpoints(dir_), std::vector<std::string>{});
+  MPI_Barrier(MPI_COMM_WORLD);
+  save_reference(dir_, cfg, ref, W, 4, 1);  // keep_last 1: step 2 goes, the copies stay
+  EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 2)));
+  for (const char* name : {"step_99", "step_6", "step_000000003", "step_best"})
+    EXPECT_TRUE(fs::exists(root / name / "COMPLETE")) << name;
+  EXPECT_EQ(latest_checkpoint(dir_), checkpoint_dir(dir_, 4));
+  // Names echo writes for steps past 8 digits stay checkpoints.
+  EXPECT_EQ(fs::path(checkpoint_dir(dir_, 123456789)).filename(), "step_123456789");
+}
+
 TEST_F(CheckpointTest, MismatchedModelsAreRefusedOnEveryRank) {
   const int W = world_size();
   const Reference ref = make_reference(ckpt_config(), 5);

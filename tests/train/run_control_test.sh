@@ -58,11 +58,17 @@ ckpt=$(ls -d "$work"/run/checkpoints/step_* 2>/dev/null | tail -1)
 [[ -n $ckpt && -f $ckpt/COMPLETE ]] || fail "no complete checkpoint after the signal"
 echo "signals: checkpoint $(basename "$ckpt") saved, clean exit"
 
-# 2. --resume continues from that checkpoint (a short run to a fixed end).
+# 2. --resume continues from that checkpoint (a short run to a fixed end). A user's copy of it
+#    under a name echo does not write (step_99999) is named in a warning, not taken for a later step.
 step=${ckpt##*step_}; step=$((10#$step))
+cp -r "$ckpt" "$work/run/checkpoints/step_99999"
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --resume --set train.steps=$((step + 2)) \
   >"$work/run2.log" 2>&1 || { tail -20 "$work/run2.log"; fail "resume failed"; }
-grep -q "resumed from" "$work/run2.log" || fail "the resumed run did not say where it resumed from"
+grep -q "resumed from .*$(basename "$ckpt")" "$work/run2.log" || fail "the resumed run did not say it resumed from $(basename "$ckpt")"
+grep -q "ignoring $work/run/checkpoints/step_99999: not a name echo gives a checkpoint" "$work/run2.log" ||
+  { tail -20 "$work/run2.log"; fail "no warning for a copy named step_99999"; }
+[[ -f $work/run/checkpoints/step_99999/COMPLETE ]] || fail "the copy named step_99999 was removed"
+rm -rf "$work/run/checkpoints/step_99999"
 
 # 3. A fresh run into the same directory is refused, naming the way out.
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" >"$work/run3.log" 2>&1 && fail "reused out_dir"

@@ -16,7 +16,28 @@
 namespace echo::config {
 namespace {
 
+// A YAML stream holds no control characters but tab, line feed and carriage return (YAML 1.2
+// §5.1). yaml-cpp does not say so: a NUL byte ends a line to it, and the error it gives (e.g.
+// "unknown escape character" one line further on) points away from the byte; a binary file
+// given as the config fails with its first control byte named.
+void refuse_control_characters(const std::string& text, const std::string& source_name) {
+  std::size_t line = 1, line_start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == '\n') {
+      ++line;
+      line_start = i + 1;
+    } else if ((byte < 0x20 && byte != '\t' && byte != '\r') || byte == 0x7F) {
+      fail_at(fmt::format("{}:{}", source_name, line),
+              fmt::format("a control character (byte 0x{:02x}) at column {}: a YAML config is text; a tab, a line "
+                          "feed and a carriage return are the only control characters it may hold",
+                          byte, i - line_start + 1));
+    }
+  }
+}
+
 YAML::Node parse_yaml(const std::string& text, const std::string& source_name) {
+  refuse_control_characters(text, source_name);
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "core/clip_text.h"
+#include "core/input_excerpt.h"
 #include "core/error.h"
 
 namespace echo::config {
@@ -12,7 +12,7 @@ void Origins::add_override(const std::string& key, const std::string& text) {
   const std::string below = key + ".";
   for (auto it = overrides_.lower_bound(below); it != overrides_.end() && it->first.starts_with(below);)
     it = overrides_.erase(it);
-  overrides_[key] = "--set " + clip_text(text);  // named in messages: a 10 MB value is not quoted whole
+  overrides_[key] = "--set " + input_excerpt(text);  // named in messages: a 10 MB value is not quoted whole
 }
 
 std::optional<std::string> Origins::override_of(const std::string& key) const {
@@ -49,12 +49,12 @@ std::string Origins::where_any(std::initializer_list<std::string_view> keys, con
 }
 
 // An input error: the message names the file line (or --set) and the key; echo's own source
-// line would only confuse. Each message clips the input it quotes (core/clip_text.h); the bound
+// line would only confuse. Each message clips the input it quotes (core/input_excerpt.h); the bound
 // on `what` here catches any that does not, so no message carries a whole 10 MB value between
 // ranks. `where` is a file name (at most PATH_MAX) or an override Origins already clipped.
 void fail_at(const std::string& where, const std::string& what) {
   constexpr std::size_t kMaxWhatBytes = 2000;
-  ECHO_INPUT_FAIL("{}: {}", where, clip_text(what, kMaxWhatBytes));
+  ECHO_INPUT_FAIL("{}: {}", where, input_excerpt(what, kMaxWhatBytes));
 }
 
 }  // namespace echo::config

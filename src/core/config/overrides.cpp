@@ -5,7 +5,7 @@
 #include <cctype>
 #include <string_view>
 
-#include "core/clip_text.h"
+#include "core/input_excerpt.h"
 #include "core/config/schema.h"
 #include "core/config/stages.h"
 
@@ -38,7 +38,7 @@ std::vector<std::string> split_key(std::string_view key, const std::string& wher
     const std::string_view part = key.substr(start, dot == std::string_view::npos ? dot : dot - start);
     if (!is_name(part))
       fail_at(where, fmt::format("malformed override key '{}': expected dotted names like comm.compensator.eta",
-                                 clip_text(key)));
+                                 input_excerpt(key)));
     path.emplace_back(part);
     if (dot == std::string_view::npos) return path;
     start = dot + 1;
@@ -52,12 +52,12 @@ YAML::Node parse_value(std::string_view text, const std::string& where) {
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", clip_text(text), yaml_error_text(e)));
+    fail_at(where, fmt::format("value '{}' is not valid YAML: {}", input_excerpt(text), yaml_error_text(e)));
   }
 }
 
 // "--set key=value" for a message, clipped: a 10 MB value is named by its start and its size.
-std::string set_where(const std::string& text) { return "--set " + clip_text(text); }
+std::string set_where(const std::string& text) { return "--set " + input_excerpt(text); }
 
 Override parse_override(const std::string& text) {
   const std::string where = set_where(text);

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "core/clip_text.h"
+#include "core/input_excerpt.h"
 #include "core/config/schema.h"
 #include "core/config/stages.h"
 
@@ -24,7 +24,7 @@ std::string describe(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "an empty value";
   if (node.IsSequence()) return "a sequence";
   if (node.IsMap()) return "a mapping";
-  return fmt::format("'{}'", clip_text(node.Scalar()));
+  return fmt::format("'{}'", input_excerpt(node.Scalar()));
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -73,8 +73,8 @@ void refuse_leading_zero(const YAML::Node& node, const std::string& key, const O
   fail_at(origins.where(key),
           fmt::format("'{}' = {} has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in "
                       "1.2); write it without: {}",
-                      key, clip_text(node.Scalar()),
-                      clip_text(fmt::format("{}{}", lit->sign == '-' ? "-" : "", digits.substr(first)))));
+                      key, input_excerpt(node.Scalar()),
+                      input_excerpt(fmt::format("{}{}", lit->sign == '-' ? "-" : "", digits.substr(first)))));
 }
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {
@@ -83,7 +83,7 @@ void decode(const YAML::Node& node, const std::string& key, const Origins& origi
   // An integer too large for the field is not "not an integer": say what is wrong with it.
   if (is_integer_literal(node, /*negative_ok=*/true))
     fail_at(origins.where(key),
-            fmt::format("'{}' = {} is out of range: it must lie in [{}, {}]", key, clip_text(node.Scalar()),
+            fmt::format("'{}' = {} is out of range: it must lie in [{}, {}]", key, input_excerpt(node.Scalar()),
                         std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   fail_at(origins.where(key), fmt::format("'{}' must be an integer, got {}", key, describe(node)));
 }
@@ -93,7 +93,7 @@ void decode(const YAML::Node& node, const std::string& key, const Origins& origi
   if (decode_as(node, out)) return;
   if (is_integer_literal(node, /*negative_ok=*/false))
     fail_at(origins.where(key), fmt::format("'{}' = {} is out of range: it must lie in [0, {}]", key,
-                                            clip_text(node.Scalar()), std::numeric_limits<std::uint64_t>::max()));
+                                            input_excerpt(node.Scalar()), std::numeric_limits<std::uint64_t>::max()));
   fail_at(origins.where(key), fmt::format("'{}' must be a non-negative integer, got {}", key, describe(node)));
 }
 
@@ -161,12 +161,12 @@ void SectionReader::index(const YAML::Node& key_node, const YAML::Node& value, c
   const std::string key = dotted(prefix_, name);
   if (auto seen = lines_.find(name); seen != lines_.end())
     fail_at(origins_.where_line(key, line),
-            fmt::format("duplicate key '{}' (first given on line {})", clip_text(key), seen->second));
+            fmt::format("duplicate key '{}' (first given on line {})", input_excerpt(key), seen->second));
   if (std::find(known.begin(), known.end(), name) == known.end()) {
     const std::string what =
         prefix_.empty()
-            ? fmt::format("unknown top-level section '{}' (known sections: {})", clip_text(key), join(known))
-            : fmt::format("unknown key '{}' (known keys in '{}': {})", clip_text(key), prefix_, join(known));
+            ? fmt::format("unknown top-level section '{}' (known sections: {})", input_excerpt(key), join(known))
+            : fmt::format("unknown key '{}' (known keys in '{}': {})", input_excerpt(key), prefix_, join(known));
     fail_at(origins_.where_line(key, line), what);
   }
   origins_.add_line(key, line);

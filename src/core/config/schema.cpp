@@ -71,6 +71,14 @@ Check even_between(double lo, double hi, std::string why_even, std::string why_h
   }};
 }
 
+Check positive_at_most(double hi, std::string why) {
+  return {[hi, why = std::move(why)](double v) {
+    if (!(v > 0)) return std::string("must be > 0");
+    if (v > hi) return fmt::format("must be <= {} ({})", hi, why);
+    return std::string();
+  }};
+}
+
 Check non_empty() { return {nullptr, true}; }
 
 std::string dotted(const std::string& prefix, const std::string& key) {

@@ -28,6 +28,8 @@ Check even_at_least(double lo, std::string why);
 // [lo, hi]: "must be >= lo" below, "must be <= hi (why)" above.
 Check between(double lo, double hi, std::string why);
 Check even_between(double lo, double hi, std::string why_even, std::string why_hi);
+// (0, hi]: "must be > 0" at or below zero, "must be <= hi (why)" above.
+Check positive_at_most(double hi, std::string why);
 Check non_empty();
 
 // "a.b" from prefix "a" and key "b"; the key alone at the top level.
@@ -79,7 +81,8 @@ void visit(ModelConfig& c, V& v) {
   v.field("rope_base", c.rope_base, "RoPE theta", greater_than(0));
   v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0));
   v.field("tie_embeddings", c.tie_embeddings, "the LM head reuses the embedding matrix");
-  v.field("init_std", c.init_std, "std of the normal weight init", greater_than(0));
+  v.field("init_std", c.init_std, "std of the normal weight init",
+          positive_at_most(1, "published models use 0.006 to 0.02; at 10 the first forward pass overflows"));
   v.field("scale_output_init", c.scale_output_init, "o_proj/down_proj start at init_std / sqrt(2 * layers)");
   v.field("max_position_embeddings", c.max_position_embeddings,
           "context length in the checkpoints' config.json (run.init_from's value when it has one)", at_least(1));

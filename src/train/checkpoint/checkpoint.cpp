@@ -67,13 +67,21 @@ std::string read_text(const fs::path& path) {
   return read_text_file(path.string(), fmt::format("'{}'", path.string()));
 }
 
-// The step of a "step_<digits>" directory name (nullopt for anything else, .tmp included).
+// The name echo gives step `step`'s checkpoint directory: step_00000042.
+std::string step_dir_name(int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
+
+// The step of a directory named as echo names them (step_dir_name), nullopt for anything else:
+// ".tmp" names, and "step_6" or "step_000000006", which echo never writes (a user's copy or
+// rename). NOTE: only echo's own names count, so a save never prunes a folder it did not make
+// and a resume never picks one up by accident.
 std::optional<int64_t> parse_step_dir(const std::string& name) {
   if (name.size() <= kStepPrefix.size() || name.compare(0, kStepPrefix.size(), kStepPrefix) != 0) return std::nullopt;
   const std::string digits = name.substr(kStepPrefix.size());
   if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return std::nullopt;
-  return std::stoll(digits);
+  const int64_t step = std::stoll(digits);
+  if (name != step_dir_name(step)) return std::nullopt;
+  return step;
 }
 
 bool is_complete(const fs::path& dir) {
@@ -270,7 +278,7 @@ std::string hf_config_change(const CheckpointChecksums& sums, const std::string&
 }  // namespace
 
 std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
-  return (fs::path(run_dir) / "checkpoints" / fmt::format("{}{:08d}", kStepPrefix, step)).string();
+  return (fs::path(run_dir) / "checkpoints" / step_dir_name(step)).string();
 }
 
 void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float>& params, const AdamW& opt,
@@ -410,6 +418,18 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   }
   if (!best) return std::nullopt;
   return best->second.string();
+}
+
+std::vector<std::string> foreign_step_dirs(const std::string& run_dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec) && name.starts_with(kStepPrefix) && !name.ends_with(kTmpSuffix) && !parse_step_dir(name))
+      found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
 }
 
 std::vector<std::string> unfinished_checkpoints(const std::string& run_dir, int64_t newer_than) {

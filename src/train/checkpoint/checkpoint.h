@@ -79,6 +79,11 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
 // file system for a resume to agree; where that is not certain, call it on rank 0 and broadcast.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
+// The directories under run_dir/checkpoints named step_* that echo did not name (step_6,
+// step_best: a user's copy or rename; .tmp ones excluded), sorted. Every checkpoint function
+// ignores them: a save never prunes them, latest_checkpoint never picks one. Not collective.
+std::vector<std::string> foreign_step_dirs(const std::string& run_dir);
+
 // The step directories under run_dir/checkpoints that carry no COMPLETE marker (.tmp ones, which a
 // save in progress leaves, excluded) and whose step is above `newer_than`, sorted. Throws an
 // echo::InputError when run_dir/checkpoints exists but cannot be listed. Not collective.
