@@ -63,10 +63,14 @@ int train_main(int argc, char** argv) {
 }  // namespace
 }  // namespace echo
 
+// A SIGTERM from the first instant of the process on is a stop request (train/stop_signal.h).
+ECHO_CATCH_STOP_SIGNALS_FROM_EXEC();
+
 int main(int argc, char** argv) {
-  // Installed before anything else (MPI_Init included): a SIGTERM / SIGUSR1 during start-up (a
-  // scheduler's scancel, a user's kill) then stops the run cleanly before its first step instead
-  // of killing the ranks. The trainer's loop shares this handler and its flag.
+  // Takes over the handlers installed at exec (before anything else, MPI_Init included): a SIGTERM
+  // / SIGUSR1 during start-up (a scheduler's scancel, a user's kill) then stops the run cleanly
+  // before its first step instead of killing the ranks. The trainer's loop shares this handler
+  // and its flag.
   const echo::train::StopSignal stop;
   return echo::dist::guarded_main(argc, argv, echo::train_main);
 }

@@ -21,14 +21,30 @@ Handler g_previous_term = SIG_DFL, g_previous_int = SIG_DFL, g_previous_usr1 = S
 // outermost installs and restores, inner ones share its flag, so a signal caught during start-up
 // (echo_train's own StopSignal) is still seen by the training loop's.
 int g_depth = 0;
-}  // namespace
+// Handlers installed by catch_stop_signals_from_exec and not yet taken over by a StopSignal.
+bool g_installed_from_exec = false;
 
-StopSignal::StopSignal() {
-  if (g_depth++ > 0) return;
-  g_stop_signal = 0;
+void install() {
   g_previous_term = std::signal(SIGTERM, on_signal);
   g_previous_int = std::signal(SIGINT, on_signal);
   g_previous_usr1 = std::signal(SIGUSR1, on_signal);
+}
+}  // namespace
+
+void catch_stop_signals_from_exec() {
+  if (g_depth > 0 || g_installed_from_exec) return;
+  install();
+  g_installed_from_exec = true;
+}
+
+StopSignal::StopSignal() {
+  if (g_depth++ > 0) return;
+  if (g_installed_from_exec) {  // keep what arrived before main()
+    g_installed_from_exec = false;
+    return;
+  }
+  g_stop_signal = 0;
+  install();
 }
 
 StopSignal::~StopSignal() {

@@ -27,4 +27,21 @@ class StopSignal {
   int received() const;
 };
 
+// Installs the handlers at once, before main(): called from the executable's ELF .preinit_array
+// (ECHO_CATCH_STOP_SIGNALS_FROM_EXEC below), which the dynamic loader runs before the
+// initializers of the shared libraries. Those take about half a second in a CUDA build (cuBLASLt's
+// static initialisation), and a signal then killed the rank. The first StopSignal takes the
+// handlers over, with any signal caught so far; it restores the handlers found at exec.
+void catch_stop_signals_from_exec();
+
 }  // namespace echo::train
+
+// In the file that defines main(), at namespace scope. Not under AddressSanitizer, whose runtime
+// would have its signal interceptors called before it initialised itself.
+#if defined(__SANITIZE_ADDRESS__)
+#define ECHO_CATCH_STOP_SIGNALS_FROM_EXEC()
+#else
+#define ECHO_CATCH_STOP_SIGNALS_FROM_EXEC()                                                                \
+  [[gnu::section(".preinit_array"), gnu::used]] static void (*const echo_catch_stop_signals_from_exec)() = \
+      ::echo::train::catch_stop_signals_from_exec
+#endif

@@ -109,6 +109,29 @@ wait $pid || { tail -20 "$work/run5.log"; fail "a SIGTERM during start-up killed
 grep -q "nothing new to save" "$work/run5.log" || { tail -20 "$work/run5.log"; fail "did not stop before the first step"; }
 echo "start-up signal: clean exit"
 
+# 5b. SIGTERM before main(), while the shared libraries initialise (a preloaded library that waits
+#     5 s in its initializer stands for cuBLASLt's half second): the handlers are installed from
+#     the executable's .preinit_array, which runs first, so the ranks stop cleanly as in 5.
+if [[ -n ${ECHO_SLOW_START_PRELOAD:-} ]]; then
+  rm -rf "$work/run" "$work/slow" && mkdir -p "$work/slow"
+  OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 -x LD_PRELOAD="$ECHO_SLOW_START_PRELOAD" -x ECHO_SLOW_START_DIR="$work/slow" \
+    "$build/echo_train" "$work/cfg.yaml" >"$work/run5b.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 400); do (( $(ls "$work/slow" | wc -l) >= 2 )) && break; sleep 0.05; done
+  (( $(ls "$work/slow" | wc -l) >= 2 )) || { kill -KILL $pid; fail "the preloaded initializer never ran in both ranks"; }
+  for rank_pid in $(ls "$work/slow"); do
+    catches_term "$rank_pid" || { kill -KILL $pid; fail "no SIGTERM handler while the libraries initialise"; }
+    kill -TERM "$rank_pid"
+  done
+  for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  kill -0 $pid 2>/dev/null && { kill -KILL $pid; fail "echo_train did not exit within 30 s of a SIGTERM before main()"; }
+  wait $pid || { tail -20 "$work/run5b.log"; fail "a SIGTERM before main() killed the ranks"; }
+  grep -q "nothing new to save" "$work/run5b.log" || { tail -20 "$work/run5b.log"; fail "did not stop before the first step"; }
+  echo "signal before main(): clean exit"
+else
+  echo "signal before main(): not built in this build (AddressSanitizer), case 5b not run"
+fi
+
 # 6. metrics.jsonl on a full disk (a link to /dev/full): the run fails naming the file.
 rm -rf "$work/run" && mkdir -p "$work/run" && ln -s /dev/full "$work/run/metrics.jsonl"
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set train.steps=3 \
