@@ -6,7 +6,10 @@ tensor-parallel communication setting, so the loss each setting costs is read of
                          [--echo-eval PATH] [--mpirun CMD]
 
 CHECKPOINT is what echo_eval takes (a run directory, one of its checkpoints, or a Hugging Face
-Qwen3 folder). Each row runs
+Qwen3 folder). A run directory is resolved once, before the first row, to its newest complete
+checkpoint (said on stdout: "every row evaluates its newest complete checkpoint, step N"), and
+every row evaluates that step: a run still training saves newer checkpoints between the rows.
+Each row runs
 
     MPIRUN -np N ECHO_EVAL CHECKPOINT --tp N --set comm.allreduce=... [--set ...] --json ROW.json
 
@@ -17,7 +20,9 @@ perplexity change in percent. Writes PREFIX.md (the table and the commands) and 
 runs first: it is the reference the others are compared with. Both files are written through a
 temporary file and a rename, after the last row; before the first row, --out is refused (exit 2)
 when PREFIX.md or PREFIX.json lies inside the run's checkpoints/, is one of --data's dataset files,
-or exists without being an earlier comm_eval.py output (which it replaces).
+or exists without being an earlier comm_eval.py output (which it replaces), when PREFIX is a
+folder (it is a prefix: DIR/comm-eval) or PREFIX.md / .json is one, and when PREFIX's folder is
+not writable or cannot be made (an existing file in its path, an ancestor not writable).
 
 Ctrl-C (SIGINT) or SIGTERM during a row is forwarded to echo_eval as SIGUSR1 and nothing is
 written; a Ctrl-C while no row runs ends the script with one line. Either way it dies of the
@@ -30,6 +35,7 @@ command line.
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -65,6 +71,38 @@ def default_prefix(checkpoint):
     return os.path.join(path, "comm-eval")
 
 
+def newest_checkpoint(run_dir):
+    """(step, RUN_DIR/checkpoints/step_N) of the newest complete checkpoint of a run, or None:
+    what echo_eval takes for a run directory (latest_checkpoint in src/train/checkpoint: only
+    echo's own names, step_ and 8 or more digits without an extra leading zero, with COMPLETE)."""
+    root = os.path.join(run_dir, "checkpoints")
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    found = [(int(n[5:]), os.path.join(root, n)) for n in names
+             if re.fullmatch(r"step_[0-9]{8,18}", n) and n == f"step_{int(n[5:]):08d}"
+             and os.path.isfile(os.path.join(root, n, "COMPLETE"))]
+    return max(found, default=None)
+
+
+def resolve_checkpoint(checkpoint):
+    """(what every row evaluates, a line saying so or None). A run directory is resolved once, to
+    its newest complete checkpoint: each echo_eval would otherwise pick the newest for itself, and
+    a run still training saves newer ones between the rows, so rows would evaluate different
+    weights. Anything else (a step directory, Hugging Face weights) goes to echo_eval as given."""
+    is_run = os.path.isdir(os.path.join(checkpoint, "checkpoints"))
+    if os.path.isfile(os.path.join(checkpoint, "COMPLETE")) or not is_run:
+        return checkpoint, None
+    newest = newest_checkpoint(checkpoint)
+    if newest is None:
+        raise ValueError(f"{checkpoint}: a run directory without a complete checkpoint "
+                         f"(none under {os.path.join(checkpoint, 'checkpoints')} carries a COMPLETE marker)")
+    step, path = newest
+    return path, (f"{checkpoint} is a run directory: every row evaluates its newest complete checkpoint, "
+                  f"step {step} ({path})")
+
+
 TITLE = "# Loss of one checkpoint under each tensor-parallel communication setting"
 
 
@@ -96,6 +134,36 @@ def refuse_out(prefix, checkpoint, data):
             return f"--out {prefix}: {target} is a file of the dataset {data}"
         if os.path.lexists(target) and not is_own_output(target):
             return f"--out {prefix}: {target} exists and is not an earlier comm_eval.py output; not overwriting it"
+    return None
+
+
+def refuse_unwritable(prefix):
+    """Why PREFIX.md / PREFIX.json cannot be written, or None; asked before the first row, as the
+    files are written only after the last (minutes to hours of evaluation). The folder of PREFIX
+    is made then if missing: here its nearest existing ancestor must be a writable folder."""
+    if prefix.endswith(os.sep) or os.path.isdir(prefix):
+        return (f"--out {prefix}: is a folder; --out is a prefix, e.g. "
+                f"{os.path.join(prefix, 'comm-eval')} for {os.path.join(prefix, 'comm-eval')}.md and .json")
+    for target in (prefix + ".md", prefix + ".json"):
+        if os.path.isdir(target):
+            return f"--out {prefix}: {target} is a folder"
+    folder = os.path.dirname(os.path.abspath(prefix))
+    existing = folder
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    later = "" if existing == folder else f", so {folder} cannot be made"
+    if not os.path.isdir(existing):
+        return f"--out {prefix}: {existing} is not a folder{later}"
+    if existing == folder:
+        # A real file, as write_atomic makes it: os.access says yes to root on a read-only file system.
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".comm_eval-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            return f"--out {prefix}: cannot write in {folder}: {e.strerror}"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out {prefix}: {existing} is not writable{later}"
     return None
 
 
@@ -153,7 +221,7 @@ def main(argv):
         print(f"comm_eval: {args.checkpoint}: no such checkpoint or run directory", file=sys.stderr)
         return 2
     prefix = args.out or default_prefix(args.checkpoint)
-    why = refuse_out(prefix, args.checkpoint, args.data)
+    why = refuse_unwritable(prefix) or refuse_out(prefix, args.checkpoint, args.data)
     if why:
         print(f"comm_eval: {why}", file=sys.stderr)
         return 2
@@ -162,12 +230,19 @@ def main(argv):
     except LaunchError as e:
         print(f"comm_eval: {e}", file=sys.stderr)
         return 2
+    try:
+        checkpoint, said = resolve_checkpoint(args.checkpoint)
+    except ValueError as e:
+        print(f"comm_eval: {e}", file=sys.stderr)
+        return 2
+    if said:
+        print(f"comm_eval: {said}", flush=True)
 
     done = []
     with tempfile.TemporaryDirectory() as tmp, SignalForwarder() as signals:
         for i, (label, sets) in enumerate(ROWS):
             out_json = os.path.join(tmp, f"row{i}.json")
-            cmd = [*mpirun, "-np", str(args.np), args.echo_eval, args.checkpoint, "--tp", str(args.np)]
+            cmd = [*mpirun, "-np", str(args.np), args.echo_eval, checkpoint, "--tp", str(args.np)]
             for key, value in sets.items():
                 cmd += ["--set", f"{key}={value}"]
             if args.batches is not None:
@@ -195,7 +270,7 @@ def main(argv):
             done.append((label, cmd, result))
             print(f"comm_eval: {label}: loss {result['loss']:.6f} ppl {result['ppl']:.4f}", flush=True)
 
-    text = table(args.checkpoint, args.np, done)
+    text = table(checkpoint, args.np, done)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
         write_atomic(prefix + ".md", text)

@@ -12,8 +12,12 @@ tables: validation loss and gap, mean +- sample std over seeds) and OUT_ROOT/dep
 against depth, one line per setting, error bars one std). A run counts as finished when its
 last training step and its last validation are both at train.steps of its config.yaml (the
 effective config echo_train writes); unfinished runs, and runs whose metrics.jsonl or config.yaml
-cannot be read, are listed with the reason and left out. Finished runs of different train.steps
-are refused, naming the folders: give each length its own OUT_ROOT.
+cannot be read, are listed with the reason and left out: "final evaluation missing" for a run at
+its last step without the validation echo_train owes there (train.eval_interval divides
+train.steps: a stop signal during that evaluation; echo_train --resume runs it), "diverged" for
+a NaN or infinite loss. Finished runs of different train.steps are refused, naming the folders:
+give each length its own OUT_ROOT; so are two folders of one setting that are one layers and
+seed (layers=02 and layers=2), naming both.
 """
 
 import argparse
@@ -28,7 +32,7 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from metrics import MetricsError, mean_std, read_metrics  # noqa: E402
+from metrics import MetricsError, NonFiniteLoss, mean_std, read_metrics  # noqa: E402
 
 LABELS = {"bf16": "16-bit (exact)", "echo4": "Echo 4-bit", "nocomp4": "4-bit, no compensation",
           "echo8": "Echo 8-bit"}
@@ -54,27 +58,44 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def train_steps(point_dir):
-    """train.steps of the run's config.yaml."""
+    """(train.steps, train.eval_interval or None when not an integer) of the run's config.yaml."""
     path = os.path.join(point_dir, "config.yaml")
     if not os.path.exists(path):
         raise ReportError("no config.yaml")
     try:
         with open(path, encoding="utf-8") as f:
-            steps = (yaml.load(f, Loader=UniqueKeyLoader) or {}).get("train", {}).get("steps")
+            train = (yaml.load(f, Loader=UniqueKeyLoader) or {}).get("train", {})
+            steps, interval = train.get("steps"), train.get("eval_interval")
     except UnicodeDecodeError:
         raise ReportError("config.yaml unreadable: not UTF-8 text")
     except (OSError, yaml.YAMLError, AttributeError) as e:
         raise ReportError(f"config.yaml unreadable: {e}")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ReportError(f"config.yaml has no train.steps (got {steps!r})")
-    return steps
+    if not isinstance(interval, int) or isinstance(interval, bool):
+        interval = None
+    return steps, interval
+
+
+def no_final_validation(steps, interval, val):
+    """Why a run at its last step has no validation there (val: its validation lines)."""
+    at = f"the last at step {val[-1]['step']}" if val else "none logged"
+    if interval is not None and interval > 0 and steps % interval == 0:
+        # echo_train validates at train.steps here: a stop signal during that evaluation abandoned
+        # it (the checkpoint of the last step is saved without it); echo_train --resume runs it.
+        return (f"final evaluation missing: no validation at step {steps}, {at}; the run stopped during it: "
+                "rerun it with --resume")
+    # echo_train validates every eval_interval steps only, not at the end.
+    return f"no validation at step {steps}, {at}; train.eval_interval must divide train.steps"
 
 
 def final_val(point_dir):
     """(train.steps, the validation loss at train.steps); ReportError says why a run has none."""
-    steps = train_steps(point_dir)
+    steps, interval = train_steps(point_dir)
     try:
         m = read_metrics(os.path.join(point_dir, "metrics.jsonl"), missing_ok=True)
+    except NonFiniteLoss as e:
+        raise ReportError(f"diverged: {e}")
     except MetricsError as e:
         raise ReportError(f"bad metrics.jsonl: {e}")
     last = m["train"][-1]["step"] if m["train"] else 0
@@ -82,9 +103,7 @@ def final_val(point_dir):
     if last != steps:
         raise ReportError(f"step {last} of {steps}")
     if not m["val"] or m["val"][-1]["step"] != steps:
-        at = f"the last at step {m['val'][-1]['step']}" if m["val"] else "none logged"
-        # echo_train validates every eval_interval steps only, not at the end.
-        raise ReportError(f"no validation at step {steps}, {at}; train.eval_interval must divide train.steps")
+        raise ReportError(no_final_validation(steps, interval, m["val"]))
     val = m["val"][-1]["val_loss"]
     # A gap divides by the baseline's loss; a NaN or infinite loss cannot be plotted.
     if not math.isfinite(val) or val <= 0:
@@ -111,17 +130,25 @@ def collect(out_root):
         folder = os.path.join(out_root, setting)
         if not os.path.isdir(folder):
             continue
+        named = {}  # (layers, seed) -> the point folder that is it
         for point in sorted(os.listdir(folder)):
             match = POINT.match(point)
             if not match:
                 continue
+            # layers=02 and layers=2 (or layers=2_seed=1 and ..._steps=N) are one table cell: one would
+            # replace the other in silence.
+            key = (int(match[1]), int(match[2]))
+            if key in named:
+                raise ReportError(f"{setting}/{named[key]} and {setting}/{point} are both layers {key[0]}, "
+                                  f"seed {key[1]}; remove or rename one of them")
+            named[key] = point
             try:
                 steps, val = final_val(os.path.join(folder, point))
             except ReportError as e:
                 unfinished.append(f"{setting}/{point} ({e})")
                 continue
             lengths.setdefault(steps, []).append(f"{setting}/{point}")
-            results.setdefault(setting, {})[(int(match[1]), int(match[2]))] = val
+            results.setdefault(setting, {})[key] = val
     if not results:
         raise ReportError(f"{out_root}: no finished layers=L_seed=S runs in any setting folder"
                           + (f" (not finished: {', '.join(unfinished)})" if unfinished else ""))

@@ -16,6 +16,9 @@
 # over seeds, and the gap to 16-bit per depth) and OUT_ROOT/depth-gap.png. The runs use a copy of
 # the echo_train binary (OUT_ROOT/echo_train), so rebuilding while the study runs changes nothing;
 # --echo-train PATH replaces that copy.
+# --layers and --seeds are whole numbers separated by spaces (layers >= 1, seeds >= 0, none twice);
+# an empty list, an option with an empty value and an --echo-train that is not an executable file
+# are refused before anything runs.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/depth
@@ -24,7 +27,7 @@ seeds="1 2 3"
 echo_train=$repo/build/echo_train
 echo_train_given=""
 STUDY=depth_study.sh
-source "$repo/scripts/study_common.sh"  # need, copy_echo_train
+source "$repo/scripts/study_common.sh"  # LC_ALL=C, die, need, check_paths, make_out_root, copy_echo_train
 steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -42,10 +45,27 @@ PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-
 # multiple would end without the final validation depth_report.py reports.
 every=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["train"]["eval_interval"])' \
   "$repo/configs/depth/bf16.yaml")
-if [[ -n $steps ]] && ! [[ $steps =~ ^[1-9][0-9]*$ && $((steps % every)) -eq 0 ]]; then
-  echo "depth_study.sh: --steps $steps: not a multiple of the configs' train.eval_interval ($every)" >&2; exit 2
+if [[ -n $steps ]] && ! [[ $steps =~ ^[1-9][0-9]{0,8}$ ]]; then
+  die "--steps $steps: not a whole number >= 1 (at most 9 digits, no leading zero)"
+elif [[ -n $steps ]] && (((steps % every) != 0)); then
+  die "--steps $steps: not a multiple of the configs' train.eval_interval ($every)"
 fi
-mkdir -p "$out_root"
+# numbers OPTION VALUE MIN: VALUE is a list of whole numbers >= MIN, separated by spaces, none twice.
+numbers() {
+  local n seen=" " list
+  read -r -a list <<<"$2"
+  ((${#list[@]} > 0)) || die "$1 '$2' lists no number"
+  for n in "${list[@]}"; do
+    [[ $n =~ ^(0|[1-9][0-9]{0,8})$ ]] && ((n >= $3)) ||
+      die "$1 '$2': '$n' is not a whole number >= $3 (at most 9 digits, no leading zero; separated by spaces: $1 \"1 2 3\")"
+    [[ $seen != *" $n "* ]] || die "$1 '$2' lists $n twice"
+    seen+="$n "
+  done
+}
+numbers --layers "$layers" 1
+numbers --seeds "$seeds" 0
+check_paths
+make_out_root
 copy_echo_train
 grid_dir=$(mktemp -d)
 trap 'rm -rf "$grid_dir"' EXIT

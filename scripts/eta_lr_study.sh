@@ -8,14 +8,15 @@
 # running it again. At the end scripts/plot.py --sweep draws OUT_ROOT/eta.png and OUT_ROOT/lr.png
 # (final validation loss, mean +- std over seeds) from the sweeps' results.csv; the tables are
 # OUT_ROOT/*/results.md. The runs use a copy of echo_train (OUT_ROOT/echo_train), which
-# --echo-train PATH replaces.
+# --echo-train PATH replaces. An option with an empty value, an --out-root that is not a folder and
+# an --echo-train that is not an executable file are refused before anything runs.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_root=runs/sweeps
 echo_train=$repo/build/echo_train
 echo_train_given=""
 STUDY=eta_lr_study.sh
-source "$repo/scripts/study_common.sh"  # need, copy_echo_train
+source "$repo/scripts/study_common.sh"  # LC_ALL=C, die, need, check_paths, make_out_root, copy_echo_train
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out-root) need "$@"; out_root=$2; shift 2 ;;
@@ -24,7 +25,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3  # Debian's, with python3-yaml/-numpy/-matplotlib
-mkdir -p "$out_root"
+check_paths
+make_out_root
 copy_echo_train
 sweep() {  # BASE GRID OUT
   echo "== $1 over $2"

@@ -14,8 +14,10 @@ import os
 TAIL = 100  # steps in the "tail-100" mean, as in the Echo paper's Table 7
 
 # The fields each kind of line must have, and their kinds; x_norm of a site line is optional.
-TRAIN_FIELDS = {"step": "int", "loss": "number", "tokens_per_s": "number"}
-VAL_FIELDS = {"step": "int", "val_loss": "number"}
+# A loss must be finite: Python's json reads NaN and Infinity, and a mean, a plot or a "finished"
+# result of one is meaningless (echo_train stops on a non-finite training loss).
+TRAIN_FIELDS = {"step": "int", "loss": "finite", "tokens_per_s": "number"}
+VAL_FIELDS = {"step": "int", "val_loss": "finite"}
 SITE_FIELDS = {"step": "int", "direction": "text", "site": "int", "delta_norm": "number",
                "partial_sum_norm": "number"}
 
@@ -24,18 +26,24 @@ class MetricsError(Exception):
     """A metrics.jsonl that cannot be read or parsed; the message names the file and line."""
 
 
+class NonFiniteLoss(MetricsError):
+    """A loss line whose loss is NaN or infinite: the run diverged (or the line was edited); the
+    message names the file and line. A MetricsError, so a caller that does not tell them apart
+    still refuses it."""
+
+
 def is_kind(value, kind):
     # bool is an int to Python but never a step or a loss; null is no number either.
     if isinstance(value, bool):
         return False
     if kind == "int":
         return isinstance(value, int) and value >= 0
-    if kind == "number":
-        return isinstance(value, (int, float))
+    if kind in ("number", "finite"):
+        return isinstance(value, (int, float))  # "finite" is checked by check_fields, with its own error
     return isinstance(value, str)
 
 
-KIND_WORDS = {"int": "a non-negative integer", "number": "a number", "text": "a string"}
+KIND_WORDS = {"int": "a non-negative integer", "number": "a number", "finite": "a number", "text": "a string"}
 
 
 def check_fields(d, fields, where, what):
@@ -45,6 +53,9 @@ def check_fields(d, fields, where, what):
         if not is_kind(d[name], kind):
             raise MetricsError(f"{where}: '{name}' of a {what} line is {json.dumps(d[name])}, "
                                f"not {KIND_WORDS[kind]}")
+        if kind == "finite" and not math.isfinite(d[name]):
+            raise NonFiniteLoss(f"{where}: '{name}' of a {what} line is {json.dumps(d[name])}, not a finite "
+                                "number (the run diverged)")
 
 
 def parse_line(raw, where):
@@ -122,11 +133,18 @@ def tail_mean(train, tail=TAIL):
 
 
 def mean_std(xs):
-    """(mean, sample std or None for one value, n) of the values that are not None."""
+    """(mean, sample std or None for one value, n) of the values that are not None. Huge values
+    (beyond 1e150, whose squares may overflow) are divided by the largest magnitude first, so
+    finite values near the float limit (1e308) give a finite mean, not an OverflowError from the
+    squares; a std beyond the limit is inf."""
     xs = [x for x in xs if x is not None]
     if not xs:
         return None, None, 0
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, None, len(xs)
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)), len(xs)
+    scale = max(abs(x) for x in xs)
+    if not 1e150 < scale < math.inf:
+        scale = 1.0  # the usual values keep their exact sums; inf or nan go through as they are
+    ys = [x / scale for x in xs]
+    m = sum(ys) / len(ys)
+    if len(ys) < 2:
+        return m * scale, None, len(ys)
+    return m * scale, math.sqrt(sum((y - m) ** 2 for y in ys) / (len(ys) - 1)) * scale, len(ys)

@@ -15,6 +15,13 @@
 # mpirun's (echo_train exits 0 after such a stop; 128 + signal only if mpirun itself was
 # killed). A signal to the whole process group (a terminal's Ctrl-C) still reaches mpirun
 # directly as well, as before.
+#
+# A closed stdin, stdout or stderr (`... >&- 2>&-`) is opened on /dev/null first: Open MPI 4.1.4's
+# mpirun, started with some of them closed, hung after the job (stdout and stderr closed) or
+# failed it (stdin and stdout closed: exit 138, "Forwarding signal 10 to job").
+{ : 9<&0; } 2>/dev/null || exec </dev/null
+{ : 9>&1; } 2>/dev/null || exec >/dev/null
+: 9>&2 || exec 2>/dev/null  # (a closed stderr: the failed duplication has nowhere to say so)
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 flags=(--oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS)
 [[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)

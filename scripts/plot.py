@@ -36,6 +36,12 @@ draws KEY's last component .png (e.g. lr.png for optim.lr) from the results.csv 
 scripts/sweep.py runs: the final validation loss of the finished points, mean +- one sample std
 over the other grid keys (the seeds), against KEY, one line per CSV; a log x axis when KEY's
 values span a factor of 4 or more.
+
+Non-finite and huge values are refused, not plotted (exit 1, one line, no figure): a NaN or
+infinite loss in a metrics.jsonl (named by file and line: the run diverged; echo_train itself
+stops on one) or in a results.csv (named by file and point), and a loss or swept value beyond
++-1e300 (named by file and step, or point), which matplotlib cannot place on an axis. Values up
+to 1e300 are plotted.
 """
 
 import argparse
@@ -57,6 +63,18 @@ class PlotError(Exception):
     pass
 
 
+# The largest magnitude a plotted value may have. matplotlib computes axis spans, padding and tick
+# steps in doubles: values near the float limit (1e308) overflow there (an axis from -1e308 to
+# 1e308 is an IndexError in its tick locator). A loss that large is a diverged run anyway.
+PLOT_LIMIT = 1e300
+
+
+def refuse_huge(value, where, hint=" (did the run diverge?)"):
+    """PlotError naming where, for a value matplotlib cannot place on an axis."""
+    if abs(value) > PLOT_LIMIT:
+        raise PlotError(f"{where} is {value:g}, beyond ±{PLOT_LIMIT:g}: too large to plot{hint}")
+
+
 # ---------------------------------------------------------------- reading ---------------------
 
 def metrics_path(run):
@@ -71,9 +89,14 @@ def read_run(run):
     'tail100': the tail-100 mean training loss}"""
     path = metrics_path(run)
     try:
+        # A NaN or infinite loss is refused there (NonFiniteLoss), naming the file and line.
         m = read_metrics(path, cut_ok=True)
     except MetricsError as e:
         raise PlotError(str(e))
+    for d in m["train"]:
+        refuse_huge(d["loss"], f"{path}: the training loss of step {d['step']}")
+    for d in m["val"]:
+        refuse_huge(d["val_loss"], f"{path}: the validation loss of step {d['step']}")
     if m["cut_line"]:
         print(f"plot: {path}:{m['cut_line']}: the last line is cut off (a run stopped while writing it); "
               f"plotting the {m['cut_line'] - 1} lines before it", file=sys.stderr)
@@ -144,8 +167,14 @@ def points_per(window_steps, steps):
 
 
 def trailing_mean_std(values, window):
-    """Mean and s.d. over the last `window` values at each index (fewer at the start)."""
+    """Mean and s.d. over the last `window` values at each index (fewer at the start). Huge values
+    (up to PLOT_LIMIT) are divided by the largest magnitude first: their squares and running sums
+    would overflow to inf and nan."""
     v = np.asarray(values, dtype=float)
+    scale = float(np.max(np.abs(v))) if len(v) else 1.0
+    if scale > 1e150:
+        mean, std = trailing_mean_std(v / scale, window)
+        return mean * scale, std * scale
     c1 = np.concatenate([[0.0], np.cumsum(v)])
     c2 = np.concatenate([[0.0], np.cumsum(v * v)])
     idx = np.arange(1, len(v) + 1)
@@ -324,9 +353,15 @@ def read_sweep_csv(path, key):
         if r.get("status") != "done" or not r["final_val_loss"]:
             continue
         try:
-            out.setdefault(float(r[key]), []).append(float(r["final_val_loss"]))
+            x, loss = float(r[key]), float(r["final_val_loss"])
         except ValueError as e:
             raise PlotError(f"{path}: bad value in point {r.get('point')}: {e}")
+        for name, value in ((key, x), ("final_val_loss", loss)):
+            # float() reads nan and inf; sweep.py never writes them (a diverged point is not done).
+            if not math.isfinite(value):
+                raise PlotError(f"{path}: point {r.get('point')}: {name} is {r[name]}, not a finite number")
+            refuse_huge(value, f"{path}: point {r.get('point')}: {name}", "" if name == key else " (did it diverge?)")
+        out.setdefault(x, []).append(loss)
     if not out:
         raise PlotError(f"{path}: no finished points")
     return out
@@ -364,6 +399,12 @@ def plot_sweep(series, key, out_path):
     plt.close(fig)
 
 
+def num(x):
+    """A loss for the printed summary: 4 decimals, or 4 significant digits for a huge one (1e300
+    in fixed point is 300 digits)."""
+    return f"{x:.4f}" if abs(x) < 1e6 else f"{x:.4e}"
+
+
 def safe(text):
     return "".join(c if c.isalnum() or c in "._-=+" else "-" for c in text)
 
@@ -371,7 +412,11 @@ def safe(text):
 # ---------------------------------------------------------------- main ------------------------
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="plot.py", description="Plot echo_train runs (loss curves and Echo telemetry) as PNG.")
+    ap = argparse.ArgumentParser(
+        prog="plot.py", description="Plot echo_train runs (loss curves and Echo telemetry) as PNG.",
+        epilog="A NaN or infinite loss (metrics.jsonl: named by file and line; results.csv: by point) is "
+               f"refused, not plotted; so is a loss or swept value beyond ±{PLOT_LIMIT:g}, which matplotlib "
+               "cannot place on an axis (exit 1, one line).")
     ap.add_argument("runs", nargs="*", help="run directories (holding metrics.jsonl) or metrics.jsonl files")
     ap.add_argument("--out", default="plots", help="output directory (default: plots/)")
     ap.add_argument("--labels", default=None, help="comma-separated legend labels, one per run")
@@ -401,8 +446,8 @@ def main(argv):
             return 1
         for label, d in series:
             for x, m, sd, n in sweep_points(d):
-                print(f"{label}: {args.sweep_x}={x:g}: final val loss {m:.4f}"
-                      + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})")
+                print(f"{label}: {args.sweep_x}={x:g}: final val loss {num(m)}"
+                      + (f" ± {num(sd)}" if sd is not None else "") + f" (n={n})")
         print(f"wrote {path}")
         return 0
     if not args.runs and not args.depth:
@@ -449,8 +494,8 @@ def main(argv):
     for run, label in zip(runs, labels):
         if run["train"]:
             t = run["tail100"]
-            v = f"{run['val'][-1][1]:.4f} (step {run['val'][-1][0]})" if run["val"] else "-"
-            print(f"{label}: step {run['train'][-1][0]}, tail-100 loss {t:.4f}, last val loss {v}")
+            v = f"{num(run['val'][-1][1])} (step {run['val'][-1][0]})" if run["val"] else "-"
+            print(f"{label}: step {run['train'][-1][0]}, tail-100 loss {num(t)}, last val loss {v}")
     for path in written:
         print(f"wrote {path}")
     return 0

@@ -8,21 +8,41 @@
 # so a failed comparison leaves the old file as it was, and a replaced file keeps its mode); without
 # --out it is printed at the end.
 # The runs go to --runs (default runs/s3r), each with its log RUNS/NAME_SEED.log.
+# Refused before anything runs: STEPS that is not a whole number >= 1 (without a leading zero) or
+# given twice, an option with an empty value, an --out that is a folder or in a folder that does
+# not exist, a --runs that is not a folder, an --echo-train that is not an executable file.
 set -euo pipefail
-steps=200 out="" out_arg="" runs=runs/s3r echo_train=build/echo_train  # the defaults: relative to the repository
-need() { [[ $# -ge 2 ]] || { echo "s3r_compare.sh: $1 needs a value" >&2; exit 2; }; }
+export LC_ALL=C  # printf %f and bc: a decimal point whatever the caller's locale (de_DE wants 2,0)
+steps="" out="" out_arg="" runs=runs/s3r echo_train=""  # the defaults (runs/s3r, build/echo_train): in the repository
+die() { echo "s3r_compare.sh: $*" >&2; exit 2; }
+need() {  # need OPTION ARGS...: the option's value, present and not empty
+  [[ $# -ge 2 ]] || die "$1 needs a value"
+  [[ -n $2 ]] || die "$1 needs a value, not an empty one"
+}
 given() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }  # a given path: relative to the caller's folder
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) need "$@"; out=$(given "$2"); out_arg=$2; shift 2 ;;
     --runs) need "$@"; runs=$(given "$2"); shift 2 ;;
     --echo-train) need "$@"; echo_train=$(given "$2"); shift 2 ;;
-    [1-9]*) [[ $1 =~ ^[1-9][0-9]*$ ]] || { echo "s3r_compare.sh: steps '$1' is not a whole number >= 1" >&2; exit 2; }
-            steps=$1; shift ;;
-    *) echo "s3r_compare.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+    -[!0-9]*) die "unknown option '$1' (see the header of $0)" ;;
+    *) [[ $1 =~ ^[1-9][0-9]*$ ]] || die "STEPS '$1' is not a whole number >= 1 without a leading zero (see the header of $0)"
+       [[ -z $steps ]] || die "STEPS given twice ('$steps' and '$1'): give one number"
+       steps=$1; shift ;;
   esac
 done
+steps=${steps:-200}
+if [[ -n $out ]]; then
+  [[ $out != */ && ! -d $out ]] || die "--out $out_arg is a folder: give the table's file name (--out DIR/table.md)"
+  [[ ! -e $out || -f $out ]] || die "--out $out_arg is not a regular file"
+  [[ -d $(dirname "$out") ]] || die "--out $out_arg: folder $(dirname "$out") does not exist"
+  [[ -w $(dirname "$out") ]] || die "--out $out_arg: folder $(dirname "$out") is not writable"
+fi
 cd "$(dirname "$0")/.."
+echo_train=${echo_train:-$PWD/build/echo_train}
+[[ ! -e $runs || -d $runs ]] || die "--runs $runs is not a folder"
+[[ -f $echo_train && -x $echo_train ]] ||
+  die "echo_train $echo_train: no executable file there (build it, or name one with --echo-train)"
 modes=(
   "bf16|linear.mode=bf16"
   "int8 RTNE|linear.mode=int8 linear.backward_rounding=rtne linear.ec=none"
@@ -31,13 +51,13 @@ modes=(
   "S3R-EC dx_only|linear.mode=int8 linear.backward_rounding=s3r linear.thresholds=per_token linear.ec=dx_only"
   "S3R-EC two_way|linear.mode=int8 linear.backward_rounding=s3r linear.thresholds=per_token linear.ec=two_way"
 )
-mkdir -p "$runs"
+err=$(mkdir -p "$runs" 2>&1) || die "--runs $runs: cannot make the folder: ${err#mkdir: }"
 # The table is built in a temporary file: beside --out, so that the final mv is a rename.
 table=$(mktemp "${out:-${TMPDIR:-/tmp}/s3r_compare}.XXXXXX")
 trap 'rm -f "$table"' EXIT
 {
   echo "Quickstart model (configs/quickstart.yaml, Echo 4-bit all-reduces, tp = 2), $steps steps, eval every"
-  echo "$steps steps on 8 validation batches; \`bash scripts/s3r_compare.sh $steps${out_arg:+ --out $out_arg}\`."
+  echo "$steps steps on 8 validation batches; \`bash scripts/s3r_compare.sh $steps${out_arg:+ --out $(printf %q "$out_arg")}\`."
   echo
   echo "| backward | seed 1 | seed 2 | seed 3 | mean |"
   echo "|---|---|---|---|---|"
@@ -49,8 +69,8 @@ for entry in "${modes[@]}"; do
   sum=0
   for seed in 1 2 3; do
     run=$runs/${name// /_}_$seed
-    args=(--overwrite --set run.seed=$seed --set run.out_dir=$run --set train.steps=$steps
-          --set train.eval_interval=$steps --set train.checkpoint_interval=0 --set train.log_interval=1000
+    args=(--overwrite --set "run.seed=$seed" --set "run.out_dir=$run" --set "train.steps=$steps"
+          --set "train.eval_interval=$steps" --set train.checkpoint_interval=0 --set train.log_interval=1000
           --set comm.telemetry_interval=0)
     for s in "${sets[@]}"; do args+=(--set "$s"); done
     echo "== $name, seed $seed" >&2

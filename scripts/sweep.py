@@ -20,6 +20,12 @@ written in GRID.yaml. N defaults to the point's parallel.tp (one data-parallel r
 
 A point whose metrics.jsonl already reaches train.steps is skipped; any other point is started
 with --resume, which continues from its newest checkpoint (or starts it, when there is none).
+Where echo_train validates at train.steps (train.eval_interval divides it and data.valid is
+set), a point is finished only with the val_loss line of that step: a stop signal during the
+final evaluation leaves the last step and its checkpoint without it, and such a point is resumed
+("final evaluation missing"; echo_train --resume then runs just that evaluation). A point whose
+metrics.jsonl holds a NaN or infinite loss is "diverged": listed with the line, left out of the
+means, and not started again (the same config diverges again).
 The output of each point goes to OUT_ROOT/logs/NAME.log. --print prints the command lines
 instead of running them (one per unfinished point, for a cluster scheduler).
 
@@ -34,12 +40,15 @@ integer written with digits only, true/false, text that is not a bare number), w
 a leading zero (010: octal to PyYAML, refused by echo_train; 0 and -0 are fine), when a key lists
 one value twice (compared by value: 1e-3 and 0.001), when two points' names map to one folder,
 when it names run.out_dir (the sweep sets it), or when it has more than 1000 points (--yes runs
-them). A name over 250 characters keeps its start and ends in a hash of the whole. A point
-folder that already holds a config.yaml differing from the point's (base + point keys) is
-refused: it is an earlier sweep's run, not this one's (numbers compared by value, text keys
-such as run.init_from as written: '1e3' is not '1000' there). The base config's train.steps must be
-an integer. Ranges and cross-key checks are echo_train's: a point it refuses fails with
-echo_train's message in its log.
+them). Spaces and tabs around a value do not make another value (echo_train trims them: 'echo'
+and "echo " are one value, refused as listed twice). A name over 250 characters keeps its start
+and ends in a hash of the whole. A point folder that already holds a config.yaml differing from
+the point's (base + point keys) is refused: it is an earlier sweep's run, not this one's (numbers
+compared by value, text keys such as run.init_from as written: '1e3' is not '1000' there). The
+base config's train.steps must be an integer. OUT_ROOT/results.csv, results.md or a point's
+logs/NAME.log that exists as a folder (or anything but a regular file) is refused, naming it,
+before the first point runs. Ranges and cross-key checks are echo_train's: a point it refuses
+fails with echo_train's message in its log.
 
 A point whose metrics.jsonl ends in a cut-off line (a run killed while writing it) is read up to
 that line. When the lines before it reach train.steps and the newest complete checkpoint is at
@@ -52,8 +61,10 @@ echo_train saves a checkpoint and exits); the results are written and the sweep 
 signal. A Ctrl-C while no point runs (reading the configs, writing the results) ends the sweep
 with one line, and it dies of the signal too.
 
-Exit status: 0 when every point finished, 1 when a point is unfinished (each is listed with why),
-2 for a bad command line, config or grid, 130 / 143 when interrupted.
+Exit status: 0 when every point finished, 1 when a point is unfinished (each is listed with why)
+or the results cannot be written, 2 for a bad command line, config or grid, 130 / 143 when
+interrupted. When the reader of stdout goes away (`--print | head -1`) the sweep ends quietly,
+exit 1 (Python's convention for a broken pipe), without a traceback.
 """
 
 import argparse
@@ -71,7 +82,7 @@ import sys
 import yaml
 
 from launch import REPO, LaunchError, SignalForwarder, default_tool, launcher, run_main
-from metrics import MetricsError, mean_std, read_metrics, tail_mean
+from metrics import MetricsError, NonFiniteLoss, mean_std, read_metrics, tail_mean
 
 DEFAULTS = os.path.join(REPO, "configs", "default.yaml")
 MAX_POINTS = 1000  # more needs --yes: a typo (a list of 10 where 2 was meant) should not start a year of runs
@@ -181,11 +192,14 @@ def check_value(where, key, text, node_tag, default):
         if isinstance(default, int) and not re.fullmatch(r"[+-]?[0-9]+", text):
             raise SweepError(f"{key}: value '{text}' must be an integer, written without a fraction or exponent")
         refuse_leading_zero(key, text)
-    elif node_tag.endswith(":null") or text == "":
+    elif node_tag.endswith(":null") or text.strip(BLANKS) == "":
         raise SweepError(f"{key}: empty value")
     elif node_tag.endswith((":int", ":float", ":bool")):
         # A text or choice key (a path, comm.allreduce) never takes a bare number or true/false.
         raise SweepError(f"{key}: value '{text}' is not text (quote it if it really is a name)")
+
+
+BLANKS = " \t"  # what echo_train trims around a --set value (trim in src/core/config/overrides.cpp)
 
 
 def value_identity(text, default):
@@ -194,8 +208,10 @@ def value_identity(text, default):
     double's 2^53), a real key's by value (1e-3, 1.0e-3 and 0.001 are one value; echo_train writes
     the shortest text that reads back as the same double into config.yaml, so equality is exact;
     NOTE: PyYAML reads 3e-3 as a string, echo_train as 0.003), true/false by truth (yes and on are
-    true), text as written (a run name '1e3' is not '1000'). The grid's duplicate check and the
-    comparison with an existing run use it."""
+    true), text as written (a run name '1e3' is not '1000'). Spaces and tabs around a value do not
+    count: echo_train trims them from --set values, so 'echo' and 'echo ' run the same config. The
+    grid's duplicate check and the comparison with an existing run use it."""
+    text = text.strip(BLANKS)
     kind = scalar_kind(default)
     if kind == "number":
         try:
@@ -263,7 +279,10 @@ def load_grid(path, known):
             values.append(item.value)
         same = duplicate(values, known[key])
         if same:
-            raise SweepError(f"{where}: '{key}' lists one value twice: {same[0]} and {same[1]}")
+            blank = " (echo_train drops the spaces and tabs around a value)" if same[0] != same[1] and \
+                same[0].strip(BLANKS) == same[1].strip(BLANKS) else ""
+            # repr: the spaces or tab that make the two look different are seen ('\tv').
+            raise SweepError(f"{where}: '{key}' lists one value twice: {same[0]!r} and {same[1]!r}{blank}")
         grid.append((key, values))
     return grid
 
@@ -376,12 +395,13 @@ def expected_config(base_keys, point):
 
 def load_point_metrics(path):
     """(train lines, val lines, error, cut line) of a point's metrics.jsonl; a missing file ->
-    empty lists; a cut-off last line (a run killed while writing it) is left out and its number
-    returned (None when there is none)."""
+    empty lists; error: the MetricsError (a NonFiniteLoss for a NaN or infinite loss) or None; a
+    cut-off last line (a run killed while writing it) is left out and its number returned (None
+    when there is none)."""
     try:
         m = read_metrics(path, missing_ok=True, cut_ok=True)
     except MetricsError as e:
-        return [], [], str(e), None
+        return [], [], e, None
     return m["train"], m["val"], None, m["cut_line"]
 
 
@@ -398,18 +418,29 @@ def checkpoint_step(out_dir):
     return max(steps, default=None)
 
 
-def point_state(out_dir, steps):
-    """('done' | 'resume' | 'run', cut line or None) of a point. Lines before a cut-off last line
-    count: echo_train --resume of a run whose newest checkpoint is at train.steps trains nothing
-    and leaves the cut line, so such a run is done; one whose checkpoint is earlier drops the cut
-    line and continues (a resume)."""
-    train, _, err, cut = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
+FINAL_EVAL_MISSING = "final evaluation missing"
+
+
+def point_state(out_dir, steps, final_eval):
+    """('done' | 'resume' | 'run' | 'diverged', cut line or None, why or None) of a point. Lines
+    before a cut-off last line count: echo_train --resume of a run whose newest checkpoint is at
+    train.steps trains nothing and leaves the cut line, so such a run is done; one whose checkpoint
+    is earlier drops the cut line and continues (a resume). final_eval: echo_train validates at
+    train.steps (evaluates_last_step), so a run is done only with that val_loss line: a stop signal
+    during the final evaluation leaves the last step and its checkpoint without it, and a resume
+    runs just that evaluation (why = FINAL_EVAL_MISSING). A NaN or infinite loss is 'diverged'
+    (why: the line): rerunning it gives the same numbers, so it is not started again."""
+    train, val, err, cut = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
+    if isinstance(err, NonFiniteLoss):
+        return "diverged", None, str(err)
     if err:
-        return "resume" if os.path.isdir(os.path.join(out_dir, "checkpoints")) else "run", None
+        return "resume" if os.path.isdir(os.path.join(out_dir, "checkpoints")) else "run", None, None
     reached = bool(train) and train[-1]["step"] >= steps
     if reached and (cut is None or (checkpoint_step(out_dir) or 0) >= steps):
-        return "done", cut
-    return "resume" if train or cut else "run", cut
+        if not final_eval or (val and val[-1]["step"] >= steps):
+            return "done", cut, None
+        return "resume", cut, FINAL_EVAL_MISSING
+    return "resume" if train or cut else "run", cut, None
 
 
 def summarize(train, val):
@@ -428,7 +459,7 @@ def fmt(x, digits=4):
     return "" if x is None else f"{x:.{digits}f}"
 
 
-def write_results(out_root, grid, points, steps_of):
+def write_results(out_root, grid, points, steps_of, final_eval_of):
     keys = [key for key, _ in grid]
     rows = []
     for p in points:
@@ -436,12 +467,14 @@ def write_results(out_root, grid, points, steps_of):
         train, val, err, _ = load_point_metrics(os.path.join(out_dir, "metrics.jsonl"))
         s = summarize(train, val)
         steps = steps_of(p)
-        state, cut = point_state(out_dir, steps)
-        status = p.get("status") or ("done" if state == "done" else
+        state, cut, why = point_state(out_dir, steps, final_eval_of(p))
+        status = p.get("status") or ("done" if state == "done" else why if why == FINAL_EVAL_MISSING else
                                      "not started" if not train else "incomplete")
         if cut and state != "done" and not p.get("status"):
             status += f" (metrics.jsonl:{cut} cut off)"
-        if err:
+        if isinstance(err, NonFiniteLoss):
+            status = f"diverged ({err})"
+        elif err:
             status = f"bad metrics ({err})"
         elif not train and os.path.isdir(os.path.join(out_dir, "checkpoints")):
             # Not "not started": a rerun resumes the checkpoint but cannot bring back its lost lines.
@@ -506,6 +539,38 @@ def ranks_of(point, config, np_arg):
     return int(tp)
 
 
+def evaluates_last_step(point, config, steps):
+    """Whether echo_train validates a point at its last step: it does at every multiple of
+    train.eval_interval (> 0) when data.valid is set (see Trainer::run), so a finished run of such
+    a point has a val_loss line at train.steps. A value echo_train refuses counts as no: the point
+    fails with echo_train's message anyway."""
+    sets = dict(point["set"])
+    valid = sets.get("data.valid", config["data.valid"])
+    try:
+        interval = int(str(sets.get("train.eval_interval", config["train.eval_interval"])).strip(BLANKS))
+    except ValueError:
+        return False
+    return valid is not None and str(valid).strip(BLANKS) != "" and interval > 0 and steps % interval == 0
+
+
+def check_outputs(out_root, points):
+    """Refuses, before any point runs, an output the sweep could not write: results.csv or
+    results.md, or a point's log, that is a folder (or anything but a regular file), and a logs
+    that is not a folder. Found after the runs, it would cost the results of hours of training;
+    found at a point, a failed open() named only the launcher."""
+    logs = os.path.join(out_root, "logs")
+    if os.path.exists(logs) and not os.path.isdir(logs):
+        raise SweepError(f"{logs}: exists and is not a folder (the sweep writes each point's log in it); "
+                         "remove or rename it")
+    for path, what in ([(os.path.join(out_root, f), "the sweep writes its results there")
+                        for f in ("results.csv", "results.md")]
+                       + [(os.path.join(logs, p["name"] + ".log"), f"the sweep appends the output of {p['name']} to it")
+                          for p in points]):
+        if os.path.exists(path) and not os.path.isfile(path):
+            kind = "a folder" if os.path.isdir(path) else "not a regular file"
+            raise SweepError(f"{path}: is {kind}, but {what}; remove or rename it")
+
+
 def check_tool(path):
     if os.sep not in path and shutil.which(path):  # a bare name, as mpirun resolves it through PATH
         return
@@ -560,6 +625,7 @@ def main(argv):
             check_existing(os.path.join(out_root, p["name"]), expected_config(base_keys, p), defaults)
         if not args.print_only:
             check_tool(args.echo_train)
+            check_outputs(out_root, points)
     except (SweepError, LaunchError) as e:
         print(f"sweep: {e}", file=sys.stderr)
         return 2
@@ -570,17 +636,26 @@ def main(argv):
                 return int(float(value))
         return int(config["train.steps"])
 
+    def final_eval_of(point):
+        return evaluates_last_step(point, config, steps_of(point))
+
     def command(point, out_dir):
         cmd = [*mpirun, "-np", str(point["np"]), args.echo_train, args.base]
         for key, value in point["set"]:
             cmd += ["--set", f"{key}={value}"]
         return cmd + ["--set", f"run.out_dir={out_dir}", "--resume"]
 
-    todo = []
+    todo, finished, diverged = [], 0, []
     for p in points:
         out_dir = os.path.join(out_root, p["name"])
-        state, cut = point_state(out_dir, steps_of(p))
+        state, cut, why = point_state(out_dir, steps_of(p), final_eval_of(p))
+        if state == "diverged":
+            # Not started again: the same config and seed diverge the same way.
+            diverged.append(p)
+            print(f"sweep: {p['name']} diverged, not started again ({why})", file=sys.stderr)
+            continue
         if state == "done":
+            finished += 1
             p["status"] = "done"
             if cut:
                 print(f"sweep: warning: {os.path.join(out_dir, 'metrics.jsonl')}:{cut}: the last line is cut off "
@@ -588,13 +663,13 @@ def main(argv):
                       f"train.steps = {steps_of(p)}, so {p['name']} counts as done (echo_train would not rewrite it)",
                       file=sys.stderr)
         else:
-            todo.append((p, out_dir, state == "resume"))
+            todo.append((p, out_dir, state == "resume", why))
 
     if args.print_only:
-        if len(todo) < len(points):
-            print(f"# sweep: {len(points) - len(todo)} of {len(points)} points already finished, not printed",
+        if finished:
+            print(f"# sweep: {finished} of {len(points)} points already finished, not printed",
                   file=sys.stderr)
-        for p, out_dir, _ in todo:
+        for p, out_dir, _, _ in todo:
             print(shlex.join(command(p, out_dir)))
         return 0
 
@@ -604,20 +679,26 @@ def main(argv):
         print(f"sweep: cannot make {os.path.join(out_root, 'logs')}: {e.strerror}", file=sys.stderr)
         return 2
     nps = sorted({p["np"] for p in points})
-    print(f"sweep: {len(points)} points, {len(points) - len(todo)} finished, {len(todo)} to run "
-          f"(np {','.join(map(str, nps))}, out-root {out_root})", flush=True)
+    print(f"sweep: {len(points)} points, {finished} finished, "
+          + (f"{len(diverged)} diverged, " if diverged else "")
+          + f"{len(todo)} to run (np {','.join(map(str, nps))}, out-root {out_root})", flush=True)
     failed = 0
     with SignalForwarder() as signals:
-        for i, (p, out_dir, started) in enumerate(todo, 1):
+        for i, (p, out_dir, started, why) in enumerate(todo, 1):
             if signals.signum:  # the signal came between two points
                 interrupted = i
                 break
             cmd = command(p, out_dir)
             log = os.path.join(out_root, "logs", p["name"] + ".log")
-            print(f"sweep: [{i}/{len(todo)}] {'resume' if started else 'run'} {p['name']}: {shlex.join(cmd)}",
-                  flush=True)
+            print(f"sweep: [{i}/{len(todo)}] {'resume' if started else 'run'} {p['name']}"
+                  + (f" ({why})" if why else "") + f": {shlex.join(cmd)}", flush=True)
             try:
-                with open(log, "a", encoding="utf-8") as f:
+                f = open(log, "a", encoding="utf-8")
+            except OSError as e:  # check_outputs ran before the first point; this is a change since
+                print(f"sweep: cannot write the log {log}: {e.strerror}", file=sys.stderr)
+                return 2
+            try:
+                with f:
                     f.write(f"$ {shlex.join(cmd)}\n")
                     f.flush()
                     rc, _, _ = signals.run(cmd, stdout=f, stderr=subprocess.STDOUT)
@@ -633,7 +714,11 @@ def main(argv):
             p["status"] = f"failed (exit {rc}; see {log})"
             report_failure(p["name"], rc, log)
 
-    rows = write_results(out_root, grid, points, steps_of)
+    try:
+        rows = write_results(out_root, grid, points, steps_of, final_eval_of)
+    except OSError as e:  # check_outputs ran before the first point; this is a change since, or a full disk
+        print(f"sweep: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        return 1
     print(f"sweep: results in {os.path.join(out_root, 'results.csv')} and {os.path.join(out_root, 'results.md')}")
     if signals.signum:
         print(f"sweep: interrupted at point {interrupted} of {len(todo)} ({todo[interrupted - 1][0]['name']}); "
@@ -648,5 +733,19 @@ def main(argv):
     return 0
 
 
+def main_to_pipe(argv):
+    """main(argv), ending quietly when the reader of stdout has gone (`sweep.py --print | head -1`):
+    Python's advice for SIGPIPE (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+    The flush brings a BrokenPipeError of buffered lines here, not to the interpreter's exit."""
+    try:
+        status = main(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # stdout to /dev/null: the exit's own flush of what is still buffered would raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    run_main("sweep", main, sys.argv[1:])
+    run_main("sweep", main_to_pipe, sys.argv[1:])

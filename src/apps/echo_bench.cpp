@@ -305,6 +305,7 @@ int bench_main(int argc, char** argv) {
   }
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
                                  "echo_bench's largest message (--sizes)");
+  require_16bit_values(sizes, "--sizes");
   const MachineInfo machine = describe_machine();
   check_memory(sizes, world);
   auto impl = make_impl(o, world);

@@ -11,10 +11,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "apps/mpi_command_line.h"
+#include "apps/bench/bench_config.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/scratch_dir.h"
 #include "apps/bench/timing.h"
+#include "apps/mpi_command_line.h"
 #include "backend/backend.h"
 #include "core/config/config.h"
 #include "core/error.h"
@@ -49,15 +50,15 @@ int bench_main(int argc, char** argv) {
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   ECHO_INPUT_CHECK(iters >= 1, "--iters must be at least 1 (got {})", iters);
   ECHO_INPUT_CHECK(warmup >= 0, "--warmup must be 0 or more (got {})", warmup);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Before the scratch directory: a refused config must leave nothing behind.
+  const config::Config cfg = bench::load_with_settings("echo_checkpoint_bench", path, overrides,
+                                                       {{"parallel.tp", size, "the number of ranks"}}, size);
   // NOTE: save_checkpoint prunes every other checkpoint of its run directory, so that directory
   // must be one this program made: given a training run as --dir, it would delete the run's.
   const bench::ScratchDir scratch(dir, "echo_checkpoint_bench", "--dir", MPI_COMM_WORLD);
   const bench::MachineInfo machine = bench::describe_machine();
-
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  overrides.push_back("parallel.tp=" + std::to_string(size));
-  const config::Config cfg = config::load_config(path, overrides, size);
   dist::World world = dist::World::create(size);
   const model::ModelShape shape = model::make_model_shape(cfg.model, size, world.layout.tp_rank);
   const model::Qwen3Plan plan = model::make_qwen3_plan(shape);

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/parse_command_line.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "core/atomic_file.h"
 #include "core/config/config.h"
@@ -209,7 +210,7 @@ int depth_main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "write the rows as CSV, one per (case, η, coefficients, N) (rank 0)");
   const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
   try {
-    app.parse(argc, argv);
+    echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return comm.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }

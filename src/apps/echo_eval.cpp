@@ -57,7 +57,6 @@ int eval_main(int argc, char** argv) {
                                    {global_opt, req.global_batch},
                                    {seq_opt, req.seq_len}})
     ECHO_INPUT_CHECK(opt->count() == 0 || value > 0, "{} {}: must be positive", opt->get_name(), value);
-  log::init(rank, world_size);
   req.json_out = json_path;
   const train::EvalReport r = train::evaluate_checkpoint(req);
   if (rank != 0) return 0;

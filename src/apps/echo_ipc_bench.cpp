@@ -23,21 +23,22 @@
 // unfused one (the same bits by design, docs/design.md §7). Ranks take GPU local_rank % count;
 // several ranks may share one GPU, where the copy ceiling is what the kernels share too.
 // NOTE: never run on a GPU when written; scripts/device_check.sh runs it.
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
+#include "apps/parse_command_line.h"
 #include "comm/echo/echo_all_reduce.h"
-#include "comm/make_all_reduce.h"
 #include "comm/echo/quantize.h"
+#include "comm/make_all_reduce.h"
 #include "comm/p2p/cuda_ipc_all_reduce.h"
 #include "comm/p2p/pipeline_schedule.h"
 #include "core/error.h"
@@ -181,7 +182,7 @@ int bench_main(int argc, char** argv) {
   app.add_flag("--out-of-place", o.out_of_place, "also time every row out of place (input kept, sum in another buffer)");
   app.add_option("--json", o.json, "write one JSON record per size and row to this file (rank 0)");
   try {
-    app.parse(argc, argv);
+    echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -217,9 +218,10 @@ int bench_main(int argc, char** argv) {
     std::printf("%8s  %-48s %5s %12s %10s %10s %8s %7s %10s\n", "size", "row", "place", "median(us)", "algbw",
                 "ceiling", "frac", "tiles", "wrong");
   }
-  for (size_t bytes : parse_sizes(o.sizes)) {
+  const std::vector<size_t> sizes = parse_sizes(o.sizes);
+  require_16bit_values(sizes, "--sizes");
+  for (size_t bytes : sizes) {
     const size_t n = bytes / 2;
-    ECHO_INPUT_CHECK(n >= 1, "size {} is smaller than one 16-bit value", bytes);
     const std::vector<uint16_t> host = input_bits(n, me);
     const Tensor pristine = Tensor::from_vector(host, {static_cast<int64_t>(n)}, DType::bf16).to(Device::cuda);
     Tensor x = Tensor::empty({static_cast<int64_t>(n)}, DType::bf16, Device::cuda);

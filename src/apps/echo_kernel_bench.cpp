@@ -21,9 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "core/atomic_file.h"
 #include "apps/bench/machine.h"
+#include "apps/parse_command_line.h"
 #include "attention.cuh"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "cuda_check.h"
@@ -102,7 +103,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--iters", iters, "timed runs per kernel (median)")->capture_default_str();
   app.add_option("--json", json_path, "also write the results as JSON");
   try {
-    app.parse(argc, argv);
+    echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -15,6 +15,7 @@
 #include <random>
 #include <utility>
 
+#include "apps/bench/bench_config.h"
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
 #include "apps/mpi_command_line.h"
@@ -33,40 +34,6 @@
 
 namespace echo {
 namespace {
-
-// A config key the bench sets from its own flags, and the flag (or fact) that sets it.
-struct BenchSetting {
-  std::string key;
-  int64_t value;
-  std::string source;  // "--batch"
-};
-
-// The config with `settings` applied after the user's --set overrides. A --set that sets one of those
-// keys is refused (it would be overridden unseen), and a config check failing on one names its source
-// ("--batch 2147483647: ...") instead of a --set the user never typed.
-config::Config load_with_settings(const std::string& path, std::vector<std::string> overrides,
-                                  const std::vector<BenchSetting>& settings, int world_size) {
-  // The config's own reading of the overrides: the key however spaced, or inside a flow mapping
-  // (--set "train={micro_batch: 3}").
-  for (const std::string& o : overrides)
-    for (const BenchSetting& s : settings)
-      ECHO_INPUT_CHECK(!config::overrides_set({o}, s.key),
-                       "--set {}: echo_model_bench sets '{}' from {}; use that instead", o, s.key, s.source);
-  for (const BenchSetting& s : settings) overrides.push_back(fmt::format("{}={}", s.key, s.value));
-  try {
-    return config::load_config(path, overrides, world_size);
-  } catch (const InputError& e) {
-    std::string message = e.message();
-    for (const BenchSetting& s : settings) {
-      const std::string as_set = fmt::format("--set {}={}", s.key, s.value);
-      const std::string as_flag = s.source.rfind("--", 0) == 0 ? fmt::format("{} {}", s.source, s.value)
-                                                               : fmt::format("{} ({})", s.source, s.value);
-      for (size_t at = message.find(as_set); at != std::string::npos; at = message.find(as_set, at + as_flag.size()))
-        message.replace(at, as_set.size(), as_flag);
-    }
-    throw InputError(message, e.file(), e.line());
-  }
-}
 
 int bench_main(int argc, char** argv) {
   std::string path;
@@ -99,11 +66,11 @@ int bench_main(int argc, char** argv) {
   auto tp = dist::Communicator::borrow(MPI_COMM_WORLD);
   // The step's shape goes through the config's checks (INT8 limits, the 1 TiB bound) and the
   // trainer's memory plan, so a batch that cannot fit is refused by name, not by bad_alloc.
-  const std::vector<BenchSetting> settings = {{"parallel.tp", tp.size(), "the number of ranks"},
-                                              {"train.micro_batch", batch, "--batch"},
-                                              {"train.global_batch", batch, "--batch"},
-                                              {"data.seq_len", seq, "--seq"}};
-  const config::Config cfg = load_with_settings(path, overrides, settings, tp.size());
+  const std::vector<bench::BenchSetting> settings = {{"parallel.tp", tp.size(), "the number of ranks"},
+                                                     {"train.micro_batch", batch, "--batch"},
+                                                     {"train.global_batch", batch, "--batch"},
+                                                     {"data.seq_len", seq, "--seq"}};
+  const config::Config cfg = bench::load_with_settings("echo_model_bench", path, overrides, settings, tp.size());
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp.size(), tp.rank());
   const Device device = cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu;
   const dist::NodePlace node = dist::node_place(tp);

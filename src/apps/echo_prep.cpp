@@ -18,6 +18,7 @@
 // Refused before anything is written: an input that is one of the files the run writes, two
 // prefixes that are one, a --valid-fraction of 0 or 1; a split that leaves one side without a
 // document writes the other side and then fails (fail_empty_split).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -369,8 +371,26 @@ void check_inputs_are_not_outputs(const Options& o) {
                        what, out.path, out.option);
 }
 
+// One file given twice (or under two spellings) would be encoded twice: its documents doubled,
+// and split across train and valid.
+// By device and inode, so a glob of many thousands of files costs one stat each. A file that
+// cannot be stat'ed is left to the reader, which names it.
+void check_inputs_distinct(const Options& o) {
+  std::map<std::pair<dev_t, ino_t>, const std::string*> seen;
+  for (const std::string& path : o.inputs) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    const auto [it, added] = seen.emplace(std::pair{st.st_dev, st.st_ino}, &path);
+    ECHO_INPUT_CHECK(added,
+                     "--input '{}' and --input '{}' are the same file: its documents would be stored twice; give it "
+                     "once",
+                     *it->second, path);
+  }
+}
+
 void validate(Options& o) {
   ECHO_INPUT_CHECK(!o.inputs.empty(), "--input: no files given");
+  check_inputs_distinct(o);
   ECHO_INPUT_CHECK(o.format == "text" || o.format == "jsonl", "--format must be text or jsonl, got '{}'", o.format);
   check_prefix("--output-prefix", o.output_prefix);
   if (!o.valid_prefix.empty()) check_prefix("--valid-prefix", o.valid_prefix);
@@ -579,10 +599,13 @@ int main(int argc, char** argv) {
   app.add_option("--format", o.format, "jsonl (one JSON object per line, or a JSON array) | text")
       ->check(CLI::IsMember({"text", "jsonl"}))
       ->capture_default_str();
-  app.add_option("--json-key", o.json_key, "the field of a JSON object that holds the text")->capture_default_str();
-  app.add_option("--text-split", o.text_split, "--format text: one document per file | paragraph | line")
-      ->check(CLI::IsMember({"file", "paragraph", "line"}))
-      ->capture_default_str();
+  const CLI::Option* json_key_opt =
+      app.add_option("--json-key", o.json_key, "--format jsonl: the field of a JSON object that holds the text")
+          ->capture_default_str();
+  const CLI::Option* text_split_opt =
+      app.add_option("--text-split", o.text_split, "--format text: one document per file | paragraph | line")
+          ->check(CLI::IsMember({"file", "paragraph", "line"}))
+          ->capture_default_str();
   app.add_option("--tokenizer", o.tokenizer, "byte | path to a Hugging Face tokenizer.json")->required();
   app.add_option("--output-prefix", o.output_prefix,
                  "writes PREFIX.bin, PREFIX.idx and PREFIX.meta.json (the tokenizer and EOS, which echo_train checks)")
@@ -603,6 +626,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   try {
     echo::apps::parse_naming_unknown_options(app, argc, argv);
+    // An option of the other format would be ignored: the user meant something else.
+    if (o.format == "jsonl" && text_split_opt->count() > 0)
+      throw CLI::ValidationError("--text-split", "applies to --format text only (this input is --format jsonl)");
+    if (o.format == "text" && json_key_opt->count() > 0)
+      throw CLI::ValidationError("--json-key", "applies to --format jsonl only (this input is --format text)");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -12,14 +12,13 @@
 // of reads and writes (below, "The compensator's passes").
 // Usage: echo_quant_bench [--mib N] [--runs R] [--group G] [--json FILE]
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
@@ -28,6 +27,7 @@
 
 #include "apps/bench/machine.h"
 #include "apps/bench/quant_args.h"
+#include "apps/parse_command_line.h"
 #include "comm/echo/compensator.h"
 #include "comm/echo/fused_echo_site.h"
 #include "comm/echo/quantize.h"
@@ -65,7 +65,7 @@ std::variant<Options, int> parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json", o.json, "also write the table as JSON to this file");
   try {
-    app.parse(argc, argv);
+    echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

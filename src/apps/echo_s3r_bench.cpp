@@ -5,6 +5,7 @@
 // S3R-EC; plus the int8 GEMM against OpenBLAS sgemm on the block's shapes. A program, not a test.
 //   echo_s3r_bench --shapes 128x512,256x1024,512x2048 --tokens 256 --seq 64 --reps 5
 #include <cblas.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -13,20 +14,20 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "apps/bench/machine.h"
+#include "apps/parse_command_line.h"
 #include "backend/ops.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "quant/int8_gemm.h"
-#include "quant/int8_quantize.h"
 #include "quant/int8_linear.h"
+#include "quant/int8_quantize.h"
 
 namespace echo {
 namespace {
@@ -209,7 +210,11 @@ int bench_main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--json", json_path, "also write the results as JSON to this file");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    echo::apps::parse_naming_unknown_options(app, argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   ECHO_INPUT_CHECK(tokens % seq == 0,
                    "--seq {} must divide --tokens {} (a micro-batch is whole examples of --seq tokens)", seq, tokens);
   ECHO_INPUT_CHECK(tokens <= kMaxMatrixValues, "--tokens must be at most {} (got {})", kMaxMatrixValues, tokens);
@@ -230,6 +235,10 @@ int bench_main(int argc, char** argv) {
   }
 
   openblas_set_num_threads(blas_threads);
+  // OpenBLAS caps the count at its build's maximum without a word: the header would misreport it.
+  ECHO_INPUT_CHECK(openblas_get_num_threads() == blas_threads,
+                   "--blas-threads {}: this OpenBLAS runs at most {} threads", blas_threads,
+                   openblas_get_num_threads());
   const std::string core = openblas_get_corename();
   const bench::MachineInfo machine = bench::describe_machine();  // after the thread count is set
   std::printf("%s", bench::machine_header(machine).c_str());

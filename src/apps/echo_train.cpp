@@ -31,7 +31,6 @@ int train_main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
-  log::init(rank, world_size);
   const config::Config cfg = config::load_config(path, overrides, world_size);
   // The run writes its effective config to run.out_dir/config.yaml. A --resume of the run there
   // may read the one it wrote (rewriting it only adds the --set values); any other start would

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace echo::dist {
 
@@ -33,6 +34,11 @@ static int world_rank() {
 int guarded_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
   MpiSession session(&argc, &argv);
   try {
+    // Every program's log lines name their rank (a bench that never called init labelled each
+    // rank's lines [rank 0/1]); a program may call init again with another level.
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    log::init(world_rank(), size);
     return body(argc, argv);
   } catch (const std::exception& e) {
     // NOTE: plain stderr, not the logger: the logger may be what failed, and this line must

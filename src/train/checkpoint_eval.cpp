@@ -247,15 +247,30 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   ECHO_INPUT_CHECK(world_size % tp == 0, "tp = {} does not divide the {} ranks (world = dp × tp)", tp, world_size);
   const int dp = world_size / tp;
   cfg.parallel.tp = tp;
-  if (req.seq_len > 0) cfg.data.seq_len = req.seq_len;
-  if (req.micro_batch > 0) cfg.train.micro_batch = req.micro_batch;
+  // The check below names the command line's values as their source, not the config they
+  // replaced ('data.seq_len' = 100000000 was blamed on the checkpoint's recorded config).
+  std::vector<std::string> given;
+  if (req.seq_len > 0) {
+    cfg.data.seq_len = req.seq_len;
+    given.push_back(fmt::format("--seq-len {}", req.seq_len));
+  }
+  if (req.micro_batch > 0) {
+    cfg.train.micro_batch = req.micro_batch;
+    given.push_back(fmt::format("--micro-batch {}", req.micro_batch));
+  }
   // A new micro-batch alone means one micro-batch per rank per global batch.
-  if (req.global_batch > 0)
+  if (req.global_batch > 0) {
     cfg.train.global_batch = req.global_batch;
-  else if (req.micro_batch > 0)
+    given.push_back(fmt::format("--global-batch {}", req.global_batch));
+  } else if (req.micro_batch > 0) {
     cfg.train.global_batch = req.micro_batch * dp;
-  if (req.batches > 0) cfg.train.eval_batches = req.batches;
+  }
+  if (req.batches > 0) {
+    cfg.train.eval_batches = req.batches;
+    given.push_back(fmt::format("--batches {}", req.batches));
+  }
   if (!req.data.empty()) cfg.data.valid = req.data;
+  if (!given.empty()) cfg.source = fmt::format("{} with echo_eval {}", cfg.source, fmt::join(given, " "));
   ECHO_INPUT_CHECK(!cfg.data.valid.empty(), "no evaluation data: pass --data PREFIX (the config has no data.valid)");
   const int mb = cfg.train.micro_batch;
   ECHO_INPUT_CHECK(cfg.train.global_batch % (mb * dp) == 0,

@@ -156,6 +156,20 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   if (later > 0) ECHO_INFO("train", "resuming at step {}: dropped {} metrics lines logged after it", last_step, later);
 }
 
+bool logged_eval_at(const std::string& path, int64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path);
+  ECHO_INPUT_CHECK(in.good(), "cannot read the metrics file '{}': {}", path, std::strerror(errno));
+  for (std::string text; std::getline(in, text);) {
+    const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("val_loss") && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() == step)
+      return true;
+  }
+  return false;
+}
+
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left) {
   const long s = std::lround(std::max(0.0, seconds_left));
   const double tps = m.tokens_per_s;

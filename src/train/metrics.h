@@ -65,6 +65,10 @@ class MetricsLog {
 // Rewrites the file atomically; nothing to do when it does not exist.
 void truncate_metrics(const std::string& path, int64_t last_step);
 
+// Whether the metrics file holds a validation line of `step` (read only; false when the file does
+// not exist). A stop during an evaluation saves the step without one, and the resume owes it.
+bool logged_eval_at(const std::string& path, int64_t step);
+
 // "step   120/1000 | loss 3.4567 | lr 3.00e-04 | 12.3k tok/s | ETA 01:02:03"
 std::string progress_line(const StepMetrics& m, int64_t total_steps, double seconds_left);
 

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -138,6 +139,15 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
+  // A run.out_dir so long that a checkpoint's files cannot be named failed at the first save,
+  // after the steps before it; refused before anything is created.
+  const std::string longest = longest_checkpoint_path(cfg.run.out_dir, cfg.train.steps);
+  ECHO_INPUT_CHECK(longest.size() < PATH_MAX,
+                   "'run.out_dir' is {} characters long: a checkpoint's files would be named by paths of up to {} "
+                   "characters (run.out_dir followed by {}), over this system's limit of {} (PATH_MAX); choose a "
+                   "shorter run.out_dir",
+                   cfg.run.out_dir.size(), longest.size(), input_excerpt(longest.substr(cfg.run.out_dir.size())),
+                   PATH_MAX - 1);
   const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world, run_lock_);
   // What start-up can refuse from files alone (the checkpoint to resume and its config, the data,
   // run.init_from's config.json) is checked before the model is allocated: with the default
@@ -216,23 +226,33 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   }
   // A signal during start-up ends the run before it changes the directory: an --overwrite keeps
   // the old run, a --resume its metrics (run() then stops before the first step). So does a
-  // resume of a run already at train.steps, which has nothing to train.
+  // resume of a run already at train.steps, which has nothing to train (unless it owes the
+  // evaluation of its last step, below).
   stopped_in_start_up_ = StopSignal().requested_at_start_up(world.world);
+  // A stop during an evaluation abandons it and saves the step without its val_loss line: the
+  // resume owes that evaluation (the same batches, the same weights: the number the run would
+  // have logged). Only rank 0 reads metrics.jsonl; the verdict is broadcast below.
+  const bool eval_due_at_resume = mode == RunDirMode::resume && start_step_ > 0 && valid_loader_ &&
+                                  cfg.train.eval_interval > 0 && start_step_ % cfg.train.eval_interval == 0;
   // Rank 0 writes the run directory; a failure there (a directory at metrics.jsonl, a full disk)
   // is agreed, so the other ranks raise it too instead of waiting for rank 0 in the first step.
   std::exception_ptr write_failure;
   std::string rank0_write_error;
   bool rank0_input_error = false;
-  if (L.rank == 0 && !stopped_in_start_up_ && start_step_ < cfg.train.steps) {
+  if (L.rank == 0 && !stopped_in_start_up_ && (start_step_ < cfg.train.steps || eval_due_at_resume)) {
     try {
       // --overwrite: the old run goes only now that start-up has succeeded.
       if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
       const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
-      // A resume continues the history from its checkpoint: lines logged after it (by the run
-      // that died) would be repeated.
-      if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
-      metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
-      config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+      // Read first: a resume of a finished run that owes nothing leaves the directory as it was.
+      eval_owed_ = eval_due_at_resume && !logged_eval_at(metrics, start_step_);
+      if (start_step_ < cfg.train.steps || eval_owed_) {
+        // A resume continues the history from its checkpoint: lines logged after it (by the run
+        // that died) would be repeated.
+        if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
+        metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
+        config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+      }
     } catch (const std::exception& e) {
       write_failure = std::current_exception();
       rank0_write_error = dist::error_text(e);
@@ -253,6 +273,11 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     if (write_failure) std::rethrow_exception(write_failure);
     if (rank0_input_error) ECHO_INPUT_FAIL("{}", agreed);
     ECHO_RUN_FAIL("{}", agreed);
+  }
+  if (eval_due_at_resume && !stopped_in_start_up_) {
+    const dist::CollectiveScope watched("the start-up's broadcast of whether the resume owes an evaluation (MPI_Bcast)",
+                                        dist::Patience::slow);
+    MPI_CHECK(MPI_Bcast(&eval_owed_, 1, MPI_C_BOOL, 0, world.world.get()));
   }
   peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();
   logger->info(
@@ -399,6 +424,22 @@ TrainResult Trainer::run(int64_t stop_after) {
                  stopped_in_start_up_ ? ", and the run directory is as it was" : "");
     result.stopped_by_signal = true;
     return result;
+  }
+  if (eval_owed_) {
+    // The evaluation of the checkpoint's step, abandoned by the stop that saved it.
+    const std::optional<double> val = evaluate(stop);
+    if (!val) {
+      logger->warn("stopping at step {} on signal {}; the evaluation of step {} is still owed to the next --resume",
+                   start_step_, stop.received(), start_step_);
+      result.stopped_by_signal = true;
+      return result;
+    }
+    if (world_.layout.rank == 0) {
+      metrics_.eval(start_step_, *val);
+      logger->info("step {:>6}/{} | val_loss {:.4f} (the evaluation a stop abandoned, done on resume)", start_step_,
+                   total, *val);
+    }
+    if (start_step_ >= total) return result;
   }
   if (start_step_ >= total) {
     logger->warn(

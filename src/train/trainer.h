@@ -57,6 +57,8 @@ class Trainer {
   config::Config cfg_;
   const dist::World& world_;
   bool stopped_in_start_up_ = false;  // a signal arrived before start-up ended: nothing was written
+  // Resumed from a step whose evaluation a stop abandoned: run() does that evaluation first.
+  bool eval_owed_ = false;
   RunDirLock run_lock_;  // rank 0: no other echo_train writes this run while this one lives
   model::ModelShape shape_;
   model::MemoryPlan memory_plan_;  // per rank, checked at start-up and logged against the peak

@@ -68,6 +68,11 @@ if [[ -n $avail_kib ]] && ((avail_kib < 26 * 1024 * 1024)); then
 fi
 runs "echo_bench machine" "$work/bench.jsonl" "${bench[@]}" --sizes 1K --iters 1 --warmup 0 --json "$work/bench.jsonl"
 refused "echo_bench unknown transport" "--transport: tcp not in {mpi,shm}" "${bench[@]}" --sizes 1K --transport tcp
+refused "echo_bench odd size" "--sizes: 3 bytes is not a whole number of 16-bit values" "${bench[@]}" --sizes 1K,3
+# An empty value (an unset shell variable) is refused by every program, not taken as a file named ''.
+refused "echo_bench empty --json" "--json: an empty value (an unset shell variable?)" "${bench[@]}" --sizes 1K --json ''
+refused "echo_quant_bench empty --json" "--json: an empty value" "$build/echo_quant_bench" --mib 1 --json ''
+refused "echo_s3r_bench empty --json" "--json: an empty value" "$build/echo_s3r_bench" --json ""
 # Over shm with 2 ranks: every rank's output identical, the time split in the JSON.
 runs "echo_bench shm" "$work/shm.jsonl" "${mpirun[@]}" -np 2 "$build/echo_bench" --sizes 64K --iters 2 --warmup 1 \
   --transport shm --json "$work/shm.jsonl"
@@ -124,6 +129,9 @@ refused "echo_s3r_bench seq not dividing tokens" "--seq 100 must divide --tokens
   "$build/echo_s3r_bench" --tokens 256 --seq 100 --shapes 16x32
 refused "echo_s3r_bench unknown mode" "--modes: 'foo' is not one of fp32, rtne, sr, s3r, dx_only, two_way" \
   "${s3r[@]}" --shapes 16x32 --modes foo
+# OpenBLAS caps the thread count at its build's maximum silently; the header would misreport it.
+refused "echo_s3r_bench blas threads past OpenBLAS's maximum" "--blas-threads 100000: this OpenBLAS runs at most" \
+  "${s3r[@]}" --shapes 16x32 --modes fp32 --blas-threads 100000
 
 # echo_checkpoint_bench given a directory that holds a training run writes into a new directory
 # inside it and removes only that: the run's files and checkpoints survive (it used to remove the
@@ -158,6 +166,15 @@ else ok "echo_checkpoint_bench in new nested directories removes every level it 
 refused "echo_checkpoint_bench dir is a file" "--dir '$run/metrics.jsonl' is not a directory" "${ckpt[@]}" \
   --dir "$run/metrics.jsonl"
 [[ $(cat "$run/metrics.jsonl" 2>/dev/null) == metrics ]] || bad "echo_checkpoint_bench --dir a file: it changed" ""
+# The TP size is the number of ranks: a layout the model cannot take names that, not a --set the
+# user never typed, and a --set of parallel.tp is refused; neither leaves a directory behind.
+refused "echo_checkpoint_bench at 3 ranks" "the number of ranks (3)" "${mpirun[@]}" -np 3 \
+  "$build/echo_checkpoint_bench" "$src/configs/model_bench.yaml" --dir "$work/np3"
+refused "echo_checkpoint_bench --set parallel.tp" \
+  "--set parallel.tp=1: echo_checkpoint_bench sets 'parallel.tp' from the number of ranks; use that instead" \
+  "${ckpt[@]}" --set parallel.tp=1 --dir "$work/np3"
+[[ ! -e $work/np3 ]] && ok "echo_checkpoint_bench refused: no directory left" ||
+  bad "echo_checkpoint_bench refused: $work/np3 left behind" "$(find "$work/np3")"
 
 # CUDA builds: echo_ipc_bench refuses bad arguments before it looks for a device.
 if [[ -x "$build/echo_ipc_bench" ]]; then

@@ -63,5 +63,14 @@ TEST(Sizes, RefusesNegativeZeroAndMalformedSizesInWords) {
   EXPECT_NE(error_of([] { parse_sizes("1K..1M", 1); }).find("step factor must be >= 2"), std::string::npos);
 }
 
+TEST(Sizes, RefusesAnOddByteCountOfA16BitMessage) {
+  EXPECT_NO_THROW(require_16bit_values(parse_sizes("2,4K,1M"), "--sizes"));
+  EXPECT_EQ(error_of([] { require_16bit_values(parse_sizes("4K,3"), "--sizes"); }),
+            "--sizes: 3 bytes is not a whole number of 16-bit values (sizes are bytes of a bf16 message); give an "
+            "even size");
+  EXPECT_NE(error_of([] { require_16bit_values(parse_sizes("1..64"), "--sizes"); }).find("--sizes: 1 bytes"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace echo::bench

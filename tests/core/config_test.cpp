@@ -447,13 +447,20 @@ TEST_F(ConfigFile, WrongTypesNameKeyAndValue) {
               StartsWith(at(2) + "'run.seed' must be a non-negative integer, got '-1'"));
   EXPECT_THAT(load_error({"comm:", "  bits:"}),
               StartsWith(at(2) + "'comm.bits' must be an integer, got an empty value"));
-  // An integer too large for its field is out of range, not "not an integer".
+  // An integer too large for its field is out of range, not "not an integer", and named by the
+  // key's own rule where that refuses it, else by the type's bound on the side it was crossed
+  // (never a range such as [-2147483648, 2147483647] for a key that must be >= 1).
   EXPECT_THAT(load_error({"model:", "  vocab_size: 99999999999"}),
-              StartsWith(at(2) + "'model.vocab_size' = 99999999999 is out of range: it must lie in [-2147483648, "
-                                 "2147483647]"));
+              StartsWith(at(2) + "'model.vocab_size' = 99999999999 must be <= 16777216 (token ids index a table of "
+                                 "at most 2^24 entries)"));
+  EXPECT_THAT(load_error({"train:", "  steps: -99999999999999999999"}),
+              StartsWith(at(2) + "'train.steps' = -99999999999999999999 must be >= 1"));
+  EXPECT_THAT(
+      load_error({"train:", "  steps: 99999999999999999999999"}),
+      StartsWith(at(2) + "'train.steps' = 99999999999999999999999 is too large: it must be at most 2147483647"));
   EXPECT_THAT(load_error({"run:", "  seed: 99999999999999999999"}),
-              StartsWith(at(2) + "'run.seed' = 99999999999999999999 is out of range: it must lie in [0, "
-                                 "18446744073709551615]"));
+              StartsWith(at(2) + "'run.seed' = 99999999999999999999 is too large: it must be at most "
+                                 "18446744073709551615"));
   // A leading zero is octal to yaml-cpp and YAML 1.1 (train.steps: 010 ran 8 steps), decimal to
   // YAML 1.2: refused, as file values and as --set ones.
   EXPECT_THAT(load_error({"train:", "  steps: 010"}),

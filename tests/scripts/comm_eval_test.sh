@@ -2,7 +2,9 @@
 # scripts/comm_eval.py on a checkpoint sweep_test.sh left in WORK (ctest fixture sweep_runs): six
 # rows, the 16-bit row equal to echo_eval run by hand, each Δ column recomputed here from the
 # JSON, 8-bit rows closer to 16-bit than the uncompensated 4-bit row; a missing checkpoint is
-# refused naming it; a Ctrl-C before the first row is one line.
+# refused naming it; an --out that cannot be written is refused before the first row; a run directory
+# still training is evaluated at one step in every row (a stand-in echo_eval); a Ctrl-C before the
+# first row is one line.
 #   comm_eval_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
 src=$1 build=$2 work=$3; shift 3
@@ -56,6 +58,40 @@ refused "is a file of the dataset $work/ds/valid" "$run" --data "$work/ds/valid"
 refused "$work/notes.md exists and is not an earlier comm_eval.py output" "$run" --out "$work/notes"
 [[ $(snapshot) == "$sum_before" ]] ||
   fail "a refused --out changed a file"
+# An --out that cannot be written is refused before the first row (the files are written after the last):
+# a folder as the prefix, PREFIX.md a folder, a file where a folder of the path should be.
+mkdir -p "$work/outdir" "$work/outmd.md"
+refused "--out $work/outdir/: is a folder; --out is a prefix, e.g. $work/outdir/comm-eval for" "$run" --out "$work/outdir/"
+refused "--out $work/outdir: is a folder; --out is a prefix" "$run" --out "$work/outdir"
+refused "--out $work/outmd: $work/outmd.md is a folder" "$run" --out "$work/outmd"
+refused "--out $work/notes.md/sub/x: $work/notes.md is not a folder, so $work/notes.md/sub cannot be made" \
+  "$run" --out "$work/notes.md/sub/x"
+# A run directory is resolved once, to its newest complete checkpoint, and every row evaluates that one:
+# here a stand-in echo_eval saves a newer checkpoint after each row, as a run still training does (each
+# echo_eval resolving the run directory itself evaluated a different step per row). step_6 is not an
+# echo name and step_00000008 has no COMPLETE: neither is picked, as echo_eval picks neither.
+hr=$work/training-run
+rm -rf "$hr" && mkdir -p "$hr"/checkpoints/{step_00000002,step_00000004,step_6,step_00000008}
+touch "$hr"/checkpoints/{step_00000002,step_00000004,step_6}/COMPLETE
+printf '#!/bin/bash\nshift 2; exec "$@"\n' > "$work/np-dropped.sh"  # a launcher that runs one rank
+cat > "$work/training-eval.sh" <<'SH'
+#!/bin/bash
+# echo_eval stand-in: logs the checkpoint it was given, writes a result, and the run saves a newer step.
+echo "$1" >> "${0%/*}/evaluated.txt"
+n=$(ls "${0%/*}/training-run/checkpoints" | wc -l)
+mkdir -p "${0%/*}/training-run/checkpoints/step_0000010$n" && touch "${0%/*}/training-run/checkpoints/step_0000010$n/COMPLETE"
+printf '{"loss":2.5,"ppl":12.18,"step":4,"tokens":64,"data":"d","batches":1,"micro_batch":1,"num_micro":1,"seq_len":32}\n' > "${@: -1}"
+SH
+chmod +x "$work/training-eval.sh" && rm -f "$work/evaluated.txt"
+msg=$("$PY" "$src/scripts/comm_eval.py" "$hr" --np 2 --out "$work/hr" --echo-eval "$work/training-eval.sh" \
+      --mpirun "$work/np-dropped.sh" 2>&1) || fail "comm_eval.py on a run still training: $msg"
+[[ $(sort -u "$work/evaluated.txt") == "$hr/checkpoints/step_00000004" && $(wc -l < "$work/evaluated.txt") -eq 6 ]] ||
+  fail "the rows evaluated different checkpoints: $(cat "$work/evaluated.txt")"
+[[ $msg == *"comm_eval: $hr is a run directory: every row evaluates its newest complete checkpoint, step 4 ($hr/checkpoints/step_00000004)"* ]] ||
+  fail "comm_eval.py does not say which checkpoint it evaluates: $msg"
+grep -qF "Checkpoint \`$hr/checkpoints/step_00000004\` (step 4)" "$work/hr.md" || fail "the table does not name the step: $(head -3 "$work/hr.md")"
+rm -rf "$hr"/checkpoints/step_0000000[24] "$hr"/checkpoints/step_000001*  # left: step_6, step_00000008
+refused "$hr: a run directory without a complete checkpoint (none under $hr/checkpoints carries a COMPLETE marker)" "$hr" --out "$work/hr"
 # An earlier comm_eval output is overwritten: past the check, the rows run (here: fail at once).
 msg=$("$PY" "$src/scripts/comm_eval.py" "$run" --np 2 --out "$out" --mpirun false 2>&1); rc=$?
 [[ $rc -eq 1 && $msg == *"echo_eval exited"* ]] || fail "rerun into an earlier output: exit $rc: $msg"

@@ -29,8 +29,10 @@ run bf16 4 1 4 1.9; run bf16 4 2 4 2.1; run bf16 4 3 4 2.3
 run echo4 4 1 4 1.881; run echo4 4 2 4 2.163; run echo4 4 3 3 9.9
 # Depth 8: echo4 stopped right after the mid-run validation at step 3 of 4 (train.steps): left out.
 run bf16 8 1 4 1.8; run echo4 8 1 3 1.7 3
-# ... and one whose last validation is not at train.steps (eval_interval does not divide it).
-run echo4 8 2 4 1.7 2
+# ... and one whose last validation is not at train.steps (eval_interval 3 does not divide 4: no final one).
+run echo4 8 2 4 1.7 3 && printf 'train:\n  steps: 4\n  eval_interval: 3\n' > "$work/study/echo4/layers=8_seed=2/config.yaml"
+# ... and one at its last step whose final evaluation (owed: eval_interval 2 divides 4) a stop signal abandoned.
+run echo4 8 3 4 1.7 2
 # Depth 16: a metrics.jsonl cut off mid-line (a run killed while writing): listed, not fatal.
 run bf16 16 1 4 1.6 && printf '{"step":5,"lo' >> "$work/study/bf16/layers=16_seed=1/metrics.jsonl"
 out=$("$PY" "$src/scripts/depth_report.py" "$work/study" 2>&1) || { echo "$out"; fail "depth_report.py exited non-zero"; }
@@ -41,8 +43,10 @@ grep -q '^| 2 | 0.67 ± 0.58 % |$' "$md" || fail "depth-2 gap row wrong: $(grep 
 grep -q '^| 4 | 1.00 ± 2.83 % (n=2) |$' "$md" || fail "depth-4 gap row wrong: $(grep '^| 4 ' "$md" | tail -1)"
 grep -q 'echo4/layers=4_seed=3 (step 3 of 4)' "$md" || fail "the unfinished run is not listed"
 grep -q 'echo4/layers=8_seed=1 (step 3 of 4)' "$md" || fail "a run stopped after a mid-run validation is not listed"
-grep -q 'echo4/layers=8_seed=2 (no validation at step 4, the last at step 2; ' "$md" ||
-  fail "a run without its final validation is not listed with the reason"
+grep -q 'echo4/layers=8_seed=2 (no validation at step 4, the last at step 3; train.eval_interval must divide train.steps)' "$md" ||
+  fail "a run without its final validation (eval_interval does not divide train.steps) is not listed with the reason"
+grep -q 'echo4/layers=8_seed=3 (final evaluation missing: no validation at step 4, the last at step 2; the run stopped during it: rerun it with --resume)' "$md" ||
+  fail "a run whose final evaluation was abandoned is not listed as 'final evaluation missing': $(grep -o 'echo4/layers=8_seed=3 ([^)]*)' "$md")"
 grep -q '^| 8 | – |$' "$md" || fail "depth-8 gap row counts the run stopped mid-way: $(grep '^| 8 ' "$md" | tail -1)"
 grep -q 'bf16/layers=16_seed=1 (bad metrics.jsonl: .*:6: not a JSON line)' "$md" ||
   fail "the run with a cut metrics.jsonl is not listed with its reason"
@@ -70,9 +74,11 @@ run bf16 2 1 4 2.0 4 4 "$h"; run bf16 2 2 4 0 4 4 "$h"; run bf16 2 3 4 NaN 4 4 "
 run echo4 2 1 4 2.02 4 4 "$h"; run echo4 2 2 4 2.2 4 4 "$h"; run echo4 2 3 4 2.4 4 4 "$h"
 run echo4 2 4 4 2.4 4 4 "$h" && printf 'train:\n  steps: 4\xff\n' > "$h/echo4/layers=2_seed=4/config.yaml"
 run echo4 2 5 4 2.4 4 4 "$h" && printf 'train:\n  steps: 4\n  steps: 4\n' > "$h/echo4/layers=2_seed=5/config.yaml"
+run echo4 2 6 4 Infinity 4 4 "$h"
 msg=$("$PY" "$src/scripts/depth_report.py" "$h" 2>&1) || fail "hostile runs: exit non-zero: $msg"
 [[ $msg != *Traceback* && $msg == *"bf16/layers=2_seed=2 (final validation loss is 0, not a positive finite number)"* &&
-   $msg == *"bf16/layers=2_seed=3 (final validation loss is nan, not a positive finite number)"* &&
+   $msg == *"bf16/layers=2_seed=3 (diverged: $h/bf16/layers=2_seed=3/metrics.jsonl:5: 'val_loss' of a validation line is NaN, not a finite number (the run diverged))"* &&
+   $msg == *"echo4/layers=2_seed=6 (diverged: $h/echo4/layers=2_seed=6/metrics.jsonl:5: 'val_loss' of a validation line is Infinity, not a finite number (the run diverged))"* &&
    $msg == *"echo4/layers=2_seed=4 (config.yaml unreadable: not UTF-8 text)"* &&
    $msg == *"echo4/layers=2_seed=5 (config.yaml has the key 'steps' twice (line 3))"* ]] ||
   fail "hostile runs not listed with their reasons: $msg"
@@ -82,4 +88,10 @@ rm -rf "$h/bf16" && run bf16 2 1 4 2.0 4 4 "$h" && printf 'train:\n  steps: 4\nt
 msg=$("$PY" "$src/scripts/depth_report.py" "$h" 2>&1) && fail "a baseline with a duplicate key was accepted"
 [[ $msg != *Traceback* && $msg == *"baseline setting 'bf16' (not finished: bf16/layers=2_seed=1 (config.yaml has the key 'train' twice (line 3))"* ]] ||
   fail "the duplicate key of the baseline's run is not named: $msg"
+# Two folders that are one layers and seed (layers=02 and layers=2): one result would replace the other in
+# silence; refused, naming both.
+run bf16 2 1 4 2.0 4 4 "$work/twice"; run bf16 02 1 4 2.5 4 4 "$work/twice"
+msg=$("$PY" "$src/scripts/depth_report.py" "$work/twice" 2>&1) && fail "layers=02 and layers=2 were accepted as one run"
+[[ $msg == "depth_report: bf16/layers=02_seed=1 and bf16/layers=2_seed=1 are both layers 2, seed 1; remove or rename one of them" ]] ||
+  fail "layers=02 and layers=2: $msg"
 echo "ok: depth_report.py tables and figure"

@@ -2,7 +2,8 @@
 # scripts/plot.py on hand-made runs: one label for two runs refused, and one run given twice (also
 # as RUN/metrics.jsonl, with a trailing slash or through a link); labels that are one file name
 # ('x y' and 'x-y') get a telemetry PNG each; --labels counted against sweep CSV
-# files; a metrics.jsonl whose last line was cut off plotted up to it, with a warning.
+# files; a metrics.jsonl whose last line was cut off plotted up to it, with a warning; non-finite
+# losses refused by file and line, values beyond +-1e300 refused, values up to +-1e300 plotted.
 #   plot_input_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
@@ -63,4 +64,38 @@ msg=$(plot --depth "$work/short.csv") && fail "a short depth CSV row was accepte
 "$PY" -c 'import sys; sys.stdout.write("[" * 100000 + "]" * 100000 + "\n{\"step\":1,\"loss\":1,\"tokens_per_s\":1}\n")' > "$work/deep.jsonl"
 msg=$(plot "$work/deep.jsonl") && fail "a metrics line nested 100,000 deep was accepted"
 [[ $msg == "plot: $work/deep.jsonl:1: not a JSON line" ]] || fail "deeply nested metrics line: $msg"
+# Non-finite losses are refused naming the file and line (the run diverged); values beyond +-1e300 (matplotlib
+# cannot place them on an axis: a traceback) are refused naming the file and step or point; values up to
+# +-1e300 are plotted (their squares and sums overflowed to nan in the smoothing).
+for v in Infinity -Infinity NaN; do
+  printf '{"step":1,"loss":3.0,"tokens_per_s":1}\n{"step":2,"loss":%s,"tokens_per_s":1}\n' "$v" > "$work/nf.jsonl"
+  msg=$(plot "$work/nf.jsonl") && fail "a training loss of $v was plotted"
+  [[ $msg == "plot: $work/nf.jsonl:2: 'loss' of a training line is $v, not a finite number (the run diverged)" ]] ||
+    fail "training loss $v: $msg"
+done
+printf '{"step":1,"loss":3.0,"tokens_per_s":1}\n{"step":1,"val_loss":Infinity}\n' > "$work/nf.jsonl"
+msg=$(plot "$work/nf.jsonl") && fail "a validation loss of Infinity was plotted"
+[[ $msg == "plot: $work/nf.jsonl:2: 'val_loss' of a validation line is Infinity, not a finite number (the run diverged)" ]] ||
+  fail "validation loss Infinity: $msg"
+printf '{"step":1,"loss":3.0,"tokens_per_s":1}\n{"step":2,"loss":-1e308,"tokens_per_s":1}\n{"step":3,"loss":1e308,"tokens_per_s":1}\n' > "$work/huge.jsonl"
+msg=$(plot "$work/huge.jsonl") && fail "a training loss of -1e308 was plotted"
+[[ $msg == "plot: $work/huge.jsonl: the training loss of step 2 is -1e+308, beyond ±1e+300: too large to plot (did the run diverge?)" ]] ||
+  fail "training loss -1e308: $msg"
+printf '{"step":1,"loss":1e300,"tokens_per_s":1}\n{"step":2,"loss":-1e300,"tokens_per_s":1}\n{"step":3,"loss":1e300,"tokens_per_s":1}\n{"step":3,"val_loss":-1e300}\n' > "$work/big.jsonl"
+rm -f "$work/out/loss.png"
+msg=$(plot "$work/big.jsonl" --labels big) || fail "losses of +-1e300 were refused: $msg"
+[[ $msg != *Warning* && -s $work/out/loss.png && $msg == *"big: step 3, tail-100 loss 3.3333e+299, last val loss -1.0000e+300 (step 3)"* ]] ||
+  fail "losses of +-1e300: $msg"
+sweep_csv() { printf 'point,optim.lr,status,final_val_loss\n'; printf '%s\n' "$@"; }
+sweep_csv p1,0.001,done,1e308 p2,0.002,done,-1e308 > "$work/huge.csv"
+msg=$(plot --sweep "$work/huge.csv" --sweep-x optim.lr) && fail "a sweep loss of 1e308 was plotted"
+[[ $msg == "plot: $work/huge.csv: point p1: final_val_loss is 1e+308, beyond ±1e+300: too large to plot (did it diverge?)" ]] ||
+  fail "sweep loss 1e308: $msg"
+sweep_csv p1,0.001,done,nan > "$work/nan.csv"
+msg=$(plot --sweep "$work/nan.csv" --sweep-x optim.lr) && fail "a sweep loss of nan was plotted"
+[[ $msg == "plot: $work/nan.csv: point p1: final_val_loss is nan, not a finite number" ]] || fail "sweep loss nan: $msg"
+sweep_csv p1,0.001,done,1e300 p2,0.001,done,-1e300 p3,0.002,done,-1e300 > "$work/big.csv"
+msg=$(plot --sweep "$work/big.csv" --sweep-x optim.lr) || fail "sweep losses of +-1e300 were refused: $msg"
+[[ $msg == *"optim.lr=0.001: final val loss 0.0000 ± 1.4142e+300 (n=2)"* && $msg != *Warning* ]] ||
+  fail "sweep losses of +-1e300: $msg"
 echo "ok: plot.py labels and cut metrics lines"

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The study scripts' argument handling, without training: depth_study.sh and eta_lr_study.sh
-# refuse an option without its value; depth_study.sh --echo-train replaces the out-root's copy
-# of echo_train (kept without --echo-train); s3r_compare.sh with a stand-in echo_train writes its
-# table to --out only when every run finished (keeping a replaced file's mode), and a failed run
-# names a log that exists.
+# refuse an option without its value or with an empty one, an empty or malformed --layers /
+# --seeds, and a missing --echo-train, before making anything; run from a copy of the scripts
+# with stand-ins for sweep.py, depth_report.py and plot.py (they log their arguments, the grid
+# and LC_ALL), depth_study.sh sweeps each depth and seed, --echo-train replaces the out-root's
+# copy of echo_train (kept without --echo-train), and both studies run in the C locale.
+# s3r_compare.sh with a stand-in echo_train writes its table to --out only when every run
+# finished (keeping a replaced file's mode), a failed run names a log that exists, paths with a
+# space work, a comma-decimal locale (de_DE, built with localedef) gives the same table, and bad
+# STEPS / options are refused before anything runs.
 #   study_scripts_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
@@ -13,11 +18,41 @@ for s in depth_study eta_lr_study; do
   msg=$(bash "$src/scripts/$s.sh" --out-root 2>&1); rc=$?
   ((rc == 2)) || fail "$s.sh --out-root without a value: exit $rc, not 2: $msg"
   [[ $msg == "$s.sh: --out-root needs a value" ]] || fail "$s.sh --out-root without a value says: $msg"
+  msg=$(bash "$src/scripts/$s.sh" --out-root "" 2>&1); rc=$?
+  ((rc == 2)) || fail "$s.sh --out-root '': exit $rc, not 2: $msg"
+  [[ $msg == "$s.sh: --out-root needs a value, not an empty one" ]] || fail "$s.sh --out-root '' says: $msg"
+  msg=$(bash "$src/scripts/$s.sh" --out-root "$work/$s-none" --echo-train "$work/none" 2>&1); rc=$?
+  [[ $rc == 2 && $msg == "$s.sh: --echo-train $work/none: no executable file there" && ! -e $work/$s-none ]] ||
+    fail "$s.sh --echo-train MISSING: exit $rc: $msg"
 done
 
 msg=$(bash "$src/scripts/depth_study.sh" --steps 7 --out-root "$work/d7" 2>&1) && fail "depth_study.sh --steps 7 ran"
 [[ $msg == *"--steps 7: not a multiple of the configs' train.eval_interval (150)"* && ! -e $work/d7 ]] ||
   fail "depth_study.sh --steps 7: $msg"
+# refused OPTION VALUE MESSAGE: depth_study.sh exits 2 with that message and makes nothing.
+refused() {
+  msg=$(bash "$src/scripts/depth_study.sh" --out-root "$work/dbad" "$1" "$2" 2>&1); rc=$?
+  [[ $rc == 2 && $msg == "depth_study.sh: $3" && ! -e $work/dbad ]] ||
+    fail "depth_study.sh $1 '$2': exit $rc, made $work/dbad: $(ls -d "$work/dbad" 2>&1), says: $msg"
+}
+refused --seeds "" "--seeds needs a value, not an empty one"
+refused --layers "" "--layers needs a value, not an empty one"
+refused --layers " " "--layers ' ' lists no number"
+refused --steps "" "--steps needs a value, not an empty one"
+refused --steps 3x "--steps 3x: not a whole number >= 1 (at most 9 digits, no leading zero)"
+refused --steps 0150 "--steps 0150: not a whole number >= 1 (at most 9 digits, no leading zero)"
+refused --seeds "1,2" \
+  "--seeds '1,2': '1,2' is not a whole number >= 0 (at most 9 digits, no leading zero; separated by spaces: --seeds \"1 2 3\")"
+refused --layers "2 0" \
+  "--layers '2 0': '0' is not a whole number >= 1 (at most 9 digits, no leading zero; separated by spaces: --layers \"1 2 3\")"
+refused --layers "*" \
+  "--layers '*': '*' is not a whole number >= 1 (at most 9 digits, no leading zero; separated by spaces: --layers \"1 2 3\")"
+refused --seeds "1 2 1" "--seeds '1 2 1' lists 1 twice"
+refused --echo-train "$work" "--echo-train $work: no executable file there"
+touch "$work/a-file"
+msg=$(bash "$src/scripts/depth_study.sh" --out-root "$work/a-file" 2>&1); rc=$?
+[[ $rc == 2 && $msg == "depth_study.sh: --out-root $work/a-file is not a folder" ]] ||
+  fail "depth_study.sh --out-root FILE: exit $rc: $msg"
 
 # Stand-ins for echo_train: fail prints its name and fails; ok writes val_loss 2.00SEED to run.out_dir.
 printf '#!/bin/sh\necho fail-1; exit 1\n' > "$work/fail1"
@@ -32,16 +67,58 @@ mkdir -p "$dir" && printf '{"step":4,"loss":2.5}\n{"step":4,"val_loss":2.00%s}\n
 SH
 chmod +x "$work"/fail1 "$work"/fail2 "$work"/ok
 
-# depth_study.sh with no layers trains nothing (and its report fails): only the copy is looked at.
-study() { bash "$src/scripts/depth_study.sh" --out-root "$work/depth" --layers "" "$@" 2>&1; }
-study --echo-train "$work/fail1" >/dev/null
+# The study scripts run from a copy of the repository whose sweep.py, depth_report.py and plot.py
+# log a line each to $STUDY_CALLS: NAME LC_ALL=VALUE ARGS | the grid file (sweep.py's second argument).
+repo=$work/repo
+mkdir -p "$repo/scripts" "$repo/configs/depth"
+cp "$src"/scripts/{depth_study,eta_lr_study,study_common}.sh "$repo/scripts/"
+cp "$src/configs/depth/bf16.yaml" "$repo/configs/depth/"
+for py in sweep depth_report plot; do
+  cat > "$repo/scripts/$py.py" <<'PY'
+import os, sys
+grid = open(sys.argv[2]).read().strip().replace("\n", "; ") if len(sys.argv) > 2 and os.path.isfile(sys.argv[2]) else ""
+with open(os.environ["STUDY_CALLS"], "a") as f:
+    f.write(f"{os.path.basename(sys.argv[0])} LC_ALL={os.environ.get('LC_ALL')} {' '.join(sys.argv[1:])} | {grid}\n")
+PY
+done
+export STUDY_CALLS=$work/calls
+msg=$(bash "$repo/scripts/depth_study.sh" --out-root "$work/depth" 2>&1) && fail "depth_study.sh ran without an echo_train"
+[[ $msg == "depth_study.sh: no echo_train at $repo/build/echo_train (build it, or name one with --echo-train) and no copy in $work/depth" ]] ||
+  fail "depth_study.sh without an echo_train says: $msg"
+[[ ! -e $work/depth && ! -e $STUDY_CALLS ]] || fail "depth_study.sh without an echo_train made $work/depth or ran sweep.py"
+
+# The sweeps of --layers "2 4" --seeds "1 2", under a caller's LC_ALL that is not C.
+LC_ALL=de_DE.UTF-8 bash "$repo/scripts/depth_study.sh" --out-root "$work/depth" --layers "2 4" --seeds "1 2" \
+  --echo-train "$work/fail1" >/dev/null 2>&1 || fail "depth_study.sh with stand-ins failed"
+[[ $(grep -c '^sweep.py ' "$STUDY_CALLS") == 24 ]] ||
+  fail "depth_study.sh --layers '2 4' --seeds '1 2': not 2 x (2 x 4 + 4) sweeps: $(cat "$STUDY_CALLS")"
+grep -qF "sweep.py LC_ALL=C $repo/configs/depth/nocomp4.yaml " "$STUDY_CALLS" &&
+  grep -qF " --out-root $work/depth/nocomp4 --echo-train $work/depth/echo_train | model.layers: [4]; run.seed: [2]" \
+    "$STUDY_CALLS" &&
+  grep -qF " --out-root $work/depth/echo8 --echo-train $work/depth/echo_train | model.layers: [4]; run.seed: [1, 2]" \
+    "$STUDY_CALLS" &&
+  [[ $(tail -1 "$STUDY_CALLS") == "depth_report.py LC_ALL=C $work/depth | " ]] ||
+  fail "depth_study.sh's sweeps: $(cat "$STUDY_CALLS")"
+grep -v '^[a-z_]*\.py LC_ALL=C ' "$STUDY_CALLS" && fail "depth_study.sh ran a tool outside the C locale"
 cmp -s "$work/fail1" "$work/depth/echo_train" || fail "depth_study.sh did not copy --echo-train"
+
+# --echo-train replaces the copy (saying so), none keeps it.
+study() { bash "$repo/scripts/depth_study.sh" --out-root "$work/depth" --layers 2 --seeds 1 "$@" 2>&1; }
 msg=$(study --echo-train "$work/fail2")
 cmp -s "$work/fail2" "$work/depth/echo_train" || fail "depth_study.sh kept its old echo_train over --echo-train"
 [[ $msg == *"replacing $work/depth/echo_train with --echo-train $work/fail2"* ]] ||
   fail "depth_study.sh replaced echo_train without saying so: $msg"
 study >/dev/null
 cmp -s "$work/fail2" "$work/depth/echo_train" || fail "depth_study.sh without --echo-train replaced its copy"
+[[ -x $work/depth/echo_train && $(ls "$work/depth") == echo_train ]] ||
+  fail "depth_study.sh's copy of echo_train: $(ls -l "$work/depth")"
+
+rm -f "$STUDY_CALLS"
+LC_ALL=de_DE.UTF-8 bash "$repo/scripts/eta_lr_study.sh" --out-root "$work/sweeps dir" --echo-train "$work/fail1" \
+  >/dev/null 2>&1 || fail "eta_lr_study.sh with stand-ins failed"
+[[ $(grep -c '^sweep.py LC_ALL=C ' "$STUDY_CALLS") == 3 && $(grep -c '^plot.py LC_ALL=C ' "$STUDY_CALLS") == 2 ]] &&
+  grep -qF " --out-root $work/sweeps dir/lr-echo4 --echo-train $work/sweeps dir/echo_train | " "$STUDY_CALLS" &&
+  cmp -s "$work/fail1" "$work/sweeps dir/echo_train" || fail "eta_lr_study.sh's sweeps and plots: $(cat "$STUDY_CALLS")"
 
 # s3r_compare.sh: a failed run leaves --out as it was and names its log, which exists.
 echo "the old table" > "$work/table.md"
@@ -64,4 +141,58 @@ grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/table.m
 (umask 077 && bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out "$work/new.md" \
   >/dev/null 2>&1) || fail "s3r_compare.sh --out new.md failed"
 [[ $(stat -c %a "$work/new.md") == 600 ]] || fail "a new --out under umask 077 has mode $(stat -c %a "$work/new.md"), not 600"
+
+# Paths with a space (--runs, --out: the title line quotes --out as a shell would), under a
+# comma-decimal locale (bash's printf %f reads 2.001 as a bad number there): de_DE, built here.
+loc=(env)
+if mkdir -p "$work/locale" && localedef -i de_DE -f UTF-8 "$work/locale/de_DE.UTF-8" >/dev/null 2>&1; then
+  loc=(env LOCPATH="$work/locale" LC_ALL=de_DE.UTF-8)
+  [[ $("${loc[@]}" bash -c 'printf %.1f 2,5' 2>/dev/null) == 2,5 ]] ||
+    fail "the de_DE locale built in $work/locale does not use a decimal comma"
+else
+  echo "note: localedef cannot build de_DE here; only checking that the scripts set LC_ALL=C"
+fi
+mkdir -p "$work/with space"
+"${loc[@]}" bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r runs" --echo-train "$work/ok" \
+  --out "$work/with space/t.md" >"$work/space.log" 2>&1 ||
+  fail "s3r_compare.sh with spaces in --runs and --out (${loc[*]}) failed: $(cat "$work/space.log")"
+[[ -s "$work/s3r runs/bf16_1/metrics.jsonl" && -e "$work/s3r runs/bf16_1.log" ]] ||
+  fail "s3r_compare.sh --runs '$work/s3r runs': no run there: $(ls "$work")"
+grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/with space/t.md" &&
+  grep -qF "s3r_compare.sh 4 --out $work/with\\ space/t.md\`." "$work/with space/t.md" ||
+  fail "s3r_compare.sh --out with a space (${loc[*]}): $(cat "$work/with space/t.md")"
+for f in s3r_compare.sh study_common.sh; do
+  grep -q '^export LC_ALL=C' "$src/scripts/$f" || fail "scripts/$f does not export LC_ALL=C"
+done
+
+# Bad arguments: exit 2 with one line naming the problem, before any run (--runs is not made).
+mkdir -p "$work/a-folder"
+s3r_refused() {  # s3r_refused MESSAGE ARGS...
+  local want=$1; shift
+  msg=$(bash "$src/scripts/s3r_compare.sh" --runs "$work/s3r-bad" --echo-train "$work/ok" "$@" 2>&1); rc=$?
+  [[ $rc == 2 && $msg == "s3r_compare.sh: $want" && ! -e $work/s3r-bad ]] ||
+    fail "s3r_compare.sh $*: exit $rc, made $work/s3r-bad: $(ls -d "$work/s3r-bad" 2>&1), says: $msg"
+}
+s3r_refused "STEPS given twice ('1' and '2'): give one number" 1 2
+s3r_refused "STEPS '0' is not a whole number >= 1 without a leading zero (see the header of $src/scripts/s3r_compare.sh)" 0
+s3r_refused "STEPS '01' is not a whole number >= 1 without a leading zero (see the header of $src/scripts/s3r_compare.sh)" 01
+s3r_refused "STEPS '-5' is not a whole number >= 1 without a leading zero (see the header of $src/scripts/s3r_compare.sh)" -5
+s3r_refused "unknown option '--seeds' (see the header of $src/scripts/s3r_compare.sh)" --seeds 1
+s3r_refused "--out $work/a-folder is a folder: give the table's file name (--out DIR/table.md)" --out "$work/a-folder"
+s3r_refused "--out $work/new/ is a folder: give the table's file name (--out DIR/table.md)" --out "$work/new/"
+s3r_refused "--out $work/none/t.md: folder $work/none does not exist" --out "$work/none/t.md"
+s3r_refused "--out /dev/null is not a regular file" --out /dev/null
+s3r_refused "--out needs a value, not an empty one" --out ""
+s3r_refused "--echo-train needs a value, not an empty one" --echo-train ""
+s3r_refused "--out needs a value" --out
+s3r_refused "echo_train $work/none: no executable file there (build it, or name one with --echo-train)" \
+  --echo-train "$work/none"
+s3r_refused "echo_train $work/a-file: no executable file there (build it, or name one with --echo-train)" \
+  --echo-train "$work/a-file"
+msg=$(bash "$src/scripts/s3r_compare.sh" --runs "" 2>&1); rc=$?
+[[ $rc == 2 && $msg == "s3r_compare.sh: --runs needs a value, not an empty one" ]] || fail "s3r_compare.sh --runs '': exit $rc: $msg"
+msg=$(bash "$src/scripts/s3r_compare.sh" --runs "$work/a-file" --echo-train "$work/ok" 2>&1); rc=$?
+[[ $rc == 2 && $msg == "s3r_compare.sh: --runs $work/a-file is not a folder" ]] ||
+  fail "s3r_compare.sh --runs FILE: exit $rc: $msg"
+[[ ! -e $work/a-folder.md && -z $(ls -A "$work/a-folder") ]] || fail "a refused --out left files"
 echo "ok: study scripts' arguments, echo_train copy and s3r_compare.sh --out"

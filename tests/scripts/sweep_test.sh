@@ -4,7 +4,9 @@
 # and the seeds averaged; a second invocation runs nothing; an interrupted point is resumed;
 # --print prints one command line per point; bad grids are refused before anything runs; the
 # hostile-input cases (4b, 5b-5g: a cut metrics line, colliding names, a stale out-root, damaged
-# metrics, odd paths, signals, a base config with a leading zero or a merge key).
+# metrics, odd paths, signals, a base config with a leading zero or a merge key); a point without its
+# final evaluation resumed (4c, 5h), a diverged point (NaN val_loss) listed and not rerun (5h), outputs
+# that are folders refused (5i), --print | head -1 quiet (5j).
 # Leaves its runs in WORK for plot_test.sh (ctest fixture sweep_runs).
 #   sweep_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
@@ -98,6 +100,18 @@ out=$(run_sweep 2>&1); rc=$?
   ok "a finished point with a cut last line: done, with a warning" || bad "finished point, cut line: exit $rc: $out"
 cp "$work/metrics.keep" "$p/metrics.jsonl"
 
+# 4c. A finished point whose final evaluation a stop signal abandoned (the step-4 checkpoint and training line
+# are there, the step-4 val_loss line is not) is not done: it is resumed, and echo_train --resume runs just that
+# evaluation, logging the val_loss the run would have logged (same weights, same batches).
+p=$root/seed=2_eta=0.75
+val4=$(grep '"step":4,"val_loss"' "$p/metrics.jsonl")
+grep -v '"step":4,"val_loss"' "$p/metrics.jsonl" > "$work/m.tmp" && cat "$work/m.tmp" > "$p/metrics.jsonl"
+out=$(run_sweep 2>&1); rc=$?
+[[ -n $val4 && $rc -eq 0 && $out == *"3 finished, 1 to run"* && $out == *"resume seed=2_eta=0.75 (final evaluation missing)"* &&
+   $(grep -c '"val_loss"' "$p/metrics.jsonl") -eq 2 && $(grep '"step":4,"val_loss"' "$p/metrics.jsonl") == "$val4" ]] &&
+  ok "a point without its final evaluation: resumed, the same val_loss logged" ||
+  bad "final evaluation missing: exit $rc, val line '$val4', now: $(grep val_loss "$p/metrics.jsonl" | tr '\n' ' '): $out"
+
 # 5. Bad grids: refused before anything runs, exit != 0, the message names the key.
 check_bad() {  # check_bad GRID_TEXT WORD_IN_MESSAGE
   printf '%s\n' "$1" > "$work/bad.yaml"
@@ -114,7 +128,11 @@ check_bad 'optim.lr: [fast]' "'optim.lr'"
 
 # 5b. Grids that echo_train would refuse at every point, or that would run one folder twice (hostile-input audit).
 check_bad 'data.train: [d/x-y/train, d/x/y/train]' "data.train: 'd/x-y/train' and 'd/x/y/train'"
-check_bad 'optim.lr: [1e-3, 0.001]' "lists one value twice: 1e-3 and 0.001"
+check_bad 'optim.lr: [1e-3, 0.001]' "lists one value twice: '1e-3' and '0.001'"
+# echo_train trims the spaces and tabs around a --set value: 'echo' and 'echo ' would run one config twice.
+check_bad 'comm.allreduce: [echo, "echo "]' "lists one value twice: 'echo' and 'echo ' (echo_train drops the spaces and tabs around a value)"
+check_bad $'data.valid: ["\tv", "v"]' "lists one value twice: '\tv' and 'v' (echo_train drops the spaces and tabs around a value)"
+check_bad 'data.valid: ["  "]' "'data.valid': empty value"
 check_bad 'train.steps: [4.0, 8]' "value '4.0' must be an integer"
 check_bad 'train.steps: [1_0]' "value '1_0' is not a number"
 check_bad 'train.steps: [4, 010]' "value '010' has a leading zero, which YAML readers disagree on (octal in YAML 1.1, decimal in 1.2); write it without: 10"
@@ -235,6 +253,10 @@ check_metrics '{"step":"1","loss":1.5,"tokens_per_s":1}' \
   "'step' of a training line is \"1\", not a non-negative integer"
 check_metrics '{"loss":1.5,"tokens_per_s":1}' "a training line lacks 'step'"
 check_metrics $'\xff\xfe' "not UTF-8 text"
+# Python's json reads NaN and Infinity: a loss of one is a diverged run, not a result.
+check_metrics '{"step":4,"val_loss":NaN}' "'val_loss' of a validation line is NaN, not a finite number (the run diverged)"
+check_metrics '{"step":1,"loss":-Infinity,"tokens_per_s":1}' \
+  "'loss' of a training line is -Infinity, not a finite number (the run diverged)"
 
 # 5f. Exit 1 when a point is unfinished, naming it and why (a point of 2 steps in its own out-root).
 one=("${sweep[@]}" "$work/base.yaml" "$work/one.yaml" --out-root "$work/unfin" --echo-train "$build/echo_train"
@@ -248,6 +270,63 @@ rm "$work/unfin/seed=1/metrics.jsonl"
 out=$("${one[@]}" 2>&1); rc=$?
 [[ $rc -eq 1 && $out == *"seed=1: no metrics.jsonl although a checkpoint exists"* ]] &&
   ok "lost metrics: exit 1, the point named" || bad "lost metrics: exit $rc: $out"
+
+# 5h. Hand-made runs (no training: a stand-in launcher that runs nothing). A point at train.steps whose final
+# evaluation is missing (a stop signal during it: eval_interval 2 divides train.steps 4, no val_loss at 4) is
+# not done: it is resumed (echo_train --resume runs just that evaluation); a point with a NaN or infinite
+# val_loss is diverged: listed, not started again, out of the means; a point of eval_interval 3 (no final
+# evaluation is due) is done without one.
+h=$work/hand
+mkdir -p "$h/seed=1" "$h/seed=2/checkpoints/step_00000004" "$h/seed=3" "$h/seed=4" "$h/eval_interval=3"
+touch "$h/seed=2/checkpoints/step_00000004/COMPLETE"
+steps4() { for s in 1 2 3 4; do printf '{"step":%d,"loss":3.0,"tokens_per_s":100}\n' $s; done; }
+{ steps4; printf '{"step":2,"val_loss":2.5}\n{"step":4,"val_loss":2.4}\n'; } > "$h/seed=1/metrics.jsonl"
+{ steps4; printf '{"step":2,"val_loss":2.5}\n'; } > "$h/seed=2/metrics.jsonl"
+{ steps4; printf '{"step":2,"val_loss":2.5}\n{"step":4,"val_loss":NaN}\n'; } > "$h/seed=3/metrics.jsonl"
+{ steps4; printf '{"step":4,"val_loss":Infinity}\n'; } > "$h/seed=4/metrics.jsonl"
+{ steps4; printf '{"step":3,"val_loss":2.5}\n'; } > "$h/eval_interval=3/metrics.jsonl"
+printf 'run.seed: [1, 2, 3, 4]\n' > "$work/four.yaml"
+printf '#!/bin/bash\nshift 2; exit 0\n' > "$work/no-mpirun.sh"  # -np N dropped, nothing run
+hand=("${sweep[@]}" "$work/base.yaml" "$work/four.yaml" --out-root "$h" --echo-train "$build/echo_train"
+      --mpirun "$work/no-mpirun.sh")
+out=$("${hand[@]}" --print 2>"$work/hand.err"); rc=$?
+err=$(<"$work/hand.err")
+[[ $rc -eq 0 && $(wc -l <<<"$out") -eq 1 && $out == *"--set run.out_dir=$h/seed=2 --resume" &&
+   $err == *"1 of 4 points already finished"* ]] &&
+  ok "--print: a point without its final evaluation is printed (resumed), the finished one is not" ||
+  bad "final evaluation missing, --print: exit $rc: $out // $err"
+[[ $err == *"sweep: seed=3 diverged, not started again ($h/seed=3/metrics.jsonl:6: 'val_loss' of a validation line is NaN, not a finite number (the run diverged))"* &&
+   $err == *"sweep: seed=4 diverged, not started again ($h/seed=4/metrics.jsonl:5: 'val_loss' of a validation line is Infinity, not a finite number (the run diverged))"* ]] &&
+  ok "--print: NaN and infinite val_loss: diverged, named by line, not printed" || bad "diverged, --print: $err"
+out=$("${hand[@]}" 2>&1); rc=$?
+csv=$h/results.csv
+[[ $rc -eq 1 && $out == *"1 finished, 2 diverged, 1 to run"* && $out == *"resume seed=2 (final evaluation missing)"* &&
+   $out == *"3 of 4 points unfinished"* && $out == *"    seed=2: final evaluation missing"* &&
+   $out == *"    seed=3: diverged ($h/seed=3/metrics.jsonl:6: 'val_loss' of a validation line is NaN"* ]] &&
+  grep -q '^seed=2,2,final evaluation missing,4,4,' "$csv" && grep -q '^seed=3,3,"diverged (' "$csv" &&
+  grep -q '^| 1/4 | ' "$h/results.md" &&
+  ok "a sweep: final evaluation missing resumed, diverged points listed, exit 1" ||
+  bad "final evaluation missing / diverged, run: exit $rc: $out; $(cat "$csv")"
+out=$("${sweep[@]}" "$work/base.yaml" <(printf 'train.eval_interval: [3]\n') --out-root "$h" --print 2>&1); rc=$?
+[[ $rc -eq 0 && $out == "# sweep: 1 of 1 points already finished, not printed" ]] &&
+  ok "eval_interval 3 (no final evaluation due): done without one" || bad "eval_interval 3: exit $rc: $out"
+
+# 5i. Outputs that cannot be written are refused before any point runs, naming the path: results.csv or
+# results.md a folder (a traceback after the runs), a point's log a folder (blamed on the launcher).
+rm -f "$h/results.csv" && mkdir "$h/results.csv"
+check_refused "$h/results.csv: is a folder, but the sweep writes its results there; remove or rename it" \
+  "${hand[@]:2}"
+rmdir "$h/results.csv" && rm -f "$h/logs/seed=2.log" && mkdir "$h/logs/seed=2.log"
+check_refused "$h/logs/seed=2.log: is a folder, but the sweep appends the output of seed=2 to it; remove or rename it" \
+  "${hand[@]:2}"
+rmdir "$h/logs/seed=2.log"
+
+# 5j. --print into a reader that stops early (| head -1): no BrokenPipeError traceback (1000 points, 250 kB:
+# more than a pipe holds, so the sweep is still writing when head exits).
+"${sweep[@]}" "$work/base.yaml" <(printf 'run.seed: [%s]\n' "$(seq -s, 1 1000)") --out-root "$work/pipe" --print \
+  2>"$work/pipe.err" | head -1 > "$work/pipe.out"
+[[ $(wc -l < "$work/pipe.out") -eq 1 && ! -s $work/pipe.err ]] && ok "--print | head -1: quiet" ||
+  bad "--print | head -1: $(head -c 600 "$work/pipe.err")"
 
 # 5g. SIGTERM, then SIGINT, to a sweep of long points: forwarded as SIGUSR1 through mpirun to echo_train
 # (a checkpoint, no orphan; SIGTERM made mpirun kill ranks still saving, about 1 run in 4 under load),

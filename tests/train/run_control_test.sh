@@ -186,7 +186,41 @@ grep -q "evaluation abandoned after [0-9]* of 100000 batches: a stop was asked" 
 grep -q "stopping at step 1 on signal 15; checkpoint saved" "$work/run7c.log" ||
   { tail -20 "$work/run7c.log"; fail "no checkpoint of step 1 after a SIGTERM during evaluation"; }
 ! grep -q '"val_loss"' "$work/run/metrics.jsonl" || fail "an abandoned evaluation logged a val_loss"
-echo "a stop during evaluation: abandoned, step 1 saved"
+# The resume owes that evaluation: with train.steps = 1 (the run's last step, as when the stop came
+# during the final evaluation) it runs the evaluation instead of "nothing to train", and logs the
+# number echo_eval gives for the same checkpoint and batches.
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --resume --set data.valid="$work/train" \
+  --set train.eval_interval=1 --set train.eval_batches=3 --set train.steps=1 >"$work/run7d.log" 2>&1 ||
+  { tail -20 "$work/run7d.log"; fail "the resume that owes an evaluation failed"; }
+! grep -q "nothing to train" "$work/run7d.log" || fail "a resume owing an evaluation said nothing to train"
+grep -q "the evaluation a stop abandoned, done on resume" "$work/run7d.log" ||
+  { tail -20 "$work/run7d.log"; fail "the resume did not run the owed evaluation"; }
+owed=$(grep '"val_loss"' "$work/run/metrics.jsonl")
+[[ $(grep -c '"val_loss"' "$work/run/metrics.jsonl") == 1 && $owed == *'"step":1,'* ]] ||
+  fail "metrics after the owed evaluation: $(cat "$work/run/metrics.jsonl")"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_eval" "$work/run/checkpoints/step_00000001" \
+  --data "$work/train" --batches 3 --json "$work/eval7d.json" >"$work/eval7d.log" 2>&1 ||
+  { tail -20 "$work/eval7d.log"; fail "echo_eval of step 1"; }
+# A command-line value the config check refuses is named as the command line's, not as the
+# checkpoint's recorded config's.
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_eval" "$work/run/checkpoints/step_00000001" \
+  --data "$work/train" --seq-len 100000000 >"$work/eval7s.log" 2>&1 && fail "echo_eval took --seq-len 100000000"
+grep -q "(its recorded config) with echo_eval --seq-len 100000000: 'data.seq_len' = 100000000" "$work/eval7s.log" ||
+  { tail -5 "$work/eval7s.log"; fail "echo_eval --seq-len 100000000 not named as the command line's"; }
+python3 - "$work/eval7d.json" "$owed" <<'PY' || fail "the owed evaluation differs from echo_eval's"
+import json, sys
+offline = json.load(open(sys.argv[1]))
+logged = json.loads(sys.argv[2])["val_loss"]
+want = offline["loss"]
+if abs(logged - want) > 1e-6 * abs(want):
+    sys.exit(f"logged {logged}, echo_eval {want}")
+PY
+# Owed no more: a second resume has nothing to do.
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --resume --set data.valid="$work/train" \
+  --set train.eval_interval=1 --set train.eval_batches=3 --set train.steps=1 >"$work/run7e.log" 2>&1 ||
+  fail "the second resume failed"
+grep -q "nothing to train" "$work/run7e.log" || { tail -5 "$work/run7e.log"; fail "the evaluation was owed twice"; }
+echo "a stop during evaluation: abandoned, step 1 saved, the evaluation done on resume"
 
 # 8. The training .bin truncated while the run reads it: the job ends naming the file (it died of
 #    a bare SIGBUS before). On a copy, so the other cases keep their data.
@@ -217,4 +251,15 @@ OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/own/confi
 grep -q "where the run writes its effective config: it would be replaced" "$work/run9r.log" || { tail -5 "$work/run9r.log"; fail "no message for --resume with a config at out_dir/config.yaml"; }
 cmp -s "$work/own/config.yaml" "$work/own.orig" || fail "the config at out_dir/config.yaml was changed by --resume"
 
-echo "run control: 9 passed, 0 failed"
+# 10. A run.out_dir so long that a checkpoint's files cannot be named (over PATH_MAX): refused at
+#     start-up, before anything is created (it failed at the first save, after the steps before it).
+long=$work/deep
+for _ in $(seq 1 20); do long+=/$(printf 'd%.0s' $(seq 1 200)); done
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set run.out_dir="$long" \
+  --set train.steps=2 >"$work/run10.log" 2>&1 && fail "a run.out_dir of ${#long} characters was accepted"
+grep -q "'run.out_dir' is ${#long} characters long: a checkpoint's files would be named by paths of up to" \
+  "$work/run10.log" || { tail -5 "$work/run10.log"; fail "no message for a run.out_dir over PATH_MAX"; }
+[[ ! -e $work/deep ]] || fail "the refused run created $work/deep"
+echo "a run.out_dir too long for a checkpoint: refused at start-up"
+
+echo "run control: 10 passed, 0 failed"

@@ -58,6 +58,14 @@ std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor, siz
   return sizes;
 }
 
+void require_16bit_values(const std::vector<size_t>& sizes, const std::string& option) {
+  for (size_t bytes : sizes)
+    ECHO_INPUT_CHECK(bytes % 2 == 0,
+                     "{}: {} bytes is not a whole number of 16-bit values (sizes are bytes of a bf16 "
+                     "message); give an even size",
+                     option, bytes);
+}
+
 std::string format_size(size_t bytes) {
   if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) return fmt::format("{}G", bytes >> 30);
   if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return fmt::format("{}M", bytes >> 20);

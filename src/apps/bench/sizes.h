@@ -17,6 +17,10 @@ size_t parse_size(const std::string& text, size_t max_bytes = static_cast<size_t
 std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor = 2,
                                 size_t max_bytes = static_cast<size_t>(-1),
                                 const std::string& max_name = "the largest size");
+// Refuses (echo::InputError naming `option` and the size) a size that is not a whole number of
+// 16-bit values: the benchmarks' sizes are bytes of a bf16 message, and an odd byte would be
+// dropped from the count while the table still showed it.
+void require_16bit_values(const std::vector<size_t>& sizes, const std::string& option);
 std::string format_size(size_t bytes);  // 268435456 -> "256M"
 
 }  // namespace echo::bench

@@ -77,23 +77,35 @@ void refuse_leading_zero(const YAML::Node& node, const std::string& key, const O
                       input_excerpt(fmt::format("{}{}", lit->sign == '-' ? "-" : "", digits.substr(first)))));
 }
 
-void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out) {
+// An integer too large for the field is not "not an integer": say what is wrong with it, in the
+// words of the key's own rule where that rule refuses it ('train.steps' = -99999999999999999999
+// "must be >= 1"), else by the type's bound, never by a range the key's rule would not allow.
+template <class Int>
+[[noreturn]] void fail_out_of_range(const YAML::Node& node, const std::string& key, const Origins& origins,
+                                    const schema::Check& check) {
+  const bool negative = decimal_literal(node)->sign == '-';
+  // A stand-in far beyond every rule's bounds that still converts to int64 (the rules cast).
+  const std::string rule = check.number ? check.number(negative ? -9e18 : 9e18) : std::string();
+  if (!rule.empty()) fail_at(origins.where(key), fmt::format("'{}' = {} {}", key, input_excerpt(node.Scalar()), rule));
+  fail_at(origins.where(key), negative ? fmt::format("'{}' = {} is too small: it must be at least {}", key,
+                                                     input_excerpt(node.Scalar()), std::numeric_limits<Int>::min())
+                                       : fmt::format("'{}' = {} is too large: it must be at most {}", key,
+                                                     input_excerpt(node.Scalar()), std::numeric_limits<Int>::max()));
+}
+
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out,
+            const schema::Check& check) {
   refuse_leading_zero(node, key, origins);
   if (decode_as(node, out)) return;
-  // An integer too large for the field is not "not an integer": say what is wrong with it.
-  if (is_integer_literal(node, /*negative_ok=*/true))
-    fail_at(origins.where(key),
-            fmt::format("'{}' = {} is out of range: it must lie in [{}, {}]", key, input_excerpt(node.Scalar()),
-                        std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  if (is_integer_literal(node, /*negative_ok=*/true)) fail_out_of_range<int>(node, key, origins, check);
   fail_at(origins.where(key), fmt::format("'{}' must be an integer, got {}", key, describe(node)));
 }
 
-void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::uint64_t& out) {
+void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::uint64_t& out,
+            const schema::Check& check) {
   refuse_leading_zero(node, key, origins);
   if (decode_as(node, out)) return;
-  if (is_integer_literal(node, /*negative_ok=*/false))
-    fail_at(origins.where(key), fmt::format("'{}' = {} is out of range: it must lie in [0, {}]", key,
-                                            input_excerpt(node.Scalar()), std::numeric_limits<std::uint64_t>::max()));
+  if (is_integer_literal(node, /*negative_ok=*/false)) fail_out_of_range<std::uint64_t>(node, key, origins, check);
   fail_at(origins.where(key), fmt::format("'{}' must be a non-negative integer, got {}", key, describe(node)));
 }
 
@@ -135,8 +147,14 @@ class SectionReader {
   }
 
   template <class T>
-  void field(const char* key, T& out, const char*, const schema::Check& = {}) {
-    if (auto it = values_.find(key); it != values_.end()) decode(it->second, dotted(prefix_, key), origins_, out);
+  void field(const char* key, T& out, const char*, const schema::Check& check = {}) {
+    auto it = values_.find(key);
+    if (it == values_.end()) return;
+    // The integer decoders name the key's rule when a value is beyond the type's range.
+    if constexpr (std::is_same_v<T, int> || std::is_same_v<T, std::uint64_t>)
+      decode(it->second, dotted(prefix_, key), origins_, out, check);
+    else
+      decode(it->second, dotted(prefix_, key), origins_, out);
   }
 
   template <class S>

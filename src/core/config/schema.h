@@ -156,7 +156,8 @@ void visit(OptimConfig& c, V& v) {
   v.field("beta1", c.beta1, "AdamW first-moment decay", in_half_open(0, 1));
   v.field("beta2", c.beta2, "AdamW second-moment decay", in_half_open(0, 1));
   v.field("eps", c.eps, "AdamW epsilon", greater_than(0));
-  v.field("weight_decay", c.weight_decay, "decoupled weight decay (matrices only)", at_least(0));
+  v.field("weight_decay", c.weight_decay,
+          "decoupled weight decay (the matrices except the embedding; an untied LM head decays)", at_least(0));
   v.field("grad_clip", c.grad_clip, "clip of the global gradient norm; 0 = off", at_least(0));
 }
 

@@ -281,6 +281,14 @@ std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / step_dir_name(step)).string();
 }
 
+std::string longest_checkpoint_path(const std::string& run_dir, int64_t last_step) {
+  // The optimizer file in the trainer folder of the save's .tmp directory, with the suffix of a
+  // temp file (write_file_atomic's) beside it.
+  return (fs::path(checkpoint_dir(run_dir, last_step) + std::string(kTmpSuffix)) / kTrainerDir / kOptimizerFile)
+             .string() +
+         ".tmp.XXXXXX";
+}
+
 void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float>& params, const AdamW& opt,
                      const CheckpointMeta& meta, const dist::World& world, int keep_last) {
   // Preconditions, identical on every rank: failing here needs no agreement.

@@ -58,6 +58,10 @@ struct CheckpointMeta {
 
 // "<run_dir>/checkpoints/step_00000042"
 std::string checkpoint_dir(const std::string& run_dir, int64_t step);
+// The longest path a save of a step up to `last_step` names (trainer/optimizer.safetensors of the
+// .tmp directory, with a temp file's suffix): the trainer refuses a run_dir that makes it exceed
+// PATH_MAX before the first step.
+std::string longest_checkpoint_path(const std::string& run_dir, int64_t last_step);
 
 // Writes the checkpoint of `meta.step` as described above and keeps only the newest `keep_last`
 // (>= 1) complete checkpoints by step, never deleting the one just written; stale .tmp and
