@@ -3,6 +3,7 @@
 // diverging run that must not be saved, the run directory after a failed start or a failed
 // --resume, what a --resume may change, metrics after a resume, a stop signal that arrives during
 // start-up or during a checkpoint save, and a plan beyond the host's memory.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -304,9 +305,20 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
 TEST(TrainerGuard, OverlongPathsAreInputErrors) {
   const std::string dir = scratch_dir("overlong");
   const std::string too_long = dir + "/" + std::string(5000, 'a');
+  // Over PATH_MAX as a whole: refused before anything is made, by the checkpoint paths it implies.
+  const std::string whole = echo::testing::kind_and_what_of(
+      [&] { train(make_config(dir, {"run.out_dir=" + too_long}), RunDirMode::fresh); });
+  EXPECT_EQ(whole.rfind(fmt::format("input: 'run.out_dir' is {} characters long: a checkpoint's files would be named "
+                                    "by paths of up to {} characters",
+                                    too_long.size(), too_long.size() + 71),
+                        0),
+            0u)
+      << whole;
+  // One name over NAME_MAX in a short path: the file system's refusal, in our words.
+  const std::string long_name = dir + "/" + std::string(300, 'a');
   EXPECT_EQ(echo::testing::kind_and_what_of(
-                [&] { train(make_config(dir, {"run.out_dir=" + too_long}), RunDirMode::fresh); }),
-            "input: cannot use 'run.out_dir' = " + too_long + ": File name too long");
+                [&] { train(make_config(dir, {"run.out_dir=" + long_name}), RunDirMode::fresh); }),
+            "input: cannot use 'run.out_dir' = " + long_name + ": File name too long");
   const std::string init = echo::testing::kind_and_what_of(
       [&] { train(make_config(dir, {"run.init_from=" + too_long}), RunDirMode::fresh); });
   EXPECT_EQ(init.rfind("input: cannot load Hugging Face weights: cannot open safetensors file '" + too_long + "': ", 0),
