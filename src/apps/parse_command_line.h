@@ -5,15 +5,32 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace echo::apps {
 
+// Throws CLI::ValidationError naming an option given an empty value (`--json ''`, `--data ""`,
+// `--json=`: most often an unset shell variable). No option of echo's tools means anything by one;
+// taken as given it became a file named '' or a silently ignored setting, and CLI11 reads
+// `--opt=` as "no value yet" and takes the NEXT word as the value (`--valid-prefix= --append-eos`
+// wrote a dataset named --append-eos and dropped the flag), so that form is caught in argv first.
+inline void refuse_empty_values(CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;  // what follows is positional
+    if (word.size() > 3 && word.rfind("--", 0) == 0 && word.back() == '=') {
+      const CLI::Option* opt = app.get_option_no_throw(word.substr(0, word.size() - 1));
+      if (opt != nullptr && opt->get_expected_max() != 0)
+        throw CLI::ValidationError(opt->get_name(), "an empty value (an unset shell variable?): give one, or leave "
+                                                    "the option out");
+    }
+  }
+}
+
 // app.parse(argc, argv); throws CLI::ExtrasError naming the arguments not understood when there
-// are any, whatever else is wrong.
-// Also throws CLI::ValidationError for an option given an empty value (`--json ''`, `--data ""`,
-// often an unset shell variable): no option of echo's tools means anything by one, and taken as
-// given it became a file named '' or a silently ignored setting.
+// are any, whatever else is wrong, and refuses empty values (refuse_empty_values).
 inline void parse_naming_unknown_options(CLI::App& app, int argc, char** argv) {
+  refuse_empty_values(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RequiredError&) {
@@ -22,11 +39,14 @@ inline void parse_naming_unknown_options(CLI::App& app, int argc, char** argv) {
     throw;
   }
   for (const CLI::Option* opt : app.get_options()) {
-    if (opt->get_type_size_min() == 0) continue;  // a flag: it takes no value
+    if (opt->get_expected_max() == 0) continue;  // a flag: it takes no value
     for (const std::string& value : opt->results())
       if (value.empty())
         throw CLI::ValidationError(opt->get_name(),
-                                   "an empty value (an unset shell variable?): give one, or leave the option out");
+                                   opt->get_positional()
+                                       ? std::string("an empty value (an unset shell variable?): give one")
+                                       : std::string("an empty value (an unset shell variable?): give one, or leave "
+                                                     "the option out"));
   }
 }
 

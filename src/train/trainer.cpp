@@ -143,8 +143,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // after the steps before it; refused before anything is created.
   const std::string longest = longest_checkpoint_path(cfg.run.out_dir, cfg.train.steps);
   ECHO_INPUT_CHECK(longest.size() < PATH_MAX,
-                   "'run.out_dir' is {} characters long: a checkpoint's files would be named by paths of up to {} "
-                   "characters (run.out_dir followed by {}), over this system's limit of {} (PATH_MAX); choose a "
+                   "'run.out_dir' is {} bytes long: a checkpoint's files would be named by paths of up to {} bytes "
+                   "(run.out_dir followed by {}), over this system's limit of {} (PATH_MAX); choose a "
                    "shorter run.out_dir",
                    cfg.run.out_dir.size(), longest.size(), input_excerpt(longest.substr(cfg.run.out_dir.size())),
                    PATH_MAX - 1);
@@ -426,7 +426,8 @@ TrainResult Trainer::run(int64_t stop_after) {
     return result;
   }
   if (eval_owed_) {
-    // The evaluation of the checkpoint's step, abandoned by the stop that saved it.
+    // The evaluation of the checkpoint's step that metrics.jsonl lacks: most often one a stop
+    // abandoned before saving the step (also a metrics file removed, or validation newly set).
     const std::optional<double> val = evaluate(stop);
     if (!val) {
       logger->warn("stopping at step {} on signal {}; the evaluation of step {} is still owed to the next --resume",
@@ -436,10 +437,11 @@ TrainResult Trainer::run(int64_t stop_after) {
     }
     if (world_.layout.rank == 0) {
       metrics_.eval(start_step_, *val);
-      logger->info("step {:>6}/{} | val_loss {:.4f} (the evaluation a stop abandoned, done on resume)", start_step_,
-                   total, *val);
+      logger->info("step {:>6}/{} | val_loss {:.4f} (evaluated on resume: metrics.jsonl had no val_loss of this step, "
+                   "as after a stop during its evaluation)",
+                   start_step_, total, *val);
     }
-    if (start_step_ >= total) return result;
+    if (start_step_ == total) return result;
   }
   if (start_step_ >= total) {
     logger->warn(

@@ -43,6 +43,11 @@ prep=(--tokenizer byte --output-prefix "$work/out")
 refused "echo_prep empty --eos-token" "--eos-token: an empty value" echo_prep --input "$work/a.txt" --format text \
   --eos-token '' "${prep[@]}"
 refused "echo_eval empty --data" "--data: an empty value" echo_eval /nonexistent/checkpoint --data ''
+# --opt= : CLI11 took the next word as the value (a dataset named --append-eos, the flag dropped).
+refused "echo_prep --valid-prefix= before a flag" "--valid-prefix: an empty value" echo_prep --input "$work/a.txt" \
+  --format text "${prep[@]}" --valid-prefix= --append-eos
+refused "echo_eval --data= at the end" "--data: an empty value" echo_eval /nonexistent/checkpoint --data=
+refused "echo_train empty config" "config: an empty value (an unset shell variable?): give one" echo_train ''
 # An option of the other input format would be ignored.
 refused "echo_prep --text-split with jsonl" "--text-split: applies to --format text only" echo_prep \
   --input "$work/a.txt" --format jsonl --text-split line "${prep[@]}"
@@ -51,7 +56,8 @@ refused "echo_prep --json-key with text" "--json-key: applies to --format jsonl 
 # One file twice (here under two spellings) would store its documents twice.
 refused "echo_prep the same input twice" "are the same file: its documents would be stored twice" echo_prep \
   --input "$work/a.txt" "$work/./a.txt" --format text "${prep[@]}"
-[[ ! -e $work/out.bin ]] && ok "nothing written by the refused runs" || bad "a refused run wrote $work/out.bin"
+[[ ! -e $work/out.bin && ! -e ./--append-eos.bin ]] && ok "nothing written by the refused runs" ||
+  bad "a refused run wrote $work/out.bin or ./--append-eos.bin"
 
 # A missing required argument on its own is still named.
 out=$(timeout 60 "$build/echo_train" 2>&1 </dev/null)

@@ -302,6 +302,30 @@ TEST_F(CheckpointTest, KeepLastDeletesOlderCheckpoints) {
   EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 50)));
 }
 
+// The trainer refuses a run.out_dir for which longest_checkpoint_path exceeds PATH_MAX: every file a
+// save writes (here under its final name; while written it sits in the step's .tmp folder) must be
+// within that length, or a new, longer file name would pass the check and fail at the save.
+TEST_F(CheckpointTest, EverySavedPathFitsTheLongestCheckpointPath) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference ref = make_reference(cfg, 3);
+  save_reference(dir_, cfg, ref, W, 12, 1);
+  const std::string longest = longest_checkpoint_path(dir_, 12);
+  const std::string final_dir = checkpoint_dir(dir_, 12);
+  size_t files = 0, longest_seen = 0;
+  for (const auto& e : fs::recursive_directory_iterator(final_dir)) {
+    const std::string rel = e.path().string().substr(final_dir.size());
+    const size_t while_written = final_dir.size() + std::string(".tmp").size() + rel.size();
+    EXPECT_LE(while_written, longest.size()) << e.path();
+    longest_seen = std::max(longest_seen, while_written);
+    ++files;
+  }
+  EXPECT_GE(files, 5u);  // model, config.json, COMPLETE, trainer/ and its files
+  EXPECT_EQ(longest_seen, longest.size()) << "the optimizer file is the longest name: " << longest;
+  // Steps past 8 digits lengthen it.
+  EXPECT_EQ(longest_checkpoint_path(dir_, 1234567890).size(), longest.size() + 2);
+}
+
 // Only the names echo writes are checkpoints to it: a user's copy named step_99 (once taken for
 // the latest checkpoint, then refused for its step) or step_6 (once counted toward keep_last and
 // deleted by the next save) is left alone and listed by foreign_step_dirs.

@@ -193,7 +193,7 @@ OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml"
   --set train.eval_interval=1 --set train.eval_batches=3 --set train.steps=1 >"$work/run7d.log" 2>&1 ||
   { tail -20 "$work/run7d.log"; fail "the resume that owes an evaluation failed"; }
 ! grep -q "nothing to train" "$work/run7d.log" || fail "a resume owing an evaluation said nothing to train"
-grep -q "the evaluation a stop abandoned, done on resume" "$work/run7d.log" ||
+grep -q "evaluated on resume: metrics.jsonl had no val_loss of this step" "$work/run7d.log" ||
   { tail -20 "$work/run7d.log"; fail "the resume did not run the owed evaluation"; }
 owed=$(grep '"val_loss"' "$work/run/metrics.jsonl")
 [[ $(grep -c '"val_loss"' "$work/run/metrics.jsonl") == 1 && $owed == *'"step":1,'* ]] ||
@@ -215,11 +215,26 @@ want = offline["loss"]
 if abs(logged - want) > 1e-6 * abs(want):
     sys.exit(f"logged {logged}, echo_eval {want}")
 PY
-# Owed no more: a second resume has nothing to do.
+# Owed no more: a second resume has nothing to do and leaves the run directory as it was.
+cp "$work/run/metrics.jsonl" "$work/metrics7d" && cp "$work/run/config.yaml" "$work/config7d"
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --resume --set data.valid="$work/train" \
   --set train.eval_interval=1 --set train.eval_batches=3 --set train.steps=1 >"$work/run7e.log" 2>&1 ||
   fail "the second resume failed"
 grep -q "nothing to train" "$work/run7e.log" || { tail -5 "$work/run7e.log"; fail "the evaluation was owed twice"; }
+cmp -s "$work/run/metrics.jsonl" "$work/metrics7d" && cmp -s "$work/run/config.yaml" "$work/config7d" ||
+  fail "a resume with nothing to do changed metrics.jsonl or config.yaml"
+# Owed and then training on: the val_loss of step 1 comes back before step 2's lines.
+sed -i '/"val_loss"/d' "$work/run/metrics.jsonl"
+OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --resume --set data.valid="$work/train" \
+  --set train.eval_interval=1 --set train.eval_batches=3 --set train.steps=2 >"$work/run7f.log" 2>&1 ||
+  { tail -20 "$work/run7f.log"; fail "the resume owing an evaluation and training on failed"; }
+order=$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if "step" in d and ("loss" in d or "val_loss" in d): print(d["step"], "val" if "val_loss" in d else "train")' \
+  "$work/run/metrics.jsonl" | tr '\n' ' ')
+[[ $order == "1 train 1 val 2 train 2 val " ]] || fail "metrics after an owed evaluation and a step: $order"
+grep -qF "$owed" "$work/run/metrics.jsonl" || fail "the owed evaluation's val_loss changed: $(grep val_loss "$work/run/metrics.jsonl")"
 echo "a stop during evaluation: abandoned, step 1 saved, the evaluation done on resume"
 
 # 8. The training .bin truncated while the run reads it: the job ends naming the file (it died of
@@ -257,7 +272,7 @@ long=$work/deep
 for _ in $(seq 1 20); do long+=/$(printf 'd%.0s' $(seq 1 200)); done
 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" --set run.out_dir="$long" \
   --set train.steps=2 >"$work/run10.log" 2>&1 && fail "a run.out_dir of ${#long} characters was accepted"
-grep -q "'run.out_dir' is ${#long} characters long: a checkpoint's files would be named by paths of up to" \
+grep -q "'run.out_dir' is ${#long} bytes long: a checkpoint's files would be named by paths of up to" \
   "$work/run10.log" || { tail -5 "$work/run10.log"; fail "no message for a run.out_dir over PATH_MAX"; }
 [[ ! -e $work/deep ]] || fail "the refused run created $work/deep"
 echo "a run.out_dir too long for a checkpoint: refused at start-up"

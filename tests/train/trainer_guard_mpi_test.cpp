@@ -308,9 +308,9 @@ TEST(TrainerGuard, OverlongPathsAreInputErrors) {
   // Over PATH_MAX as a whole: refused before anything is made, by the checkpoint paths it implies.
   const std::string whole = echo::testing::kind_and_what_of(
       [&] { train(make_config(dir, {"run.out_dir=" + too_long}), RunDirMode::fresh); });
-  EXPECT_EQ(whole.rfind(fmt::format("input: 'run.out_dir' is {} characters long: a checkpoint's files would be named "
-                                    "by paths of up to {} characters",
-                                    too_long.size(), too_long.size() + 71),
+  EXPECT_EQ(whole.rfind(fmt::format("input: 'run.out_dir' is {} bytes long: a checkpoint's files would be named "
+                                    "by paths of up to {} bytes",
+                                    too_long.size(), too_long.size() + 60),
                         0),
             0u)
       << whole;

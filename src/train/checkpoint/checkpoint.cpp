@@ -282,11 +282,10 @@ std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
 }
 
 std::string longest_checkpoint_path(const std::string& run_dir, int64_t last_step) {
-  // The optimizer file in the trainer folder of the save's .tmp directory, with the suffix of a
-  // temp file (write_file_atomic's) beside it.
+  // The optimizer file in the trainer folder of the save's .tmp directory: the files are written
+  // there under their final names (no temp names inside), then the folder is renamed.
   return (fs::path(checkpoint_dir(run_dir, last_step) + std::string(kTmpSuffix)) / kTrainerDir / kOptimizerFile)
-             .string() +
-         ".tmp.XXXXXX";
+      .string();
 }
 
 void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float>& params, const AdamW& opt,

@@ -58,9 +58,9 @@ struct CheckpointMeta {
 
 // "<run_dir>/checkpoints/step_00000042"
 std::string checkpoint_dir(const std::string& run_dir, int64_t step);
-// The longest path a save of a step up to `last_step` names (trainer/optimizer.safetensors of the
-// .tmp directory, with a temp file's suffix): the trainer refuses a run_dir that makes it exceed
-// PATH_MAX before the first step.
+// The longest path a save of a step up to `last_step` names (trainer/optimizer.safetensors in the
+// step's .tmp directory; checkpoint_mpi_test walks a saved folder to keep it so): the trainer
+// refuses a run_dir that makes it reach PATH_MAX before the first step.
 std::string longest_checkpoint_path(const std::string& run_dir, int64_t last_step);
 
 // Writes the checkpoint of `meta.step` as described above and keeps only the newest `keep_last`
