@@ -213,6 +213,10 @@ def main(argv):
     ap.add_argument("--mpirun", default=default_tool("scripts/mpirun.sh"),
                     help="the MPI launcher, split like a shell would (default: scripts/mpirun.sh)")
     args = ap.parse_args(argv)
+    # An empty value (an unset shell variable) is not "the default": the table would land in the run.
+    for flag, value in (("--out", args.out), ("--data", args.data), ("--echo-eval", args.echo_eval)):
+        if value == "":
+            ap.error(f"{flag}: an empty value (an unset shell variable?): give one, or leave the option out")
     if args.np < 2:
         ap.error(f"--np {args.np}: a tensor-parallel all-reduce needs at least 2 ranks")
     if args.batches is not None and args.batches < 1:

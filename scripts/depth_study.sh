@@ -53,6 +53,8 @@ fi
 # numbers OPTION VALUE MIN: VALUE is a list of whole numbers >= MIN, separated by spaces, none twice.
 numbers() {
   local n seen=" " list
+  # One line: `read` would take the first line only and leave the rest to fail in sweep.py.
+  [[ $2 != *$'\n'* ]] || die "$1: a list on one line, numbers separated by spaces: $1 \"1 2 3\""
   read -r -a list <<<"$2"
   ((${#list[@]} > 0)) || die "$1 '$2' lists no number"
   for n in "${list[@]}"; do

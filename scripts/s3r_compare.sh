@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
     --runs) need "$@"; runs=$(given "$2"); shift 2 ;;
     --echo-train) need "$@"; echo_train=$(given "$2"); shift 2 ;;
     -[!0-9]*) die "unknown option '$1' (see the header of $0)" ;;
-    *) [[ $1 =~ ^[1-9][0-9]*$ ]] || die "STEPS '$1' is not a whole number >= 1 without a leading zero (see the header of $0)"
+    *) [[ $1 =~ ^[1-9][0-9]{0,8}$ ]] || die "STEPS '$1' is not a whole number >= 1 (at most 9 digits, no leading zero; see the header of $0)"
        [[ -z $steps ]] || die "STEPS given twice ('$steps' and '$1'): give one number"
        steps=$1; shift ;;
   esac

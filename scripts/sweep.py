@@ -606,6 +606,11 @@ def main(argv):
                          "(default: scripts/mpirun.sh, mpirun with the flags echo's scripts use)")
     ap.add_argument("--yes", action="store_true", help=f"run a grid of more than {MAX_POINTS} points")
     args = ap.parse_args(argv)
+    # An empty value (an unset shell variable) is not "the default": it would put the runs
+    # somewhere the user did not say.
+    for flag, value in (("--out-root", args.out_root), ("--echo-train", args.echo_train)):
+        if value == "":
+            ap.error(f"{flag}: an empty value (an unset shell variable?): give one, or leave the option out")
     out_root = args.out_root or os.path.join(
         "runs", "sweep-" + os.path.splitext(os.path.basename(args.base))[0])
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -198,12 +199,15 @@ int bench_main(int argc, char** argv) {
   app.add_option("--shapes", shape_args, "HIDDENxFFN list (paper W1 = 512x2048, W2 = 1024x4096)")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--tokens", tokens, "tokens per micro-batch (T)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seq", seq, "tokens per example (S); divides --tokens")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--reps", reps, "timed repetitions (median, p10, p90)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed repetitions")->check(CLI::NonNegativeNumber)->capture_default_str();
+  // CLI::Range, not CLI::PositiveNumber: its message printed the largest double in 309 digits.
+  const auto positive = CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max());
+  const auto non_negative = CLI::Range(0, std::numeric_limits<int>::max());
+  app.add_option("--tokens", tokens, "tokens per micro-batch (T)")->check(positive)->capture_default_str();
+  app.add_option("--seq", seq, "tokens per example (S); divides --tokens")->check(positive)->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions (median, p10, p90)")->check(positive)->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed repetitions")->check(non_negative)->capture_default_str();
   app.add_option("--blas-threads", blas_threads, "OpenBLAS threads (the int8 path is single-threaded)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   app.add_option("--seed", seed, "data and threshold seed")->capture_default_str();
   app.add_option("--modes", mode_keys, "which of fp32,rtne,sr,s3r,dx_only,two_way to run")

@@ -9,6 +9,12 @@
 
 namespace echo::apps {
 
+// The refusal of an empty value, naming the option.
+inline CLI::ValidationError empty_value_error(const CLI::Option& opt) {
+  return CLI::ValidationError(opt.get_name(), std::string("an empty value (an unset shell variable?): give one") +
+                                                  (opt.get_positional() ? "" : ", or leave the option out"));
+}
+
 // Throws CLI::ValidationError naming an option given an empty value (`--json ''`, `--data ""`,
 // `--json=`: most often an unset shell variable). No option of echo's tools means anything by one;
 // taken as given it became a file named '' or a silently ignored setting, and CLI11 reads
@@ -20,9 +26,12 @@ inline void refuse_empty_values(CLI::App& app, int argc, char** argv) {
     if (word == "--") break;  // what follows is positional
     if (word.size() > 3 && word.rfind("--", 0) == 0 && word.back() == '=') {
       const CLI::Option* opt = app.get_option_no_throw(word.substr(0, word.size() - 1));
-      if (opt != nullptr && opt->get_expected_max() != 0)
-        throw CLI::ValidationError(opt->get_name(), "an empty value (an unset shell variable?): give one, or leave "
-                                                    "the option out");
+      if (opt != nullptr && opt->get_expected_max() != 0) throw empty_value_error(*opt);
+    }
+    // `--tokens ''`: a number option's converter would refuse it first, in its own words.
+    if (word.size() > 1 && word[0] == '-' && i + 1 < argc && argv[i + 1][0] == '\0') {
+      const CLI::Option* opt = app.get_option_no_throw(word);
+      if (opt != nullptr && opt->get_expected_max() != 0) throw empty_value_error(*opt);
     }
   }
 }
@@ -41,12 +50,7 @@ inline void parse_naming_unknown_options(CLI::App& app, int argc, char** argv) {
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->get_expected_max() == 0) continue;  // a flag: it takes no value
     for (const std::string& value : opt->results())
-      if (value.empty())
-        throw CLI::ValidationError(opt->get_name(),
-                                   opt->get_positional()
-                                       ? std::string("an empty value (an unset shell variable?): give one")
-                                       : std::string("an empty value (an unset shell variable?): give one, or leave "
-                                                     "the option out"));
+      if (value.empty()) throw empty_value_error(*opt);
   }
 }
 

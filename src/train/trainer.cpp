@@ -139,6 +139,13 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
+  // The root holds no run of its own: a run there writes config.yaml, metrics.jsonl, checkpoints/
+  // and its lock file among the system's folders.
+  std::error_code root_error;
+  ECHO_INPUT_CHECK(std::filesystem::weakly_canonical(cfg.run.out_dir, root_error) != "/",
+                   "'run.out_dir' = {} is the file system's root: a run writes config.yaml, metrics.jsonl, "
+                   "checkpoints/ and a lock file there; give it a folder of its own",
+                   input_excerpt(cfg.run.out_dir));
   // A run.out_dir so long that a checkpoint's files cannot be named failed at the first save,
   // after the steps before it; refused before anything is created.
   const std::string longest = longest_checkpoint_path(cfg.run.out_dir, cfg.train.steps);

@@ -129,6 +129,12 @@ refused "echo_s3r_bench seq not dividing tokens" "--seq 100 must divide --tokens
   "$build/echo_s3r_bench" --tokens 256 --seq 100 --shapes 16x32
 refused "echo_s3r_bench unknown mode" "--modes: 'foo' is not one of fp32, rtne, sr, s3r, dx_only, two_way" \
   "${s3r[@]}" --shapes 16x32 --modes foo
+# Bounds in words a user can read (CLI::PositiveNumber printed the largest double in 309 digits),
+# and an empty number named as empty, not as out of range.
+refused "echo_s3r_bench blas threads 0" "--blas-threads: Value 0 not in range 1 to 9223372036854775807" \
+  "${s3r[@]}" --shapes 16x32 --modes fp32 --blas-threads 0
+refused "echo_s3r_bench empty --tokens" "--tokens: an empty value (an unset shell variable?)" \
+  "$build/echo_s3r_bench" --tokens ''
 # OpenBLAS caps the thread count at its build's maximum silently; the header would misreport it.
 refused "echo_s3r_bench blas threads past OpenBLAS's maximum" "--blas-threads 100000: this OpenBLAS runs at most" \
   "${s3r[@]}" --shapes 16x32 --modes fp32 --blas-threads 100000

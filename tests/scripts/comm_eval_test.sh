@@ -63,6 +63,8 @@ refused "$work/notes.md exists and is not an earlier comm_eval.py output" "$run"
 mkdir -p "$work/outdir" "$work/outmd.md"
 refused "--out $work/outdir/: is a folder; --out is a prefix, e.g. $work/outdir/comm-eval for" "$run" --out "$work/outdir/"
 refused "--out $work/outdir: is a folder; --out is a prefix" "$run" --out "$work/outdir"
+# An empty --out (an unset shell variable) is not the default prefix inside the run.
+refused "--out: an empty value (an unset shell variable?)" "$run" --out ''
 refused "--out $work/outmd: $work/outmd.md is a folder" "$run" --out "$work/outmd"
 refused "--out $work/notes.md/sub/x: $work/notes.md is not a folder, so $work/notes.md/sub cannot be made" \
   "$run" --out "$work/notes.md/sub/x"

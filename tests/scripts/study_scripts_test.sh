@@ -48,6 +48,7 @@ refused --layers "2 0" \
 refused --layers "*" \
   "--layers '*': '*' is not a whole number >= 1 (at most 9 digits, no leading zero; separated by spaces: --layers \"1 2 3\")"
 refused --seeds "1 2 1" "--seeds '1 2 1' lists 1 twice"
+refused --layers $'1\nabc' "--layers: a list on one line, numbers separated by spaces: --layers \"1 2 3\""
 refused --echo-train "$work" "--echo-train $work: no executable file there"
 touch "$work/a-file"
 msg=$(bash "$src/scripts/depth_study.sh" --out-root "$work/a-file" 2>&1); rc=$?
@@ -174,9 +175,10 @@ s3r_refused() {  # s3r_refused MESSAGE ARGS...
     fail "s3r_compare.sh $*: exit $rc, made $work/s3r-bad: $(ls -d "$work/s3r-bad" 2>&1), says: $msg"
 }
 s3r_refused "STEPS given twice ('1' and '2'): give one number" 1 2
-s3r_refused "STEPS '0' is not a whole number >= 1 without a leading zero (see the header of $src/scripts/s3r_compare.sh)" 0
-s3r_refused "STEPS '01' is not a whole number >= 1 without a leading zero (see the header of $src/scripts/s3r_compare.sh)" 01
-s3r_refused "STEPS '-5' is not a whole number >= 1 without a leading zero (see the header of $src/scripts/s3r_compare.sh)" -5
+s3r_refused "STEPS '0' is not a whole number >= 1 (at most 9 digits, no leading zero; see the header of $src/scripts/s3r_compare.sh)" 0
+s3r_refused "STEPS '01' is not a whole number >= 1 (at most 9 digits, no leading zero; see the header of $src/scripts/s3r_compare.sh)" 01
+s3r_refused "STEPS '-5' is not a whole number >= 1 (at most 9 digits, no leading zero; see the header of $src/scripts/s3r_compare.sh)" -5
+s3r_refused "STEPS '99999999999999999999' is not a whole number >= 1 (at most 9 digits, no leading zero; see the header of $src/scripts/s3r_compare.sh)" 99999999999999999999
 s3r_refused "unknown option '--seeds' (see the header of $src/scripts/s3r_compare.sh)" --seeds 1
 s3r_refused "--out $work/a-folder is a folder: give the table's file name (--out DIR/table.md)" --out "$work/a-folder"
 s3r_refused "--out $work/new/ is a folder: give the table's file name (--out DIR/table.md)" --out "$work/new/"

@@ -46,6 +46,10 @@ out=$(run_sweep --print 2>&1); rc=$?
 n=$(grep -c -- '-np 2 .*echo_train .*--set run.out_dir=' <<<"$out")
 [[ $rc -eq 0 && $n -eq 4 && $(wc -l <<<"$out") -eq 4 ]] && ok "--print printed 4 command lines" ||
   bad "--print: exit $rc, $n command lines: $out"
+# An empty --out-root (an unset shell variable) is refused, not read as the default runs/sweep-NAME.
+empty=$(run_sweep --print --out-root '' 2>&1); rc=$?
+[[ $rc -eq 2 && $empty == *"--out-root: an empty value (an unset shell variable?)"* ]] && ok "an empty --out-root is refused" ||
+  bad "--out-root '': exit $rc: $empty"
 grep -q -- "--set run.seed=2 --set comm.compensator.eta=0.75 --set run.out_dir=$root/seed=2_eta=0.75 --resume" <<<"$out" &&
   ok "--print names the point's overrides and out_dir" || bad "--print line for seed=2_eta=0.75 not as expected: $out"
 [[ ! -e $root ]] && ok "--print created nothing" || bad "--print created $root"

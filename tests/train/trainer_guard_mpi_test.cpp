@@ -327,6 +327,21 @@ TEST(TrainerGuard, OverlongPathsAreInputErrors) {
   EXPECT_EQ(init.find("filesystem error"), std::string::npos) << init;
 }
 
+// The file system's root is no run directory (a run there wrote its files among /etc and /usr),
+// however spelled; refused before anything is written.
+TEST(TrainerGuard, TheRootIsNoRunDirectory) {
+  const std::string dir = scratch_dir("root");
+  for (const std::string root : {"/", "//", "/tmp/..", "/./"}) {
+    EXPECT_EQ(echo::testing::kind_and_what_of(
+                  [&] { train(make_config(dir, {"run.out_dir=" + root, "train.steps=1"}), RunDirMode::fresh); }),
+              "input: 'run.out_dir' = " + root +
+                  " is the file system's root: a run writes config.yaml, metrics.jsonl, checkpoints/ and a lock "
+                  "file there; give it a folder of its own");
+  }
+  EXPECT_FALSE(fs::exists("/metrics.jsonl"));
+  EXPECT_FALSE(fs::exists("/.echo_train.lock"));
+}
+
 // --overwrite replaces the old run only once start-up has succeeded: a start that fails (here a
 // typo in data.train) keeps the old run's checkpoints and metrics.
 TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {

@@ -93,8 +93,20 @@ template <class Int>
                                                      input_excerpt(node.Scalar()), std::numeric_limits<Int>::max()));
 }
 
+// yaml-cpp reads 0x10 as 16, and the messages below would quote it as such; scripts/sweep.py
+// refuses it for integer keys. Integers are decimal in echo's configs.
+void refuse_hexadecimal(const YAML::Node& node, const std::string& key, const Origins& origins) {
+  if (!node.IsScalar()) return;
+  std::string_view text = node.Scalar();
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X'))
+    fail_at(origins.where(key), fmt::format("'{}' = {} is hexadecimal: write integers in decimal", key,
+                                            input_excerpt(node.Scalar())));
+}
+
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, int& out,
             const schema::Check& check) {
+  refuse_hexadecimal(node, key, origins);
   refuse_leading_zero(node, key, origins);
   if (decode_as(node, out)) return;
   if (is_integer_literal(node, /*negative_ok=*/true)) fail_out_of_range<int>(node, key, origins, check);
@@ -103,6 +115,7 @@ void decode(const YAML::Node& node, const std::string& key, const Origins& origi
 
 void decode(const YAML::Node& node, const std::string& key, const Origins& origins, std::uint64_t& out,
             const schema::Check& check) {
+  refuse_hexadecimal(node, key, origins);
   refuse_leading_zero(node, key, origins);
   if (decode_as(node, out)) return;
   if (is_integer_literal(node, /*negative_ok=*/false)) fail_out_of_range<std::uint64_t>(node, key, origins, check);
