@@ -35,12 +35,12 @@ command line.
 import argparse
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
 import tempfile
 
+from checkpoints import newest_checkpoint
 from launch import LaunchError, SignalForwarder, default_tool, launcher, run_main
 
 
@@ -69,21 +69,6 @@ def default_prefix(checkpoint):
     if os.path.basename(parent) == "checkpoints":
         path = os.path.dirname(parent)
     return os.path.join(path, "comm-eval")
-
-
-def newest_checkpoint(run_dir):
-    """(step, RUN_DIR/checkpoints/step_N) of the newest complete checkpoint of a run, or None:
-    what echo_eval takes for a run directory (latest_checkpoint in src/train/checkpoint: only
-    echo's own names, step_ and 8 or more digits without an extra leading zero, with COMPLETE)."""
-    root = os.path.join(run_dir, "checkpoints")
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return None
-    found = [(int(n[5:]), os.path.join(root, n)) for n in names
-             if re.fullmatch(r"step_[0-9]{8,18}", n) and n == f"step_{int(n[5:]):08d}"
-             and os.path.isfile(os.path.join(root, n, "COMPLETE"))]
-    return max(found, default=None)
 
 
 def resolve_checkpoint(checkpoint):

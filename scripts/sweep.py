@@ -81,6 +81,7 @@ import sys
 
 import yaml
 
+from checkpoints import newest_checkpoint
 from launch import REPO, LaunchError, SignalForwarder, default_tool, launcher, run_main
 from metrics import MetricsError, NonFiniteLoss, mean_std, read_metrics, tail_mean
 
@@ -405,19 +406,6 @@ def load_point_metrics(path):
     return m["train"], m["val"], None, m["cut_line"]
 
 
-def checkpoint_step(out_dir):
-    """The step of the newest complete checkpoint of a run (what echo_train --resume starts from:
-    checkpoints/step_N holding COMPLETE; see latest_checkpoint in src/train/checkpoint), or None."""
-    root = os.path.join(out_dir, "checkpoints")
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return None
-    steps = [int(n[5:]) for n in names if re.fullmatch(r"step_[0-9]{1,18}", n)
-             and os.path.isfile(os.path.join(root, n, "COMPLETE"))]
-    return max(steps, default=None)
-
-
 FINAL_EVAL_MISSING = "final evaluation missing"
 
 
@@ -436,7 +424,8 @@ def point_state(out_dir, steps, final_eval):
     if err:
         return "resume" if os.path.isdir(os.path.join(out_dir, "checkpoints")) else "run", None, None
     reached = bool(train) and train[-1]["step"] >= steps
-    if reached and (cut is None or (checkpoint_step(out_dir) or 0) >= steps):
+    newest = newest_checkpoint(out_dir) if reached and cut is not None else None
+    if reached and (cut is None or (newest is not None and newest[0] >= steps)):
         if not final_eval or (val and val[-1]["step"] >= steps):
             return "done", cut, None
         return "resume", cut, FINAL_EVAL_MISSING

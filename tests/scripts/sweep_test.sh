@@ -332,6 +332,24 @@ rmdir "$h/logs/seed=2.log"
 [[ $(wc -l < "$work/pipe.out") -eq 1 && ! -s $work/pipe.err ]] && ok "--print | head -1: quiet" ||
   bad "--print | head -1: $(head -c 600 "$work/pipe.err")"
 
+# 5k. A point at train.steps whose last line is cut off is done only if echo_train --resume would train nothing:
+# a complete checkpoint at train.steps under echo's own name. step_4 and step_best (a user's copies, which
+# echo_train ignores since it names checkpoints step_%08d) leave it to resume; step_00000004 finishes it.
+k=$work/copies
+mkdir -p "$k/seed=1/checkpoints/step_4" "$k/seed=1/checkpoints/step_best"
+touch "$k/seed=1/checkpoints/step_4/COMPLETE" "$k/seed=1/checkpoints/step_best/COMPLETE"
+{ steps4; printf '{"step":4,"val_loss":2.4}\n{"step":5,"lo'; } > "$k/seed=1/metrics.jsonl"
+printf 'run.seed: [1]\n' > "$work/seed1.yaml"
+copies=("${sweep[@]}" "$work/base.yaml" "$work/seed1.yaml" --out-root "$k" --print)
+out=$("${copies[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 && $out == *"--set run.out_dir=$k/seed=1 --resume"* ]] &&
+  ok "cut last line, only step_4 and step_best: resumed (not echo's checkpoint names)" ||
+  bad "cut line, step_4 copies: exit $rc: $out"
+mkdir "$k/seed=1/checkpoints/step_00000004" && touch "$k/seed=1/checkpoints/step_00000004/COMPLETE"
+out=$("${copies[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 && $out == *"1 of 1 points already finished"* && $out != *"--resume"* ]] &&
+  ok "cut last line, step_00000004 complete: done" || bad "cut line, step_00000004: exit $rc: $out"
+
 # 5g. SIGTERM, then SIGINT, to a sweep of long points: forwarded as SIGUSR1 through mpirun to echo_train
 # (a checkpoint, no orphan; SIGTERM made mpirun kill ranks still saving, about 1 run in 4 under load),
 # exit 128 + signal, and the rerun resumes.
