@@ -50,6 +50,10 @@ def check_fields(d, fields, where, what):
     for name, kind in fields.items():
         if name not in d:
             raise MetricsError(f"{where}: a {what} line lacks '{name}'")
+        if kind == "finite" and d[name] is None:
+            # nlohmann's dump (echo_train's metrics log) writes a NaN or infinite double as null.
+            raise NonFiniteLoss(f"{where}: '{name}' of a {what} line is null (how echo_train writes a NaN or "
+                                "infinite loss), not a finite number (the run diverged)")
         if not is_kind(d[name], kind):
             raise MetricsError(f"{where}: '{name}' of a {what} line is {json.dumps(d[name])}, "
                                f"not {KIND_WORDS[kind]}")

@@ -8,14 +8,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <utility>
 
 #include "core/error.h"
+#include "core/input_excerpt.h"
 #include "core/log.h"
 #include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace echo::train {
 
@@ -34,7 +37,30 @@ bool holds_run(const std::string& out_dir) {
 
 namespace {
 
-std::string inspect(const std::string& out_dir, RunDirMode mode, bool& has_run, RunDirLock& lock) {
+// Why out_dir's name alone makes it unusable for a run that saves up to last_step, or "".
+std::string refuse_name(const std::string& out_dir, int64_t last_step) {
+  // The root holds no run of its own: a run there writes config.yaml, metrics.jsonl, checkpoints/
+  // and its lock file among the system's folders.
+  std::error_code root_error;
+  if (fs::weakly_canonical(out_dir, root_error) == "/")
+    return fmt::format(
+        "'run.out_dir' = {} is the file system's root: a run writes config.yaml, metrics.jsonl, checkpoints/ and a "
+        "lock file there; give it a folder of its own",
+        input_excerpt(out_dir));
+  // A run.out_dir so long that a checkpoint's files cannot be named failed at the first save,
+  // after the steps before it; refused before anything is created.
+  const std::string longest = longest_checkpoint_path(out_dir, last_step);
+  if (longest.size() >= PATH_MAX)
+    return fmt::format(
+        "'run.out_dir' is {} bytes long: a checkpoint's files would be named by paths of up to {} bytes (run.out_dir "
+        "followed by {}), over this system's limit of {} (PATH_MAX); choose a shorter run.out_dir",
+        out_dir.size(), longest.size(), input_excerpt(longest.substr(out_dir.size())), PATH_MAX - 1);
+  return {};
+}
+
+std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mode, bool& has_run,
+                    RunDirLock& lock) {
+  if (std::string refused = refuse_name(out_dir, last_step); !refused.empty()) return refused;
   const fs::path dir(out_dir);
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);  // never throws: a bad name is a message
@@ -143,10 +169,11 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
   return {};
 }
 
-bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world, RunDirLock& lock) {
+bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode mode, const dist::Communicator& world,
+                     RunDirLock& lock) {
   std::string error;
   bool has_run = false;
-  if (world.rank() == 0) error = inspect(out_dir, mode, has_run, lock);
+  if (world.rank() == 0) error = inspect(out_dir, last_step, mode, has_run, lock);
   // Every rank learns the verdict, so all fail together instead of some waiting forever.
   int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
   const dist::CollectiveScope watched("the start-up's run-directory check (MPI_Bcast from rank 0)",

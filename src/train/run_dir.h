@@ -2,6 +2,7 @@
 // continues it, --overwrite replaces it), and say so on every rank at once.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "dist/communicator.h"
@@ -39,8 +40,10 @@ class RunDirLock {
 // not one).
 bool holds_run(const std::string& out_dir);
 
-// `lock` is taken on rank 0 before out_dir is inspected (other ranks leave it alone).
-bool prepare_run_dir(const std::string& out_dir, RunDirMode mode, const dist::Communicator& world,
+// `lock` is taken on rank 0 before out_dir is inspected (other ranks leave it alone). Refused by
+// name before anything is created: the file system's root, and a name so long that a checkpoint
+// of last_step (train.steps) would need a path over PATH_MAX (longest_checkpoint_path).
+bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode mode, const dist::Communicator& world,
                      RunDirLock& lock);
 
 // Rank 0, for --overwrite, after start-up succeeded: removes the old run's config.yaml,

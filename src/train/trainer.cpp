@@ -5,10 +5,8 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <exception>
-#include <filesystem>
 
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
@@ -139,23 +137,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
-  // The root holds no run of its own: a run there writes config.yaml, metrics.jsonl, checkpoints/
-  // and its lock file among the system's folders.
-  std::error_code root_error;
-  ECHO_INPUT_CHECK(std::filesystem::weakly_canonical(cfg.run.out_dir, root_error) != "/",
-                   "'run.out_dir' = {} is the file system's root: a run writes config.yaml, metrics.jsonl, "
-                   "checkpoints/ and a lock file there; give it a folder of its own",
-                   input_excerpt(cfg.run.out_dir));
-  // A run.out_dir so long that a checkpoint's files cannot be named failed at the first save,
-  // after the steps before it; refused before anything is created.
-  const std::string longest = longest_checkpoint_path(cfg.run.out_dir, cfg.train.steps);
-  ECHO_INPUT_CHECK(longest.size() < PATH_MAX,
-                   "'run.out_dir' is {} bytes long: a checkpoint's files would be named by paths of up to {} bytes "
-                   "(run.out_dir followed by {}), over this system's limit of {} (PATH_MAX); choose a "
-                   "shorter run.out_dir",
-                   cfg.run.out_dir.size(), longest.size(), input_excerpt(longest.substr(cfg.run.out_dir.size())),
-                   PATH_MAX - 1);
-  const bool has_run = prepare_run_dir(cfg.run.out_dir, mode, world.world, run_lock_);
+  const bool has_run = prepare_run_dir(cfg.run.out_dir, cfg.train.steps, mode, world.world, run_lock_);
   // What start-up can refuse from files alone (the checkpoint to resume and its config, the data,
   // run.init_from's config.json) is checked before the model is allocated: with the default
   // config that takes a minute and gigabytes.

@@ -251,7 +251,12 @@ try: metrics.read_metrics(sys.argv[1])
 except metrics.MetricsError as e: print(e)' "$work/m.jsonl" 2>&1)
   [[ $out == "$work/m.jsonl:1: $2" ]] && ok "metrics: $2" || bad "metrics line '$1': $out"
 }
-check_metrics '{"step":1,"loss":null,"tokens_per_s":1}' "'loss' of a training line is null, not a number"
+# echo_train's log (nlohmann's dump) writes a NaN or infinite val_loss as null: diverged too, not a damaged file.
+check_metrics '{"step":1,"loss":null,"tokens_per_s":1}' \
+  "'loss' of a training line is null (how echo_train writes a NaN or infinite loss), not a finite number (the run diverged)"
+check_metrics '{"step":4,"val_loss":null}' \
+  "'val_loss' of a validation line is null (how echo_train writes a NaN or infinite loss), not a finite number (the run diverged)"
+check_metrics '{"step":1,"loss":"1.5","tokens_per_s":1}' "'loss' of a training line is \"1.5\", not a number"
 check_metrics '{"step":1,"loss":1.5}' "a training line lacks 'tokens_per_s'"
 check_metrics '{"step":"1","loss":1.5,"tokens_per_s":1}' \
   "'step' of a training line is \"1\", not a non-negative integer"
@@ -278,7 +283,7 @@ out=$("${one[@]}" 2>&1); rc=$?
 # 5h. Hand-made runs (no training: a stand-in launcher that runs nothing). A point at train.steps whose final
 # evaluation is missing (a stop signal during it: eval_interval 2 divides train.steps 4, no val_loss at 4) is
 # not done: it is resumed (echo_train --resume runs just that evaluation); a point with a NaN or infinite
-# val_loss is diverged: listed, not started again, out of the means; a point of eval_interval 3 (no final
+# (or null: how echo_train writes one) val_loss is diverged: listed, not started again, out of the means; a point of eval_interval 3 (no final
 # evaluation is due) is done without one.
 h=$work/hand
 mkdir -p "$h/seed=1" "$h/seed=2/checkpoints/step_00000004" "$h/seed=3" "$h/seed=4" "$h/eval_interval=3"
@@ -287,7 +292,7 @@ steps4() { for s in 1 2 3 4; do printf '{"step":%d,"loss":3.0,"tokens_per_s":100
 { steps4; printf '{"step":2,"val_loss":2.5}\n{"step":4,"val_loss":2.4}\n'; } > "$h/seed=1/metrics.jsonl"
 { steps4; printf '{"step":2,"val_loss":2.5}\n'; } > "$h/seed=2/metrics.jsonl"
 { steps4; printf '{"step":2,"val_loss":2.5}\n{"step":4,"val_loss":NaN}\n'; } > "$h/seed=3/metrics.jsonl"
-{ steps4; printf '{"step":4,"val_loss":Infinity}\n'; } > "$h/seed=4/metrics.jsonl"
+{ steps4; printf '{"step":4,"val_loss":null}\n'; } > "$h/seed=4/metrics.jsonl"  # echo_train's NaN
 { steps4; printf '{"step":3,"val_loss":2.5}\n'; } > "$h/eval_interval=3/metrics.jsonl"
 printf 'run.seed: [1, 2, 3, 4]\n' > "$work/four.yaml"
 printf '#!/bin/bash\nshift 2; exit 0\n' > "$work/no-mpirun.sh"  # -np N dropped, nothing run
@@ -300,8 +305,8 @@ err=$(<"$work/hand.err")
   ok "--print: a point without its final evaluation is printed (resumed), the finished one is not" ||
   bad "final evaluation missing, --print: exit $rc: $out // $err"
 [[ $err == *"sweep: seed=3 diverged, not started again ($h/seed=3/metrics.jsonl:6: 'val_loss' of a validation line is NaN, not a finite number (the run diverged))"* &&
-   $err == *"sweep: seed=4 diverged, not started again ($h/seed=4/metrics.jsonl:5: 'val_loss' of a validation line is Infinity, not a finite number (the run diverged))"* ]] &&
-  ok "--print: NaN and infinite val_loss: diverged, named by line, not printed" || bad "diverged, --print: $err"
+   $err == *"sweep: seed=4 diverged, not started again ($h/seed=4/metrics.jsonl:5: 'val_loss' of a validation line is null (how echo_train writes a NaN or infinite loss), not a finite number (the run diverged))"* ]] &&
+  ok "--print: NaN and null (echo_train's NaN) val_loss: diverged, named by line, not printed" || bad "diverged, --print: $err"
 out=$("${hand[@]}" 2>&1); rc=$?
 csv=$h/results.csv
 [[ $rc -eq 1 && $out == *"1 finished, 2 diverged, 1 to run"* && $out == *"resume seed=2 (final evaluation missing)"* &&
