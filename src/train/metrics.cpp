@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -105,6 +106,16 @@ void MetricsLog::raw(const std::string& json_line) {
                  errno != 0 ? std::strerror(errno) : "write failed");
 }
 
+namespace {
+
+// The step of a metrics line that is a JSON object with an integer "step", else none.
+std::optional<int64_t> line_step(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return j["step"].get<int64_t>();
+}
+
+}  // namespace
+
 void truncate_metrics(const std::string& path, int64_t last_step) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -120,8 +131,8 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   std::vector<Line> lines;
   for (std::string text; std::getline(in, text);) {
     const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const bool later =
-        j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > last_step;
+    const std::optional<int64_t> step = line_step(j);
+    const bool later = step && *step > last_step;
     lines.push_back({std::move(text), !j.is_discarded(), later});
   }
   // The file is appended to in order: a line that is not JSON before the last line that is kept
@@ -163,9 +174,7 @@ bool logged_eval_at(const std::string& path, int64_t step) {
   ECHO_INPUT_CHECK(in.good(), "cannot read the metrics file '{}': {}", path, std::strerror(errno));
   for (std::string text; std::getline(in, text);) {
     const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("val_loss") && j.contains("step") && j["step"].is_number_integer() &&
-        j["step"].get<int64_t>() == step)
-      return true;
+    if (line_step(j) == step && j.contains("val_loss")) return true;
   }
   return false;
 }

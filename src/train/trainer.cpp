@@ -351,6 +351,12 @@ double Trainer::train_step(int64_t step, bool telemetry) {
   return mean_over(world_.dp, model_->read_loss(loss));
 }
 
+void Trainer::record_eval(int64_t step, double val_loss, std::string_view note) {
+  if (world_.layout.rank != 0) return;
+  metrics_.eval(step, val_loss);
+  log::get("train")->info("step {:>6}/{} | val_loss {:.4f}{}", step, cfg_.train.steps, val_loss, note);
+}
+
 std::optional<double> Trainer::evaluate(const StopSignal& stop) {
   if (!valid_loader_) return NAN;
   // Shared with echo_eval (train/evaluation.h), so an offline eval of a checkpoint reproduces this.
@@ -424,12 +430,9 @@ TrainResult Trainer::run(int64_t stop_after) {
       result.stopped_by_signal = true;
       return result;
     }
-    if (world_.layout.rank == 0) {
-      metrics_.eval(start_step_, *val);
-      logger->info("step {:>6}/{} | val_loss {:.4f} (evaluated on resume: metrics.jsonl had no val_loss of this step, "
-                   "as after a stop during its evaluation)",
-                   start_step_, total, *val);
-    }
+    record_eval(start_step_, *val,
+                " (evaluated on resume: metrics.jsonl had no val_loss of this step, as after a stop during its "
+                "evaluation)");
     if (start_step_ == total) return result;
   }
   if (start_step_ >= total) {
@@ -498,10 +501,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     }
     if (cfg_.train.eval_interval > 0 && (step + 1) % cfg_.train.eval_interval == 0 && valid_loader_) {
       const std::optional<double> val = evaluate(stop);
-      if (world_.layout.rank == 0 && val) {
-        metrics_.eval(step + 1, *val);
-        logger->info("step {:>6}/{} | val_loss {:.4f}", step + 1, total, *val);
-      }
+      if (val) record_eval(step + 1, *val);
     }
     const bool last = step + 1 == total;
     const bool periodic = cfg_.train.checkpoint_interval > 0 && (step + 1) % cfg_.train.checkpoint_interval == 0;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "comm/all_reduce.h"
 #include "core/config/config.h"
@@ -48,6 +49,8 @@ class Trainer {
   // The validation loss (NaN without validation data); none when a stop was asked during it
   // (`stop`, checked after each batch).
   std::optional<double> evaluate(const StopSignal& stop);
+  // Rank 0: the val_loss line of metrics.jsonl and the progress line, the latter followed by note.
+  void record_eval(int64_t step, double val_loss, std::string_view note = {});
   void open_data();
   void save(int64_t steps_done);
   void log_telemetry(int64_t step);
