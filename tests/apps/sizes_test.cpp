@@ -3,6 +3,7 @@
 // them instead of wrapping around into a list that grows until memory runs out.
 #include "apps/bench/sizes.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -61,6 +62,16 @@ TEST(Sizes, RefusesNegativeZeroAndMalformedSizesInWords) {
   EXPECT_NE(error_of([] { parse_size("4T"); }).find("unknown size suffix 'T'"), std::string::npos);
   EXPECT_NE(error_of([] { parse_sizes("1M..1K"); }).find("runs backwards"), std::string::npos);
   EXPECT_NE(error_of([] { parse_sizes("1K..1M", 1); }).find("step factor must be >= 2"), std::string::npos);
+}
+
+TEST(Sizes, RefusesEmptyEndsAndEntriesNamingTheWholeSpec) {
+  for (const char* spec : {"1K..", "..1K", "..", "1K..2K..4K"})
+    EXPECT_EQ(error_of([&] { parse_sizes(spec); }),
+              fmt::format("size range '{}' needs one size on each side of '..' (e.g. 1M..256M)", spec));
+  for (const char* spec : {"1,,2", ",1", "1,", ""})
+    EXPECT_EQ(error_of([&] { parse_sizes(spec); }),
+              fmt::format("size list '{}' has an empty entry (sizes are separated by single commas, e.g. 1K,4K,1M)",
+                          spec));
 }
 
 TEST(Sizes, RefusesAnOddByteCountOfA16BitMessage) {

@@ -37,6 +37,9 @@ std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor, siz
   std::vector<size_t> sizes;
   const auto range = spec.find("..");
   if (range != std::string::npos) {
+    // An empty end would be blamed on a size '' the user never typed.
+    ECHO_INPUT_CHECK(range > 0 && range + 2 < spec.size() && spec.find("..", range + 2) == std::string::npos,
+                     "size range '{}' needs one size on each side of '..' (e.g. 1M..256M)", spec);
     const size_t lo = parse_size(spec.substr(0, range), max_bytes, max_name);
     const size_t hi = parse_size(spec.substr(range + 2), max_bytes, max_name);
     ECHO_INPUT_CHECK(lo <= hi, "size range '{}' runs backwards", spec);
@@ -50,6 +53,8 @@ std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor, siz
   size_t start = 0;
   while (start <= spec.size()) {
     const auto comma = spec.find(',', start);
+    ECHO_INPUT_CHECK(comma != start && start != spec.size(),
+                     "size list '{}' has an empty entry (sizes are separated by single commas, e.g. 1K,4K,1M)", spec);
     sizes.push_back(
         parse_size(spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start), max_bytes, max_name));
     if (comma == std::string::npos) break;
