@@ -127,6 +127,39 @@ void StreamOutput::write(std::string_view bytes) {
   write_fd(fd_, bytes, what_, "");  // `what` names the target
 }
 
+namespace {
+
+// The file write_file_atomic replaces: the one a symbolic link names, not the link.
+fs::path replaced_file(const fs::path& path) {
+  std::error_code error;
+  if (!fs::is_symlink(fs::symlink_status(path, error))) return path;
+  const fs::path resolved = fs::canonical(path, error);
+  return error ? path : resolved;
+}
+
+// The folder write_file_atomic makes its temp file in.
+fs::path folder_of(const fs::path& target) { return target.has_parent_path() ? target.parent_path() : fs::path("."); }
+
+}  // namespace
+
+std::string why_not_writable(const std::string& path) {
+  std::error_code error;
+  if (fs::is_directory(fs::status(path, error))) return "it is a directory";
+  if (writes_in_place(path)) {
+    if (own_descriptor_named(path) >= 0 || ::access(path.c_str(), W_OK) == 0) return {};
+    return fmt::format("cannot open it for writing: {}", std::strerror(errno));
+  }
+  const fs::path dir = folder_of(replaced_file(path));
+  const fs::file_status folder = fs::status(dir, error);
+  if (!fs::exists(folder)) return fmt::format("its folder '{}' does not exist", dir.string());
+  if (!fs::is_directory(folder)) return fmt::format("'{}' is not a folder", dir.string());
+  // The temp file beside the target needs write and search permission (and a file system that is
+  // not read-only: access(2) reports EROFS).
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("its folder '{}' is not writable: {}", dir.string(), std::strerror(errno));
+  return {};
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
   std::error_code error;
   fs::path target(path);
@@ -136,14 +169,11 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
     StreamOutput(path, what).write(bytes);
     return;
   }
-  if (fs::is_symlink(fs::symlink_status(target, error))) {  // replace the file it names, not the link
-    const fs::path resolved = fs::canonical(target, error);
-    if (!error) target = resolved;
-  }
+  target = replaced_file(target);
   // The replaced file's mode is kept; a new file gets 0666 less the umask, as open(2) would.
   struct stat old {};
   const mode_t mode = ::stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777) : (0666 & ~umask_now());
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path dir = folder_of(target);
   // NOTE: a unique temp name (mkstemp): a user's own X.tmp is never touched, and two writers of one
   // target never write into each other's temp file.
   std::string temp = target.string() + ".tmp.XXXXXX";

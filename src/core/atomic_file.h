@@ -60,4 +60,11 @@ class StreamOutput {
 // writable (a writable file in a read-only directory cannot be replaced this way).
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
 
+// Why write_file_atomic(path) would fail before writing a byte, or "": `path` is a directory, its
+// folder does not exist or is not writable (the temp file is made there), or a stream target
+// cannot be opened for writing. For a program to refuse an output before a long computation
+// instead of losing its result at the end (echo_eval --json). The file system can still refuse
+// later (full, a race).
+std::string why_not_writable(const std::string& path);
+
 }  // namespace echo

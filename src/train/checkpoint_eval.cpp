@@ -22,6 +22,7 @@
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/stored_eos.h"
+#include "dist/agreement.h"
 #include "dist/world.h"
 #include "model/qwen3_model.h"
 #include "model/tp_ops.h"
@@ -156,8 +157,10 @@ void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const
 
 // The outputs (--json, --dump-batch) must not overwrite what is evaluated: an existing file in
 // the checkpoint's folder (a step, run or Hugging Face folder, or the folder of a weights file),
-// the data's files, the --config file, or each other. A new file beside them is fine.
-void check_outputs(const EvalRequest& req, const std::string& data_prefix) {
+// the data's files, the --config file, or each other. A new file beside them is fine. The writer
+// (rank 0) also checks that it can write them, so an unwritable place is refused before the
+// evaluation instead of losing its result after it.
+void check_outputs(const EvalRequest& req, const std::string& data_prefix, bool writer) {
   // NOTE: absolute first: the folder of a bare "model.safetensors" is the working directory, not "".
   const fs::path ckpt = fs::absolute(req.checkpoint);
   const fs::path ckpt_folder = is_dir(ckpt) ? ckpt : ckpt.parent_path();
@@ -165,6 +168,7 @@ void check_outputs(const EvalRequest& req, const std::string& data_prefix) {
   if (!req.config_path.empty()) inputs.push_back(req.config_path);
   const std::pair<const char*, const std::string*> outputs[] = {{"--json", &req.json_out},
                                                                  {"--dump-batch", &req.dump_batch}};
+  std::string unwritable;  // the writer's first output it cannot write
   for (const auto& [flag, path] : outputs) {
     if (path->empty()) continue;
     std::error_code ec;
@@ -175,7 +179,15 @@ void check_outputs(const EvalRequest& req, const std::string& data_prefix) {
     for (const std::string& input : inputs)
       ECHO_INPUT_CHECK(!same_file(*path, input), "{} {} is '{}', which this evaluation reads: it would be overwritten; "
                        "write the output elsewhere", flag, *path, input);
+    const std::string why = writer ? why_not_writable(*path) : "";
+    if (!why.empty() && unwritable.empty())
+      unwritable = fmt::format("{} {} cannot be written: {} (checked before evaluating, so no result is lost)", flag,
+                               *path, why);
   }
+  // Agreed, so the other ranks stop with rank 0 instead of waiting for it in the evaluation.
+  unwritable = dist::agree(dist::Communicator::borrow(MPI_COMM_WORLD), unwritable,
+                           "echo_eval's check that rank 0 can write its outputs");
+  ECHO_INPUT_CHECK(unwritable.empty(), "{}", unwritable);
   ECHO_INPUT_CHECK(req.json_out.empty() || req.dump_batch.empty() || !same_file(req.json_out, req.dump_batch),
                    "--json {} and --dump-batch {} are the same file", req.json_out, req.dump_batch);
 }
@@ -281,7 +293,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
 
   // The data first: its errors cost nothing to find.
   const std::string& prefix = cfg.data.valid;
-  check_outputs(req, prefix);
+  check_outputs(req, prefix, /*writer=*/rank == 0);
   require_resolvable(prefix + ".idx", fmt::format("evaluation data '{}': {}.idx", prefix, prefix),
                      " (make one with echo_prep, or run `bash scripts/get_data.sh` for data/demo)");
   const data::IndexedDataset ds = data::IndexedDataset::open(prefix);

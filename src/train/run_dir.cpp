@@ -169,6 +169,25 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
   return {};
 }
 
+std::string RunDirLock::lost(const std::string& out_dir) const {
+  if (dir_fd_ < 0) return {};
+  struct stat held {}, named {};
+  if (::fstat(dir_fd_, &held) != 0) return {};  // nothing to compare with: not a verdict
+  const char* why = nullptr;
+  if (held.st_nlink == 0)
+    why = "was deleted";
+  else if (::stat(out_dir.c_str(), &named) != 0)
+    why = "was moved away or deleted";
+  else if (named.st_dev != held.st_dev || named.st_ino != held.st_ino)
+    why = "now names another directory (the one this run locked was moved or deleted, and the name made again)";
+  if (why == nullptr) return {};
+  return fmt::format(
+      "the run directory {} {} while this run was writing it: stopping, since writing on would make the folder "
+      "again without its lock (a second echo_train could then write the same run) and put metrics and checkpoints "
+      "where they belong to no run",
+      out_dir, why);
+}
+
 bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode mode, const dist::Communicator& world,
                      RunDirLock& lock) {
   std::string error;

@@ -30,6 +30,11 @@ class RunDirLock {
   // "" when the lock is now held, else why not (another process holds it, or the file cannot be
   // opened).
   std::string acquire(const std::string& out_dir);
+  // "" while out_dir still names the directory locked by acquire (and when no lock is held: ranks
+  // other than 0), else why not: it was deleted, or moved away (and perhaps made again). A run
+  // that wrote on would recreate the folder without its lock, where a second echo_train --resume
+  // is then admitted and both write one run (found by a hostile test: rm -rf of a live run).
+  std::string lost(const std::string& out_dir) const;
 
  private:
   int dir_fd_ = -1;   // out_dir, locked

@@ -351,8 +351,14 @@ double Trainer::train_step(int64_t step, bool telemetry) {
   return mean_over(world_.dp, model_->read_loss(loss));
 }
 
+void Trainer::check_run_dir_kept() const {
+  const std::string lost = run_lock_.lost(cfg_.run.out_dir);
+  ECHO_RUN_CHECK(lost.empty(), "{}", lost);
+}
+
 void Trainer::record_eval(int64_t step, double val_loss, std::string_view note) {
   if (world_.layout.rank != 0) return;
+  check_run_dir_kept();
   metrics_.eval(step, val_loss);
   log::get("train")->info("step {:>6}/{} | val_loss {:.4f}{}", step, cfg_.train.steps, val_loss, note);
 }
@@ -373,6 +379,11 @@ std::optional<double> Trainer::evaluate(const StopSignal& stop) {
 }
 
 void Trainer::save(int64_t steps_done) {
+  // A save into a deleted run directory would make it again, unlocked (RunDirLock::lost); agreed,
+  // so every rank stops before the save's gathers.
+  const std::string lost = dist::agree(world_.world, run_lock_.lost(cfg_.run.out_dir),
+                                       "the checkpoint save's run-directory check");
+  ECHO_RUN_CHECK(lost.empty(), "{}", lost);
   CheckpointMeta meta;
   meta.step = steps_done;
   meta.data_position = static_cast<uint64_t>(steps_done);
@@ -496,6 +507,7 @@ TrainResult Trainer::run(int64_t stop_after) {
             elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total - step - 1);
         logger->info("{}", progress_line(m, total, eta));
       }
+      check_run_dir_kept();
       metrics_.step(m);
       if (telemetry) log_telemetry(step + 1);
     }

@@ -53,6 +53,9 @@ class Trainer {
   void record_eval(int64_t step, double val_loss, std::string_view note = {});
   void open_data();
   void save(int64_t steps_done);
+  // Rank 0, before each line it writes to the run directory: throws when run.out_dir is no longer
+  // the directory locked at start-up (RunDirLock::lost).
+  void check_run_dir_kept() const;
   void log_telemetry(int64_t step);
   // "the last good checkpoint <dir> is kept", for the messages of a step that went bad.
   std::string kept_checkpoint() const;

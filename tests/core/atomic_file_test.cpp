@@ -215,5 +215,29 @@ TEST(AtomicFile, WritesInPlaceTellsStreamsFromFiles) {
   fs::remove_all(shm);
 }
 
+// why_not_writable names what would stop write_file_atomic before its first byte, and says
+// nothing where it would succeed (each verdict then checked by writing).
+TEST(AtomicFile, WhyNotWritableNamesTheFolderThatStopsAWrite) {
+  echo::testing::ScratchDir dir;
+  const std::string fresh = dir.path("new.json"), file = dir.path("file");
+  EXPECT_EQ(why_not_writable(fresh), "");
+  write_file_atomic(fresh, "{}", "--json");
+  EXPECT_EQ(why_not_writable(fresh), "") << "an existing file is replaced";
+  EXPECT_EQ(why_not_writable(dir.str()), "it is a directory");
+  EXPECT_EQ(why_not_writable(dir.path("missing/x.json")), "its folder '" + dir.path("missing") + "' does not exist");
+  EXPECT_THROW(write_file_atomic(dir.path("missing/x.json"), "{}", "--json"), Error);
+  write_file_atomic(file, "x", "--json");
+  EXPECT_EQ(why_not_writable(file + "/x.json"), "'" + file + "' is not a folder");
+  EXPECT_THROW(write_file_atomic(file + "/x.json", "{}", "--json"), Error);
+  EXPECT_EQ(why_not_writable("/dev/null"), "") << "a device is written in place";
+  if (::geteuid() != 0) {  // root writes into a folder of mode 0555 anyway
+    fs::create_directory(dir.path("ro"));
+    fs::permissions(dir.path("ro"), fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_EQ(why_not_writable(dir.path("ro/x.json")),
+              "its folder '" + dir.path("ro") + "' is not writable: Permission denied");
+    fs::permissions(dir.path("ro"), fs::perms::owner_all);
+  }
+}
+
 }  // namespace
 }  // namespace echo

@@ -407,6 +407,21 @@ TEST(Eval, DumpBatchWritesTheBatchOrSaysItCouldNot) {
     EXPECT_EQ(error, echo::testing::kNoErrorThrown);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  // An output rank 0 cannot write (its folder does not exist, or is a file) is refused on every
+  // rank before the evaluation; it used to fail only after it, and the result was lost.
+  const std::string by_rank0 =
+      world_size() > 1 ? fmt::format(" (reported by rank 0 of {})", world_size()) : std::string();
+  req.dump_batch.clear();
+  req.json_out = run.dir + "/no/such/folder/eval.json";
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
+            "input: --json " + req.json_out + " cannot be written: its folder '" + run.dir +
+                "/no/such/folder' does not exist (checked before evaluating, so no result is lost)" + by_rank0);
+  req.json_out.clear();
+  req.dump_batch = model_file + "/batch.npy";
+  EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
+            "input: --dump-batch " + req.dump_batch + " cannot be written: '" + model_file +
+                "' is not a folder (checked before evaluating, so no result is lost)" + by_rank0);
+  EXPECT_FALSE(fs::exists(run.dir + "/no"));
 }
 
 // An EOS no one chose (a Hugging Face folder's files, a --config without data.eos_id) is the one

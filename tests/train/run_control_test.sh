@@ -281,4 +281,26 @@ grep -q "'run.out_dir' is ${#long} bytes long: a checkpoint's files would be nam
 [[ ! -e $work/deep ]] || fail "the refused run created $work/deep"
 echo "a run.out_dir too long for a checkpoint: refused at start-up"
 
-echo "run control: 10 passed, 0 failed"
+# 11. run.out_dir deleted (rm -rf) or moved and made again while the run writes it: the run stops,
+#     naming it, instead of writing into a deleted metrics file and making the folder again without
+#     its lock (where a second --resume was then admitted and both wrote one run).
+lose_run_dir() {  # lose_run_dir LOG EXPECTED-MESSAGE COMMAND...
+  local log=$1 expected=$2; shift 2
+  rm -rf "$work/run" "$work/run.moved"
+  OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/echo_train" "$work/cfg.yaml" >"$work/$log" 2>&1 &
+  local pid=$!
+  wait_for_steps 3
+  "$@"
+  for _ in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  kill -0 $pid 2>/dev/null && { kill -KILL $pid; fail "echo_train ran on for 30 s after its run directory was lost"; }
+  wait $pid && fail "echo_train exited 0 after its run directory was lost"
+  grep -qF "the run directory $work/run $expected while this run was writing it" "$work/$log" ||
+    { tail -5 "$work/$log"; fail "no message naming the lost run directory ($expected)"; }
+}
+lose_run_dir run11a.log "was deleted" rm -rf "$work/run"
+[[ ! -e $work/run ]] || fail "the run made its deleted run directory again"
+lose_run_dir run11b.log "now names another directory (the one this run locked was moved or deleted, and the name made again)" eval 'mv "$work/run" "$work/run.moved" && mkdir "$work/run"'
+[[ -z $(ls -A "$work/run") ]] || fail "the run wrote into the new $work/run: $(ls -A "$work/run")"
+echo "run directory deleted or replaced mid-run: the run stopped naming it"
+
+echo "run control: 11 passed, 0 failed"

@@ -560,6 +560,30 @@ TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
   EXPECT_EQ(train(make_config(dir, {"train.steps=6"}), RunDirMode::resume).steps_done, 6);
 }
 
+// A run directory deleted or moved while its run lives is noticed by the lock's holder (the run
+// then stops instead of making the folder again without its lock); ranks without the lock see
+// nothing. run_control_test.sh case 11 runs it under echo_train.
+TEST(TrainerGuard, ALockNoticesItsRunDirectoryLost) {
+  const echo::testing::ScratchDir scratch;  // this rank's own: nothing collective here
+  const std::string dir = scratch.path("run"), moved = dir + ".moved";
+  fs::create_directories(dir);
+  EXPECT_EQ(RunDirLock().lost(dir), "") << "an unheld lock judges nothing";
+  RunDirLock lock;
+  ASSERT_EQ(lock.acquire(dir), "");
+  EXPECT_EQ(lock.lost(dir), "");
+  const std::string head = "the run directory " + dir + " ", tail = " while this run was writing it: stopping";
+  fs::rename(dir, moved);
+  EXPECT_EQ(lock.lost(dir).rfind(head + "was moved away or deleted" + tail, 0), 0u) << lock.lost(dir);
+  fs::rename(moved, dir);
+  EXPECT_EQ(lock.lost(dir), "") << "moved back, it is the locked directory again";
+  fs::rename(dir, moved);
+  fs::create_directory(dir);
+  EXPECT_EQ(lock.lost(dir).rfind(head + "now names another directory", 0), 0u) << lock.lost(dir);
+  fs::remove(dir);
+  fs::remove_all(moved);
+  EXPECT_EQ(lock.lost(dir).rfind(head + "was deleted" + tail, 0), 0u) << lock.lost(dir);
+}
+
 // A link planted at the lock file's name (a shared directory, a run as root): refused, and the
 // file it names is neither truncated nor given a pid. It used to be overwritten even by a run that
 // then failed.
