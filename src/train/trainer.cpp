@@ -145,9 +145,9 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       mode == RunDirMode::resume && has_run ? find_resume_point(cfg.run.out_dir) : std::nullopt;
   if (mode == RunDirMode::resume && has_run && L.rank == 0)
     for (const std::string& name : foreign_step_dirs(cfg.run.out_dir))
-      logger->warn("ignoring {}/checkpoints/{}: not a name echo gives a checkpoint (step_ and 8 or more digits, "
-                   "e.g. step_00000006); rename it to that form to resume from it",
-                   cfg.run.out_dir, input_excerpt(name));
+      logger->warn("ignoring {}/checkpoints/{}: not a name echo gives a checkpoint ({}; echo names them step_ and "
+                   "the step in 8 or more digits, e.g. step_00000006); rename it to that form to resume from it",
+                   cfg.run.out_dir, input_excerpt(name), foreign_step_reason(name));
   if (mode == RunDirMode::resume && has_run && !resume_from)
     logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
   if (resume_from) {

@@ -326,6 +326,19 @@ TEST_F(CheckpointTest, EverySavedPathFitsTheLongestCheckpointPath) {
   EXPECT_EQ(longest_checkpoint_path(dir_, 1234567890).size(), longest.size() + 2);
 }
 
+// The warning for a foreign step_* folder names what is wrong with the name: it said "step_ and 8
+// or more digits" of step_00000000000000000020 and step_99999999999999999999, which have them.
+TEST(CheckpointNames, AForeignStepNameIsToldWhatIsWrong) {
+  EXPECT_EQ(foreign_step_reason("step_best"), "not step_ followed by digits");
+  EXPECT_EQ(foreign_step_reason("step_"), "not step_ followed by digits");
+  EXPECT_EQ(foreign_step_reason("step_99"), "2 digits, where echo writes at least 8");
+  EXPECT_EQ(foreign_step_reason("step_000000003"), "zeros before the step, where echo writes step_00000003");
+  EXPECT_EQ(foreign_step_reason("step_00000000000000000020"), "zeros before the step, where echo writes step_00000020");
+  EXPECT_EQ(foreign_step_reason("step_0000000000"), "zeros before the step, where echo writes step_00000000");
+  EXPECT_EQ(foreign_step_reason("step_99999999999999999999"), "a step of 20 digits, beyond any run's train.steps");
+  EXPECT_EQ(foreign_step_reason("step_0001000000000000000000"), "a step of 19 digits, beyond any run's train.steps");
+}
+
 // Only the names echo writes are checkpoints to it: a user's copy named step_99 (once taken for
 // the latest checkpoint, then refused for its step) or step_6 (once counted toward keep_last and
 // deleted by the next save) is left alone and listed by foreign_step_dirs.

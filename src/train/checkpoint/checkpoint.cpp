@@ -439,6 +439,18 @@ std::vector<std::string> foreign_step_dirs(const std::string& run_dir) {
   return found;
 }
 
+std::string foreign_step_reason(const std::string& name) {
+  const std::string digits = name.substr(std::min(name.size(), kStepPrefix.size()));
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "not step_ followed by digits";
+  if (digits.size() < 8) return fmt::format("{} digits, where echo writes at least 8", digits.size());
+  const size_t significant = digits.size() - std::min(digits.find_first_not_of('0'), digits.size() - 1);
+  if (significant > 18) return fmt::format("a step of {} digits, beyond any run's train.steps", significant);
+  if (significant < digits.size() && digits.size() > 8)
+    return fmt::format("zeros before the step, where echo writes {}", step_dir_name(std::stoll(digits)));
+  return "not a name echo gives";
+}
+
 std::vector<std::string> unfinished_checkpoints(const std::string& run_dir, int64_t newer_than) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   std::vector<std::string> found;
