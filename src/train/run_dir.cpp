@@ -171,7 +171,8 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
 
 std::string RunDirLock::lost(const std::string& out_dir) const {
   if (dir_fd_ < 0) return {};
-  struct stat held {}, named {};
+  struct stat held {};
+  struct stat named {};
   if (::fstat(dir_fd_, &held) != 0) return {};  // nothing to compare with: not a verdict
   const char* why = nullptr;
   if (held.st_nlink == 0)

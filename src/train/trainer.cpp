@@ -145,9 +145,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       mode == RunDirMode::resume && has_run ? find_resume_point(cfg.run.out_dir) : std::nullopt;
   if (mode == RunDirMode::resume && has_run && L.rank == 0)
     for (const std::string& name : foreign_step_dirs(cfg.run.out_dir))
-      logger->warn("ignoring {}/checkpoints/{}: not a name echo gives a checkpoint ({}; echo names them step_ and "
-                   "the step in 8 or more digits, e.g. step_00000006); rename it to that form to resume from it",
-                   cfg.run.out_dir, input_excerpt(name), foreign_step_reason(name));
+      logger->warn(
+          "ignoring {}/checkpoints/{}: not a name echo gives a checkpoint ({}; echo names them step_ and "
+          "the step in 8 or more digits, e.g. step_00000006); rename it to that form to resume from it",
+          cfg.run.out_dir, input_excerpt(name), foreign_step_reason(name));
   if (mode == RunDirMode::resume && has_run && !resume_from)
     logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
   if (resume_from) {
@@ -381,8 +382,8 @@ std::optional<double> Trainer::evaluate(const StopSignal& stop) {
 void Trainer::save(int64_t steps_done) {
   // A save into a deleted run directory would make it again, unlocked (RunDirLock::lost); agreed,
   // so every rank stops before the save's gathers.
-  const std::string lost = dist::agree(world_.world, run_lock_.lost(cfg_.run.out_dir),
-                                       "the checkpoint save's run-directory check");
+  const std::string lost =
+      dist::agree(world_.world, run_lock_.lost(cfg_.run.out_dir), "the checkpoint save's run-directory check");
   ECHO_RUN_CHECK(lost.empty(), "{}", lost);
   CheckpointMeta meta;
   meta.step = steps_done;
