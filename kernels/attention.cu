@@ -96,26 +96,25 @@ __global__ void causal_softmax_forward_kernel(const float* s, T* p, float* lse, 
   }
 }
 
-// One block per score row (g, i) of the backward: D = dO_i . O_i, then for j <= i
-// P = exp(S - lse), dS = P * (dP - D) * scale (the scale of dQ = scale dS K folded in, as the
-// CPU reference does), 0 above the diagonal. dout / out point at row (g = 0, i = 0) of the
-// (b, r) head; row (g, i) is g*g_stride + i*row_ld further. p_out may alias s and ds_out dp (f32):
-// each thread reads its two elements before writing them.
+// One block per score row (g, i) of the backward: D = sum_{j<=i} P_ij dP_ij, then for j <= i
+// P = exp(S - lse), dS = P * (dP - D) * scale (the scale of dQ = scale dS K folded in, as the CPU
+// reference does), 0 above the diagonal. D equals dO_i . O_i (the CPU reference's form: dP = dO V^T
+// and O = P V), but is taken from the f32 P and dP: O is stored in bf16, and its rounding made
+// dQ / dK errors reach the 1e-2 tolerance (a kernel review, docs/design.md "CUDA backend"). p_out
+// may alias s and ds_out dp (f32): the first pass only reads, and block_reduce's barrier ends it
+// before the second pass writes.
 template <class T>
 __global__ void causal_softmax_backward_kernel(const float* s, const float* dp, const float* lse, int64_t lse_g_stride,
-                                               const T* dout, const T* out, int64_t row_ld, int64_t g_stride, int64_t d,
                                                int64_t seq, int64_t rows, float scale, T* p_out, T* ds_out) {
   __shared__ float smem[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t g = row / seq;
     const int64_t i = row % seq;
-    const T* do_row = dout + g * g_stride + i * row_ld;
-    const T* o_row = out + g * g_stride + i * row_ld;
-    float dot = 0.0f;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) dot += to_float(do_row[c]) * to_float(o_row[c]);
-    dot = block_reduce<false>(dot, smem);
     const float row_lse = lse[g * lse_g_stride + i];
     const int64_t base = row * seq;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += expf(s[base + j] - row_lse) * dp[base + j];
+    dot = block_reduce<false>(dot, smem);
     for (int64_t j = threadIdx.x; j < seq; j += blockDim.x) {
       float pv = 0.0f;
       float dsv = 0.0f;
@@ -234,7 +233,7 @@ void attention_forward(GemmContext& ctx, const Tensor& q, const Tensor& k, const
                        Tensor& workspace, cudaStream_t stream) {
   const char* op = "attention_forward";
   const Shape sh = check_qkv(op, q, k, v);
-  check_tensor(op, "out", out, q.shape(), q.dtype());
+  check_tensor(op, "out", out, q.shape(), q.dtype());  // checked, not read: D comes from P and dP (above)
   check_tensor(op, "lse", lse, {sh.batch, sh.n_q, sh.seq}, DType::f32);
   if (sh.batch == 0 || sh.seq == 0) return;
   const DType t = q.dtype();
@@ -274,7 +273,7 @@ void attention_backward(GemmContext& ctx, const Tensor& dout, const Tensor& q, c
   const char* op = "attention_backward";
   const Shape sh = check_qkv(op, q, k, v);
   check_tensor(op, "dout", dout, q.shape(), q.dtype());
-  check_tensor(op, "out", out, q.shape(), q.dtype());
+  check_tensor(op, "out", out, q.shape(), q.dtype());  // checked, not read: D comes from P and dP (above)
   check_tensor(op, "lse", lse, {sh.batch, sh.n_q, sh.seq}, DType::f32);
   check_tensor(op, "dq", dq, q.shape(), q.dtype());
   check_tensor(op, "dk", dk, k.shape(), q.dtype());
@@ -304,7 +303,6 @@ void attention_backward(GemmContext& ctx, const Tensor& dout, const Tensor& q, c
     for (int64_t r = 0; r < group; ++r) {
       const char* q_head = at(q, q_batch + r * sh.d);
       const char* do_head = at(dout, q_batch + r * sh.d);
-      const char* o_head = at(out, q_batch + r * sh.d);
       scores_gemm(ctx, sh, t, q_head, at(k, kv_batch), s, stream);
       // dP_g = dO_h V_g^T
       gemm_strided_batched(ctx, false, true, sh.seq, sh.seq, sh.d, sh.n_kv, 1.0,
@@ -313,13 +311,11 @@ void attention_backward(GemmContext& ctx, const Tensor& dout, const Tensor& q, c
       const float* lse_head = lse_data + (b * sh.n_q + r) * sh.seq;
       if (bf16) {
         causal_softmax_backward_kernel<__nv_bfloat16><<<grid_for(rows, 1), kThreads, 0, stream>>>(
-            s, dp, lse_head, group * sh.seq, reinterpret_cast<const __nv_bfloat16*>(do_head),
-            reinterpret_cast<const __nv_bfloat16*>(o_head), q_ld, group * sh.d, sh.d, sh.seq, rows, scale,
-            static_cast<__nv_bfloat16*>(p), static_cast<__nv_bfloat16*>(ds));
+            s, dp, lse_head, group * sh.seq, sh.seq, rows, scale, static_cast<__nv_bfloat16*>(p),
+            static_cast<__nv_bfloat16*>(ds));
       } else {
         causal_softmax_backward_kernel<float><<<grid_for(rows, 1), kThreads, 0, stream>>>(
-            s, dp, lse_head, group * sh.seq, reinterpret_cast<const float*>(do_head),
-            reinterpret_cast<const float*>(o_head), q_ld, group * sh.d, sh.d, sh.seq, rows, scale, s, dp);
+            s, dp, lse_head, group * sh.seq, sh.seq, rows, scale, s, dp);
       }
       CUDA_CHECK(cudaGetLastError());
       // dQ_h = dS_g K_g (each query head written once)
