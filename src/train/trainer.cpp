@@ -204,10 +204,12 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
 
   if (resume_from) {
     const CheckpointMeta meta = load_checkpoint(resume_from->dir, model_->params(), optimizer_.get(), world);
-    // NOTE: the trainer steps the optimizer once per training step; a larger count (a hand-edited
-    // state) would resume AdamW's bias correction from a run that never happened.
-    ECHO_INPUT_CHECK(optimizer_->step_count() <= meta.step,
-                     "checkpoint '{}': its trainer state's 'optimizer_step' = {} is over its 'step' = {} (the trainer "
+    // NOTE: the trainer steps the optimizer once per training step; another count (a hand-edited
+    // state, which a checkpoint without checksums cannot catch) would resume AdamW's bias
+    // correction from a run that never happened: 0 restarts it, so the resumed run silently
+    // differs from one never stopped.
+    ECHO_INPUT_CHECK(optimizer_->step_count() == meta.step,
+                     "checkpoint '{}': its trainer state's 'optimizer_step' = {} is not its 'step' = {} (the trainer "
                      "steps the optimizer once per step): not a state this trainer wrote",
                      resume_from->dir, optimizer_->step_count(), meta.step);
     start_step_ = meta.step;

@@ -492,7 +492,11 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
   EXPECT_EQ(resume_with("dp", int64_t{1} << 40), malformed + "'dp' = 1099511627776 is over 2147483647");
   EXPECT_EQ(resume_with("step", 2.0), malformed + "'step' = 2.0 is not an integer");
   EXPECT_EQ(resume_with("optimizer_step", int64_t{1} << 62),
-            "input: checkpoint '" + ckpt + "': its trainer state's 'optimizer_step' = 4611686018427387904 is over its "
+            "input: checkpoint '" + ckpt + "': its trainer state's 'optimizer_step' = 4611686018427387904 is not its "
+            "'step' = 2 (the trainer steps the optimizer once per step): not a state this trainer wrote");
+  // 0 restarted AdamW's bias correction silently (the resumed run differed from one never stopped).
+  EXPECT_EQ(resume_with("optimizer_step", 0),
+            "input: checkpoint '" + ckpt + "': its trainer state's 'optimizer_step' = 0 is not its "
             "'step' = 2 (the trainer steps the optimizer once per step): not a state this trainer wrote");
   EXPECT_EQ(resume_with("data_position", uint64_t{18446744073709551615u}),
             "input: checkpoint '" + ckpt + "': its trainer state's 'data_position' = 18446744073709551615 is not its "
