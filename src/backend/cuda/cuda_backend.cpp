@@ -287,6 +287,10 @@ class CudaBackend final : public Backend {
 
   // Grown to the largest attention call seen; reused (one stream, calls in order).
   Tensor& attention_workspace(const Tensor& q, const Tensor& k) {
+    // Sized from q and k before the op checks them: a wrong rank is named here, not as a bad dim index.
+    ECHO_CHECK(q.ndim() == 4 && k.ndim() == 4,
+               "cuda::attention: q and k must be (batch, seq, heads, head_dim), got {} and {}", q.describe(),
+               k.describe());
     const size_t need = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype());
     if (!attention_ws_.defined() || attention_ws_.nbytes() < need) {
       synchronize();  // the old workspace may still be in use by queued kernels
