@@ -35,7 +35,8 @@ int train_main(int argc, char** argv) {
   // The run writes its effective config to run.out_dir/config.yaml. A --resume of the run there
   // may read the one it wrote (rewriting it only adds the --set values); any other start would
   // replace a config the user wrote there, comments and all.
-  ECHO_INPUT_CHECK((resume && train::holds_run(cfg.run.out_dir)) || !same_file(path, cfg.run.out_dir + "/config.yaml"),
+  ECHO_INPUT_CHECK((resume && train::holds_run(cfg.run.out_dir)) ||
+                       !same_file(path, train::run_file(cfg.run.out_dir, "config.yaml")),
                    "the config {} is {}/config.yaml, where the run writes its effective config: it would be "
                    "replaced; keep the config outside run.out_dir",
                    path, cfg.run.out_dir);
@@ -50,8 +51,8 @@ int train_main(int argc, char** argv) {
       log::get("train")->info("{} at step {} without training a step", how, result.steps_done);
     else
       log::get("train")->info(
-          "{} at step {}: loss {:.4f}; metrics in {}/metrics.jsonl, {}", how, result.steps_done, result.last_loss,
-          cfg.run.out_dir,
+          "{} at step {}: loss {:.4f}; metrics in {}, {}", how, result.steps_done, result.last_loss,
+          train::run_file(cfg.run.out_dir, "metrics.jsonl"),
           trainer.last_checkpoint_step() < 0
               ? std::string("no checkpoint saved (train.checkpoint_interval is 0)")
               : "last checkpoint " + train::checkpoint_dir(cfg.run.out_dir, trainer.last_checkpoint_step()));

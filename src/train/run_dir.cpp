@@ -24,6 +24,12 @@ namespace echo::train {
 
 namespace fs = std::filesystem;
 
+std::string run_file(const std::string& out_dir, const char* name) {
+  // NOTE: not lexically_normal, which would also fold "link/.." where the link names a folder elsewhere.
+  const size_t end = out_dir.find_last_not_of('/');
+  return (end == std::string::npos ? std::string() : out_dir.substr(0, end + 1)) + "/" + name;
+}
+
 // What marks a directory as holding a run: metrics or checkpoints. A config.yaml alone (left by a
 // run that failed during start-up, before the trainer wrote it last) or an empty metrics file
 // (a run stopped before its first step) is nothing to protect.

@@ -41,6 +41,10 @@ class RunDirLock {
   int file_fd_ = -1;  // out_dir/.echo_train.lock, locked
 };
 
+// A file of the run directory: out_dir/name, one slash whatever out_dir ends with ("runs/a/" gave
+// "runs/a//metrics.jsonl" in the log).
+std::string run_file(const std::string& out_dir, const char* name);
+
 // Whether out_dir holds a run: a non-empty metrics.jsonl or checkpoints/ (a config.yaml alone is
 // not one).
 bool holds_run(const std::string& out_dir);

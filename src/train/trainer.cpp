@@ -235,7 +235,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     try {
       // --overwrite: the old run goes only now that start-up has succeeded.
       if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
-      const std::string metrics = cfg.run.out_dir + "/metrics.jsonl";
+      const std::string metrics = run_file(cfg.run.out_dir, "metrics.jsonl");
       // Read first: a resume of a finished run that owes nothing leaves the directory as it was.
       eval_owed_ = eval_due_at_resume && !logged_eval_at(metrics, start_step_);
       if (start_step_ < cfg.train.steps || eval_owed_) {
@@ -243,7 +243,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
         // that died) would be repeated.
         if (mode == RunDirMode::resume) truncate_metrics(metrics, start_step_);
         metrics_ = MetricsLog(metrics, /*append=*/mode == RunDirMode::resume);
-        config::write_effective_config(cfg_, cfg.run.out_dir + "/config.yaml");
+        config::write_effective_config(cfg_, run_file(cfg.run.out_dir, "config.yaml"));
       }
     } catch (const std::exception& e) {
       write_failure = std::current_exception();

@@ -564,6 +564,16 @@ TEST(TrainerGuard, ARunDirectoryInUseIsRefused) {
   EXPECT_EQ(train(make_config(dir, {"train.steps=6"}), RunDirMode::resume).steps_done, 6);
 }
 
+// A run's files are named with one slash whatever run.out_dir ends with (the log said
+// "runs/a//metrics.jsonl"); nothing else about the name is changed.
+TEST(TrainerGuard, RunFilesAreNamedWithOneSlash) {
+  EXPECT_EQ(run_file("runs/a", "metrics.jsonl"), "runs/a/metrics.jsonl");
+  EXPECT_EQ(run_file("runs/a/", "metrics.jsonl"), "runs/a/metrics.jsonl");
+  EXPECT_EQ(run_file("runs/a///", "config.yaml"), "runs/a/config.yaml");
+  EXPECT_EQ(run_file("runs/link/../a/", "config.yaml"), "runs/link/../a/config.yaml");
+  EXPECT_EQ(run_file("/", "config.yaml"), "/config.yaml");
+}
+
 // A run directory deleted or moved while its run lives is noticed by the lock's holder (the run
 // then stops instead of making the folder again without its lock); ranks without the lock see
 // nothing. run_control_test.sh case 11 runs it under echo_train.
