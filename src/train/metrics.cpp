@@ -1,6 +1,8 @@
 // metrics.jsonl, MFU and the progress line.
 #include "train/metrics.h"
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -78,6 +80,13 @@ static std::string refuse_fifo(const std::string& path) {
 MetricsLog::MetricsLog(const std::string& path, bool append)
     : path_(refuse_fifo(path)), out_(path, append ? std::ios::app : std::ios::trunc) {
   ECHO_RUN_CHECK(out_.good(), "cannot write the metrics file '{}': {}", path, std::strerror(errno));
+  // NOTE: std::ofstream has no fd to fstat; the path is stat'ed right after the open (a swap in
+  // between is not worth a hand-made stream).
+  struct stat st {};
+  ECHO_RUN_CHECK(::stat(path.c_str(), &st) == 0, "cannot stat the metrics file '{}' just opened: {}", path,
+                 std::strerror(errno));
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
 }
 
 void MetricsLog::step(const StepMetrics& m) {
@@ -99,6 +108,13 @@ void MetricsLog::eval(int64_t step, double val_loss) {
 
 void MetricsLog::raw(const std::string& json_line) {
   if (!out_.is_open()) return;
+  struct stat st {};
+  const bool named = ::stat(path_.c_str(), &st) == 0;
+  ECHO_RUN_CHECK(named && st.st_dev == dev_ && st.st_ino == ino_,
+                 "the metrics file '{}' {} while this run was writing it: stopping, since its lines would go to a "
+                 "file no one can read (an rm -rf of the run directory that fails part way leaves the folder); "
+                 "go on from the newest checkpoint with --resume (a file moved away can be moved back first)",
+                 path_, named ? "was replaced by another file" : "was deleted or moved away");
   errno = 0;
   out_ << json_line << '\n';
   out_.flush();  // a crash must not lose the lines already reported

@@ -48,7 +48,10 @@ class MetricsLog {
   // Appends when resuming, so a resumed run keeps its history.
   MetricsLog(const std::string& path, bool append);
   // Each throws echo::Error naming the file when the line cannot be written (a full disk): a
-  // truncated metrics file must not pass for a finished run.
+  // truncated metrics file must not pass for a finished run. Each also throws when the path no
+  // longer names the file opened (deleted, moved away or replaced): its lines would go to a file
+  // no one can read. An `rm -rf` of the run directory that fails part way ("Directory not empty",
+  // racing a checkpoint save) leaves the directory itself, which RunDirLock::lost cannot see.
   void step(const StepMetrics& m);
   void eval(int64_t step, double val_loss);
   void raw(const std::string& json_line);
@@ -56,6 +59,8 @@ class MetricsLog {
  private:
   std::string path_;
   std::ofstream out_;
+  // The file opened, as stat(path_) named it just after opening: device and inode.
+  uint64_t dev_ = 0, ino_ = 0;
 };
 
 // For a resume from the checkpoint of `last_step`: removes from the metrics file every line of a

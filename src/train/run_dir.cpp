@@ -186,7 +186,9 @@ std::string RunDirLock::lost(const std::string& out_dir) const {
   else if (::stat(out_dir.c_str(), &named) != 0)
     why = "was moved away or deleted";
   else if (named.st_dev != held.st_dev || named.st_ino != held.st_ino)
-    why = "now names another directory (the one this run locked was moved or deleted, and the name made again)";
+    why =
+        "now names another directory than the one this run locked (that one was moved or deleted and the name "
+        "made again, a link at the name was pointed elsewhere, or a file system was mounted over it)";
   if (why == nullptr) return {};
   return fmt::format(
       "the run directory {} {} while this run was writing it: stopping, since writing on would make the folder "

@@ -144,11 +144,14 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const std::optional<ResumePoint> resume_from =
       mode == RunDirMode::resume && has_run ? find_resume_point(cfg.run.out_dir) : std::nullopt;
   if (mode == RunDirMode::resume && has_run && L.rank == 0)
-    for (const std::string& name : foreign_step_dirs(cfg.run.out_dir))
+    for (const std::string& name : foreign_step_dirs(cfg.run.out_dir)) {
+      const ForeignStepName why = foreign_step_reason(name);
       logger->warn(
           "ignoring {}/checkpoints/{}: not a name echo gives a checkpoint ({}; echo names them step_ and "
-          "the step in 8 or more digits, e.g. step_00000006); rename it to that form to resume from it",
-          cfg.run.out_dir, input_excerpt(name), foreign_step_reason(name));
+          "the step in 8 or more digits, e.g. step_00000006){}",
+          cfg.run.out_dir, input_excerpt(name), why.reason,
+          why.renamable ? "; rename it to that form to resume from it" : "");
+    }
   if (mode == RunDirMode::resume && has_run && !resume_from)
     logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
   if (resume_from) {

@@ -329,14 +329,19 @@ TEST_F(CheckpointTest, EverySavedPathFitsTheLongestCheckpointPath) {
 // The warning for a foreign step_* folder names what is wrong with the name: it said "step_ and 8
 // or more digits" of step_00000000000000000020 and step_99999999999999999999, which have them.
 TEST(CheckpointNames, AForeignStepNameIsToldWhatIsWrong) {
-  EXPECT_EQ(foreign_step_reason("step_best"), "not step_ followed by digits");
-  EXPECT_EQ(foreign_step_reason("step_"), "not step_ followed by digits");
-  EXPECT_EQ(foreign_step_reason("step_99"), "2 digits, where echo writes at least 8");
-  EXPECT_EQ(foreign_step_reason("step_000000003"), "zeros before the step, where echo writes step_00000003");
-  EXPECT_EQ(foreign_step_reason("step_00000000000000000020"), "zeros before the step, where echo writes step_00000020");
-  EXPECT_EQ(foreign_step_reason("step_0000000000"), "zeros before the step, where echo writes step_00000000");
-  EXPECT_EQ(foreign_step_reason("step_99999999999999999999"), "a step of 20 digits, beyond any run's train.steps");
-  EXPECT_EQ(foreign_step_reason("step_0001000000000000000000"), "a step of 19 digits, beyond any run's train.steps");
+  EXPECT_EQ(foreign_step_reason("step_best").reason, "not step_ followed by digits");
+  EXPECT_EQ(foreign_step_reason("step_").reason, "not step_ followed by digits");
+  EXPECT_EQ(foreign_step_reason("step_99").reason, "2 digits, where echo writes at least 8");
+  EXPECT_EQ(foreign_step_reason("step_000000003").reason, "zeros before the step, where echo writes step_00000003");
+  EXPECT_EQ(foreign_step_reason("step_00000000000000000020").reason, "zeros before the step, where echo writes step_00000020");
+  EXPECT_EQ(foreign_step_reason("step_0000000000").reason, "zeros before the step, where echo writes step_00000000");
+  EXPECT_EQ(foreign_step_reason("step_99999999999999999999").reason, "a step of 20 digits, beyond any run's train.steps");
+  EXPECT_EQ(foreign_step_reason("step_0001000000000000000000").reason, "a step of 19 digits, beyond any run's train.steps");
+  // Only a step no run reaches is beyond renaming.
+  for (const char* name : {"step_best", "step_99", "step_000000003", "step_0000000000"})
+    EXPECT_TRUE(foreign_step_reason(name).renamable) << name;
+  for (const char* name : {"step_99999999999999999999", "step_0001000000000000000000"})
+    EXPECT_FALSE(foreign_step_reason(name).renamable) << name;
 }
 
 // Only the names echo writes are checkpoints to it: a user's copy named step_99 (once taken for

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "../support/log_capture.h"
@@ -84,6 +85,56 @@ TEST(Metrics, AWriteErrorIsAnErrorNamingTheFile) {
   const std::string kind = echo::testing::kind_and_what_of([&] { log.step({2, 2.5, 1e-3, 0.5, 100, 10, 0.1}); });
   EXPECT_EQ(kind.rfind("run: cannot write the metrics file", 0), 0u) << kind;
   EXPECT_EQ(kind.find("[check "), std::string::npos) << kind;
+  fs::remove_all(dir);
+}
+
+// The path no longer names the file the log opened: its lines would go nowhere readable. Found by a
+// hostile test: an rm -rf of a live run that failed part way ("Directory not empty", racing a
+// checkpoint save) left the folder, and the run wrote on into the unlinked metrics.jsonl.
+TEST(Metrics, AFileDeletedMovedOrReplacedUnderTheLogStopsIt) {
+  const fs::path dir = scratch("lost");
+  const fs::path path = dir / "metrics.jsonl";
+  const StepMetrics m{1, 2.5, 1e-3, 0.5, 100, 10, 0.1};
+  struct Case {
+    const char* name;
+    std::function<void()> lose;
+    const char* verdict;
+  };
+  const Case cases[] = {
+      {"deleted", [&] { fs::remove(path); }, "was deleted or moved away"},
+      {"moved", [&] { fs::rename(path, dir / "old.jsonl"); }, "was deleted or moved away"},
+      {"replaced",
+       [&] {
+         std::ofstream(dir / "new.jsonl") << "{}\n";
+         fs::rename(dir / "new.jsonl", path);
+       },
+       "was replaced by another file"},
+  };
+  for (const Case& c : cases) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    MetricsLog log(path.string(), /*append=*/false);
+    log.step(m);  // the file as opened: written
+    c.lose();
+    const std::string kind = echo::testing::kind_and_what_of([&] { log.eval(1, 2.0); });
+    EXPECT_EQ(kind.rfind("run: the metrics file '" + path.string() + "' " + c.verdict + " while this run was writing it", 0),
+              0u)
+        << c.name << ": " << kind;
+    const std::string again = echo::testing::kind_and_what_of([&] { log.step(m); });
+    EXPECT_EQ(again.rfind("run: the metrics file", 0), 0u) << c.name << ": " << again;
+  }
+  // A file that was only appended to by someone else is still the file opened: no verdict.
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  MetricsLog log(path.string(), /*append=*/true);
+  std::ofstream(path, std::ios::app) << "{\"note\":1}\n";
+  log.step(m);
+  std::ifstream in(path);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_EQ(first, "{\"note\":1}");
+  EXPECT_NE(second.find("\"step\":1,"), std::string::npos) << second;
   fs::remove_all(dir);
 }
 

@@ -147,6 +147,10 @@ std::string hf_config_json(const ShapeSummary& s, const config::Config& cfg) {
 // The trainer state's `key` as written: a JSON integer (2.0 is refused, not truncated) in [min, max].
 uint64_t state_integer(const nlohmann::json& j, const char* key, uint64_t min, uint64_t max) {
   const nlohmann::json& v = j.at(key);
+  // nlohmann reads an integer beyond 64 bits as a float: that one is too large, not a fraction.
+  const bool huge = v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p64;
+  ECHO_INPUT_CHECK(!huge || v.get<double>() < 0, "'{}' = {} is over {}", key, v.dump(), max);
+  ECHO_INPUT_CHECK(!huge, "'{}' = {} is negative", key, v.dump());
   ECHO_INPUT_CHECK(v.is_number_integer(), "'{}' = {} is not an integer", key, v.dump());
   ECHO_INPUT_CHECK(v.is_number_unsigned(), "'{}' = {} is negative", key, v.dump());
   const uint64_t u = v.get<uint64_t>();
@@ -439,16 +443,16 @@ std::vector<std::string> foreign_step_dirs(const std::string& run_dir) {
   return found;
 }
 
-std::string foreign_step_reason(const std::string& name) {
+ForeignStepName foreign_step_reason(const std::string& name) {
   const std::string digits = name.substr(std::min(name.size(), kStepPrefix.size()));
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return "not step_ followed by digits";
-  if (digits.size() < 8) return fmt::format("{} digits, where echo writes at least 8", digits.size());
+    return {"not step_ followed by digits"};
+  if (digits.size() < 8) return {fmt::format("{} digits, where echo writes at least 8", digits.size())};
   const size_t significant = digits.size() - std::min(digits.find_first_not_of('0'), digits.size() - 1);
-  if (significant > 18) return fmt::format("a step of {} digits, beyond any run's train.steps", significant);
+  if (significant > 18) return {fmt::format("a step of {} digits, beyond any run's train.steps", significant), false};
   if (significant < digits.size() && digits.size() > 8)
-    return fmt::format("zeros before the step, where echo writes {}", step_dir_name(std::stoll(digits)));
-  return "not a name echo gives";
+    return {fmt::format("zeros before the step, where echo writes {}", step_dir_name(std::stoll(digits)))};
+  return {"not a name echo gives"};
 }
 
 std::vector<std::string> unfinished_checkpoints(const std::string& run_dir, int64_t newer_than) {

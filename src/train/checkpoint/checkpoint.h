@@ -88,8 +88,13 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 // ignores them: a save never prunes them, latest_checkpoint never picks one. Not collective.
 std::vector<std::string> foreign_step_dirs(const std::string& run_dir);
 // Why a step_* name (one foreign_step_dirs lists) is not echo's, in words: not digits after
-// step_, fewer than 8 digits, zeros before an 8-digit step, or a step beyond what a run reaches.
-std::string foreign_step_reason(const std::string& name);
+// step_, fewer than 8 digits, zeros before an 8-digit step, or a step beyond what a run reaches
+// (which no renaming makes a checkpoint to resume: `renamable` is false then).
+struct ForeignStepName {
+  std::string reason;
+  bool renamable = true;
+};
+ForeignStepName foreign_step_reason(const std::string& name);
 
 // The step directories under run_dir/checkpoints that carry no COMPLETE marker (.tmp ones, which a
 // save in progress leaves, excluded) and whose step is above `newer_than`, sorted. Throws an
