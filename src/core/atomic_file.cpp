@@ -110,11 +110,35 @@ bool writes_in_place(const std::string& path) {
   return fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status);
 }
 
+namespace {
+
+// A stream target opened for appending without waiting: a FIFO no one reads fails with ENXIO
+// instead of blocking the open until a reader comes (which may be never). Writes then block as
+// usual. -1 with errno set on failure.
+int open_stream(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+std::string open_stream_error(int err) {
+  return err == ENXIO ? "it is a FIFO no one reads (writing would wait for a reader)" : std::strerror(err);
+}
+
+}  // namespace
+
 StreamOutput::StreamOutput(const std::string& path, std::string what) : what_(std::move(what)) {
   fd_ = own_descriptor_named(path);
   if (fd_ >= 0) return;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  ECHO_RUN_CHECK(fd_ >= 0, "{}: cannot open for writing: {}", what_, std::strerror(errno));
+  fd_ = open_stream(path);
+  ECHO_RUN_CHECK(fd_ >= 0, "{}: cannot open for writing: {}", what_, open_stream_error(errno));
   owned_ = true;
 }
 
@@ -129,12 +153,27 @@ void StreamOutput::write(std::string_view bytes) {
 
 namespace {
 
-// The file write_file_atomic replaces: the one a symbolic link names, not the link.
+// The file write_file_atomic replaces: the one a symbolic link names, not the link, also when that
+// file does not exist yet (a dangling link: the file is made where it points, as `>` in a shell
+// would, instead of the link being replaced by a file). A chain of links is followed as the kernel
+// would, up to its 40 hops; a loop gives back a link (why_not_writable names it).
 fs::path replaced_file(const fs::path& path) {
-  std::error_code error;
-  if (!fs::is_symlink(fs::symlink_status(path, error))) return path;
-  const fs::path resolved = fs::canonical(path, error);
-  return error ? path : resolved;
+  fs::path at = path;
+  for (int hop = 0; hop < 40; ++hop) {
+    std::error_code error;
+    if (!fs::is_symlink(fs::symlink_status(at, error))) return at;
+    const fs::path next = fs::read_symlink(at, error);
+    if (error) return at;
+    at = next.is_absolute() ? next : (at.has_parent_path() ? at.parent_path() / next : next);
+  }
+  return at;
+}
+
+// A name of a folder's form: ending in '/', '.' or '..' ("out.json/" once got "its folder
+// 'out.json' does not exist").
+bool names_a_folder(const fs::path& path) {
+  const fs::path last = path.filename();
+  return last.empty() || last == "." || last == "..";
 }
 
 // The folder write_file_atomic makes its temp file in.
@@ -146,10 +185,23 @@ std::string why_not_writable(const std::string& path) {
   std::error_code error;
   if (fs::is_directory(fs::status(path, error))) return "it is a directory";
   if (writes_in_place(path)) {
-    if (own_descriptor_named(path) >= 0 || ::access(path.c_str(), W_OK) == 0) return {};
-    return fmt::format("cannot open it for writing: {}", std::strerror(errno));
+    if (own_descriptor_named(path) >= 0) return {};
+    const int fd = open_stream(path);
+    if (fd >= 0) {
+      struct stat st {};
+      // NOTE: a FIFO's descriptor is kept open until the process ends: closing the only writer
+      // would give its reader (a `cat`) end-of-file now, and the result would find no one later.
+      if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) ::close(fd);
+      return {};
+    }
+    return fmt::format("cannot open it for writing: {}", open_stream_error(errno));
   }
-  const fs::path dir = folder_of(replaced_file(path));
+  if (names_a_folder(path)) return "the name ends as a folder's does ('/', '.' or '..'), not as a file's";
+  const fs::path target = replaced_file(path);
+  if (fs::is_symlink(fs::symlink_status(target, error)))
+    return fmt::format("it is a symbolic link that leads round in a loop (at '{}')", target.string());
+  if (names_a_folder(target)) return fmt::format("it is a symbolic link to '{}', a folder's name", target.string());
+  const fs::path dir = folder_of(target);
   const fs::file_status folder = fs::status(dir, error);
   if (!fs::exists(folder)) return fmt::format("its folder '{}' does not exist", dir.string());
   if (!fs::is_directory(folder)) return fmt::format("'{}' is not a folder", dir.string());
@@ -169,6 +221,8 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
     StreamOutput(path, what).write(bytes);
     return;
   }
+  ECHO_INPUT_CHECK(!names_a_folder(target), "{}: the name ends as a folder's does ('/', '.' or '..'), not as a file's",
+                   what);
   target = replaced_file(target);
   // The replaced file's mode is kept; a new file gets 0666 less the umask, as open(2) would.
   struct stat old {};

@@ -33,7 +33,8 @@ bool writes_in_place(const std::string& path);
 // process's descriptors is written through that descriptor after stdio is flushed, so the bytes
 // land in order with what the program prints, at the descriptor's own position. NOTE: opening
 // /dev/stdout again, when it is redirected to a file, would write at another offset, and the
-// program's later output would overwrite it. Anything else is opened for appending.
+// program's later output would overwrite it. Anything else is opened for appending, without
+// waiting: a FIFO no one reads is an error, not a hang.
 class StreamOutput {
  public:
   // `what` starts the error messages ("--json /dev/stdout").
@@ -53,16 +54,19 @@ class StreamOutput {
 // Writes `bytes` to `path` through a unique temp file beside it (`path`.tmp.XXXXXX): written,
 // synced, given the mode of the file it replaces (0666 less the umask for a new one), renamed
 // over `path`, and the directory synced. `what` starts the error messages and names the file
-// ("--json out.json"). A `path` that is a directory is refused (InputError) before anything is
-// written; a failure removes the temp file and leaves any old file intact. A symbolic link is
-// followed (the file it names is replaced, the link stays). A target for which writes_in_place()
+// ("--json out.json"). A `path` that is a directory, or named as one ("out.json/"), is refused
+// (InputError) before anything is written; a failure removes the temp file and leaves any old file
+// intact. A symbolic link is followed (the file it names is replaced, or made where a dangling link
+// points; the link stays). A target for which writes_in_place()
 // holds is written in place as a StreamOutput: there is nothing to rename over. NOTE: the directory must be
 // writable (a writable file in a read-only directory cannot be replaced this way).
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
 
-// Why write_file_atomic(path) would fail before writing a byte, or "": `path` is a directory, its
-// folder does not exist or is not writable (the temp file is made there), or a stream target
-// cannot be opened for writing. For a program to refuse an output before a long computation
+// Why write_file_atomic(path) would fail before writing a byte, or "": `path` is a directory or
+// named as one, a link loop, its folder (the link's target's, for a link) does not exist or is not
+// writable (the temp file is made there), or a stream target cannot be opened for writing (a FIFO
+// no one reads: the open would wait; one that is read is kept open until the process ends, so
+// its reader does not see end-of-file before the result). For a program to refuse an output before a long computation
 // instead of losing its result at the end (echo_eval --json). The file system can still refuse
 // later (full, a race).
 std::string why_not_writable(const std::string& path);

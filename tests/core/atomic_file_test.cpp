@@ -239,5 +239,81 @@ TEST(AtomicFile, WhyNotWritableNamesTheFolderThatStopsAWrite) {
   }
 }
 
+// Found by a hostile test of echo_eval --json: a dangling link passed the check and was then
+// replaced by a file; a link into a missing folder passed too; "out.json/" was told its folder
+// 'out.json' did not exist; a FIFO no one reads passed and the write blocked after the evaluation.
+TEST(AtomicFile, LinksFolderNamesAndFifosAreJudgedAsTheWriteWouldMeetThem) {
+  echo::testing::ScratchDir dir;
+  // A dangling link: the file is made where it points, the link stays.
+  fs::create_directory(dir.path("real"));
+  const std::string dangling = dir.path("dangling.json");
+  fs::create_symlink("real/made.json", dangling);  // relative to the link's folder
+  EXPECT_EQ(why_not_writable(dangling), "");
+  write_file_atomic(dangling, "{}", "--json");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dangling)));
+  EXPECT_EQ(read_all(dir.path("real/made.json")), "{}");
+  // A chain of links into a folder that does not exist names that folder.
+  fs::create_symlink(dir.path("missing/x.json"), dir.path("deep.json"));
+  fs::create_symlink("deep.json", dir.path("chain.json"));
+  EXPECT_EQ(why_not_writable(dir.path("chain.json")), "its folder '" + dir.path("missing") + "' does not exist");
+  // A loop.
+  fs::create_symlink("loop_b", dir.path("loop_a"));
+  fs::create_symlink("loop_a", dir.path("loop_b"));
+  EXPECT_EQ(why_not_writable(dir.path("loop_a")).rfind("it is a symbolic link that leads round in a loop", 0), 0u)
+      << why_not_writable(dir.path("loop_a"));
+  // Names of a folder's form.
+  for (const std::string& name : {dir.path("out.json/"), dir.path("out.json/."), dir.path("out.json/..")}) {
+    EXPECT_EQ(why_not_writable(name), "the name ends as a folder's does ('/', '.' or '..'), not as a file's") << name;
+  }
+  EXPECT_THROW(write_file_atomic(dir.path("out.json/"), "{}", "--json"), InputError);
+  EXPECT_FALSE(fs::exists(dir.path("out.json")));
+  fs::create_symlink(dir.path("real") + "/", dir.path("to_folder"));
+  EXPECT_EQ(why_not_writable(dir.path("to_folder")), "it is a directory");
+  // A FIFO no one reads: refused at once, by the check and by the write (no hang).
+  const std::string fifo = dir.path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(why_not_writable(fifo),
+            "cannot open it for writing: it is a FIFO no one reads (writing would wait for a reader)");
+  try {
+    write_file_atomic(fifo, "{}", "--json fifo");
+    ADD_FAILURE() << "a FIFO no one reads was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--json fifo: cannot open for writing: it is a FIFO no one reads"),
+              std::string::npos)
+        << e.what();
+  }
+  // A FIFO that is read passes, and its reader gets the result whole: the check's own open must not
+  // end the reader's stream (end-of-file) before the write.
+  const std::string heard = dir.path("heard");  // what the reader got, "<EOF>" at end-of-file
+  const pid_t reader = ::fork();
+  ASSERT_GE(reader, 0);
+  if (reader == 0) {
+    const int in = ::open(fifo.c_str(), O_RDONLY);
+    const int out = ::open(heard.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    char buf[64];
+    ssize_t n;
+    while ((n = ::read(in, buf, sizeof buf)) > 0) (void)!::write(out, buf, static_cast<size_t>(n));
+    (void)!::write(out, "<EOF>", 5);
+    ::_exit(0);
+  }
+  std::string verdict = "not checked";
+  for (int i = 0; i < 500 && !verdict.empty(); ++i) {  // until the reader has opened its end
+    verdict = why_not_writable(fifo);
+    if (!verdict.empty()) ::usleep(10000);
+  }
+  EXPECT_EQ(verdict, "");
+  ::usleep(100000);  // a reader given end-of-file by the check would have said so by now
+  if (verdict.empty()) write_file_atomic(fifo, "{\"a\": 1}\n", "--json fifo");
+  std::string got;
+  for (int i = 0; i < 100 && got != "{\"a\": 1}\n"; ++i) {
+    ::usleep(20000);
+    got = fs::exists(heard) ? read_all(heard) : "";
+  }
+  // The check's descriptor stays open until this process ends, so the reader waits on: killed.
+  ::kill(reader, SIGKILL);
+  ::waitpid(reader, nullptr, 0);
+  EXPECT_EQ(got, "{\"a\": 1}\n") << "the reader heard something else (\"<EOF>\": the check ended its stream)";
+}
+
 }  // namespace
 }  // namespace echo
