@@ -54,8 +54,9 @@ __global__ void final_kernel(const double* __restrict__ partial, int64_t count, 
     if constexpr (std::is_same_v<typename Op::Reduce, Sum>) {
       *acc += r;
     } else {
+      // As the CPU's finite ? std::max(acc, max) : inf: a NaN already in acc stays NaN.
       const double a = *acc;
-      *acc = isfinite(a) ? fmax(a, r) : INFINITY;
+      *acc = isinf(r) ? INFINITY : (a < r ? r : a);
     }
   }
 }

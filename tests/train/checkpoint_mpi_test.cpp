@@ -520,6 +520,37 @@ TEST_F(CheckpointTest, LoadsHuggingFaceWeightsFromAFileAnIndexAndBf16) {
             std::string::npos);
 }
 
+// A checkpoint whose model.safetensors was replaced by a BF16 copy (no checksums.json to catch
+// it): a resume would train on from rounded master weights, so it is refused by name; echo_eval's
+// load (no optimizer) reads the BF16 values.
+TEST_F(CheckpointTest, AResumeRefusesTensorsThatAreNotF32) {
+  const int W = world_size();
+  const auto cfg = ckpt_config();
+  const Reference ref = make_reference(cfg, 8);
+  save_reference(dir_, cfg, ref, W, 4);
+  const fs::path ckpt = checkpoint_dir(dir_, 4);
+  if (world_rank() == 0) {
+    fs::remove(ckpt / "trainer" / "checksums.json");
+    write_safetensors((ckpt / "model.safetensors").string(), hf_specs(ref, StDtype::bf16, 0, 1), hf_values(ref, 0, 1),
+                      {{"format", "pt"}});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  dist::World world = dist::World::create(W);
+  Shard s(cfg, W, world.layout.tp_rank);
+  s.params.init(3);
+  const std::vector<float> before = s.params[0].value_vector();
+  const std::string msg = error_of([&] { load_checkpoint(ckpt, s.params, &s.opt, world); });
+  EXPECT_NE(msg.find("tensor 'model.embed_tokens.weight' is BF16, but echo writes every tensor of a checkpoint as F32"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("run.init_from"), std::string::npos) << msg;
+  EXPECT_TRUE(same_bits(s.params[0].value, before));  // nothing was loaded
+
+  Shard e(cfg, W, world.layout.tp_rank);
+  EXPECT_EQ(load_checkpoint(ckpt, e.params, nullptr, world).step, 4);
+  expect_matches(e, rounded_to_bf16(ref), false, 0);
+}
+
 TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {
   const int W = world_size();
   const auto tied_cfg = ckpt_config(/*tied=*/true);

@@ -279,6 +279,20 @@ std::string hf_config_change(const CheckpointChecksums& sums, const std::string&
       ckpt_dir, kHfConfigFile, what, kStateFile);
 }
 
+// A resume trains on from the checkpoint's tensors as master weights and moments, and echo
+// writes them all as F32: another dtype means the file was replaced (a bf16 export copied over
+// it) and resuming would go on from rounded weights without a word. echo_eval reads any float.
+void check_resume_dtypes(const SafetensorsFile& file) {
+  for (const std::string& name : file.names()) {
+    const StTensorInfo& info = file.info(name);
+    ECHO_INPUT_CHECK(info.dtype == StDtype::f32,
+                     "'{}': tensor '{}' is {}, but echo writes every tensor of a checkpoint as F32: the file was "
+                     "replaced (by a {} export?), and a resume would train on from rounded weights; start a new run "
+                     "from these weights with run.init_from instead",
+                     file.path(), name, st_dtype_name(info.dtype), st_dtype_name(info.dtype));
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
@@ -522,6 +536,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     model_targets = param_targets(params);
     check_targets(model_index, model_targets, {}, model_file->path());
     if (opt != nullptr) {
+      check_resume_dtypes(*model_file);
       opt_file.emplace((trainer_dir / kOptimizerFile).string());
       if (sums) verify_safetensors(*sums, ckpt_dir, trainer_rel(kOptimizerFile), *opt_file, share);
       opt_index = index_of(*opt_file);
@@ -531,6 +546,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
         opt_targets.push_back(make_target(spec.name + kMomentSuffix[1], &spec, opt->exp_avg_sq(i)));
       }
       check_targets(opt_index, opt_targets, {}, opt_file->path());
+      check_resume_dtypes(*opt_file);
     }
   } catch (const std::exception& e) {
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
