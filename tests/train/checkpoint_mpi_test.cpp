@@ -8,25 +8,26 @@
 #include <mpi.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "../model/model_test_util.h"
+#include "../support/mpi_util.h"
 #include "../support/test_data.h"
-#include "core/half.h"
+#include "../support/test_util.h"
 #include "backend/cpu/cpu_backend.h"
+#include "checkpoint_test_util.h"
+#include "core/half.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/hf_weights.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/shard_io.h"
-#include "../support/mpi_util.h"
-#include "../support/test_util.h"
-#include "checkpoint_test_util.h"
 
 namespace echo::train {
 
@@ -39,6 +40,17 @@ using echo::testing::world_rank;
 using echo::testing::world_size;
 
 namespace fs = std::filesystem;
+
+// Saves `ref` as the checkpoint of `step` at tp = the world size, lets rank 0 alter its folder, and
+// waits on every rank for that; returns the folder.
+fs::path save_and_alter(const std::string& run_dir, const config::ModelConfig& cfg, const Reference& ref, int64_t step,
+                        const std::function<void(const fs::path&)>& alter) {
+  save_reference(run_dir, cfg, ref, world_size(), step);
+  const fs::path ckpt = checkpoint_dir(run_dir, step);
+  if (world_rank() == 0) alter(ckpt);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return ckpt;
+}
 
 TEST_F(CheckpointTest, SavedFilesHoldFullHfTensorsAndTheState) {
   const int W = world_size();
@@ -206,14 +218,11 @@ TEST_F(CheckpointTest, OldLayoutStillLoadsAndABareModelFolderIsRefused) {
   const int W = world_size();
   const auto cfg = ckpt_config();
   const Reference ref = make_reference(cfg, 6);
-  save_reference(dir_, cfg, ref, W, 7);
-  const fs::path ckpt = checkpoint_dir(dir_, 7);
-  if (world_rank() == 0) {
+  const fs::path ckpt = save_and_alter(dir_, cfg, ref, 7, [](const fs::path& ckpt) {
     for (const char* f : {"optimizer.safetensors", "trainer_state.json"}) fs::rename(ckpt / "trainer" / f, ckpt / f);
     fs::remove(ckpt / "trainer" / "checksums.json");  // that layout predates checksums
     fs::remove(ckpt / "trainer");
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  });
   dist::World world = dist::World::create(W);
   {
     Shard s(cfg, W, world.layout.tp_rank);
@@ -527,14 +536,11 @@ TEST_F(CheckpointTest, AResumeRefusesTensorsThatAreNotF32) {
   const int W = world_size();
   const auto cfg = ckpt_config();
   const Reference ref = make_reference(cfg, 8);
-  save_reference(dir_, cfg, ref, W, 4);
-  const fs::path ckpt = checkpoint_dir(dir_, 4);
-  if (world_rank() == 0) {
+  const fs::path ckpt = save_and_alter(dir_, cfg, ref, 4, [&](const fs::path& ckpt) {
     fs::remove(ckpt / "trainer" / "checksums.json");
     write_safetensors((ckpt / "model.safetensors").string(), hf_specs(ref, StDtype::bf16, 0, 1), hf_values(ref, 0, 1),
                       {{"format", "pt"}});
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  });
   dist::World world = dist::World::create(W);
   Shard s(cfg, W, world.layout.tp_rank);
   s.params.init(3);
