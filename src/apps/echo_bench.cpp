@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,6 +22,7 @@
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
 #include "apps/mpi_command_line.h"
+#include "apps/output_option.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/echo/quantize.h"
 #include "comm/exact_all_reduce.h"
@@ -277,7 +277,8 @@ int bench_main(int argc, char** argv) {
   // NOTE: numbers are checked below with messages in words, not by CLI11 validators.
   app.add_option("--iters", o.iters, "timed iterations per size (>= 1)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed iterations per size (>= 0)")->capture_default_str();
-  app.add_option("--json", o.json, "write one JSON record per size to this file (rank 0)");
+  app.add_option("--json", o.json, "write one JSON record per size to this file (rank 0)")
+      ->check(echo::apps::writable_output());
   if (const auto status = apps::parse_on_every_rank(app, argc, argv)) return *status;
   ECHO_INPUT_CHECK(o.iters >= 1, "--iters must be at least 1 (got {}): the median needs one timed call per size",
                    o.iters);
@@ -297,12 +298,6 @@ int bench_main(int argc, char** argv) {
                    "--tiles {} x --slot-kib {} would take {:.1f} GiB of shared memory per rank at P = {} (2 x tiles x "
                    "P slots), more than the 4 GiB echo allows",
                    o.tiles, o.slot_kib, workspace_gib * world.size(), world.size());
-  if (world.rank() == 0 && !o.json.empty()) {  // refused now, not after the first size (rank 0 writes it)
-    const std::filesystem::path json(o.json), parent = json.parent_path().empty() ? "." : json.parent_path();
-    ECHO_INPUT_CHECK(!std::filesystem::is_directory(json), "--json {} is a directory", o.json);
-    ECHO_INPUT_CHECK(std::filesystem::is_directory(parent), "--json {}: the folder {} does not exist", o.json,
-                     parent.string());
-  }
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
                                  "echo_bench's largest message (--sizes)");
   require_16bit_values(sizes, "--sizes");

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/output_option.h"
 #include "apps/parse_command_line.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "core/atomic_file.h"
@@ -206,8 +207,9 @@ int depth_main(int argc, char** argv) {
   app.add_option("--group-size", group_size, "values per quantization group (power of two)");
   app.add_option("--quantizer", quantizer, "symmetric, asym_naive, asym_zero_aware");
   app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test");
-  app.add_option("--json", json_path, "write the rows as JSON (rank 0)");
-  app.add_option("--csv", csv_path, "write the rows as CSV, one per (case, η, coefficients, N) (rank 0)");
+  app.add_option("--json", json_path, "write the rows as JSON (rank 0)")->check(echo::apps::writable_output());
+  app.add_option("--csv", csv_path, "write the rows as CSV, one per (case, η, coefficients, N) (rank 0)")
+      ->check(echo::apps::writable_output());
   const auto comm = dist::Communicator::borrow(MPI_COMM_WORLD);
   try {
     echo::apps::parse_naming_unknown_options(app, argc, argv);

@@ -27,6 +27,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -35,6 +36,7 @@
 
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
+#include "apps/output_option.h"
 #include "apps/parse_command_line.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/echo/quantize.h"
@@ -180,7 +182,8 @@ int bench_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tiles", o.tiles, "cuda_ipc tiles per segment and round")->capture_default_str();
   app.add_flag("--out-of-place", o.out_of_place, "also time every row out of place (input kept, sum in another buffer)");
-  app.add_option("--json", o.json, "write one JSON record per size and row to this file (rank 0)");
+  app.add_option("--json", o.json, "write one JSON record per size and row to this file (rank 0)")
+      ->check(echo::apps::writable_output());
   try {
     echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -207,7 +210,10 @@ int bench_main(int argc, char** argv) {
   CUDA_CHECK(cudaSetDevice(dist::node_local_rank(world) % devices));
   const int P = world.size(), me = world.rank();
   std::ofstream json;
-  if (me == 0 && !o.json.empty()) json.open(o.json);
+  if (me == 0 && !o.json.empty()) {
+    json.open(o.json);
+    ECHO_RUN_CHECK(json.is_open(), "--json {}: cannot open it for writing: {}", o.json, std::strerror(errno));
+  }
   if (me == 0) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

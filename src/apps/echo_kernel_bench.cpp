@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "apps/bench/machine.h"
+#include "apps/output_option.h"
 #include "apps/parse_command_line.h"
 #include "attention.cuh"
 #include "core/atomic_file.h"
@@ -101,7 +102,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
   app.add_option("--seq", seq, "sequence length for attention (batch = tokens / seq)")->capture_default_str();
   app.add_option("--iters", iters, "timed runs per kernel (median)")->capture_default_str();
-  app.add_option("--json", json_path, "also write the results as JSON");
+  app.add_option("--json", json_path, "also write the results as JSON")->check(echo::apps::writable_output());
   try {
     echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {

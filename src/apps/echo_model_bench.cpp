@@ -19,6 +19,7 @@
 #include "apps/bench/machine.h"
 #include "apps/bench/timing.h"
 #include "apps/mpi_command_line.h"
+#include "apps/output_option.h"
 #include "backend/backend.h"
 #include "comm/make_all_reduce.h"
 #include "core/atomic_file.h"
@@ -50,7 +51,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--seq", seq, "tokens per sequence (>= 1; sets data.seq_len)")->capture_default_str();
   app.add_option("--iters", iters, "timed steps (>= 1)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps (>= 0)")->capture_default_str();
-  app.add_option("--json", json_path, "also write the result as JSON to this file (rank 0)");
+  app.add_option("--json", json_path, "also write the result as JSON to this file (rank 0)")
+      ->check(echo::apps::writable_output());
   app.add_flag("--adamw", adamw, "time the AdamW update too (a whole training step without data loading)");
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

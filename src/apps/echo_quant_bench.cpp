@@ -27,6 +27,7 @@
 
 #include "apps/bench/machine.h"
 #include "apps/bench/quant_args.h"
+#include "apps/output_option.h"
 #include "apps/parse_command_line.h"
 #include "comm/echo/compensator.h"
 #include "comm/echo/fused_echo_site.h"
@@ -63,7 +64,7 @@ std::variant<Options, int> parse(int argc, char** argv) {
   app.add_option("--group", o.group_size,
                  "values per quantization group (power of two, 2 to 1048576, at most the values)")
       ->capture_default_str();
-  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--json", o.json, "also write the table as JSON to this file")->check(echo::apps::writable_output());
   try {
     echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {

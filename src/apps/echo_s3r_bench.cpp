@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "apps/bench/machine.h"
+#include "apps/output_option.h"
 #include "apps/parse_command_line.h"
 #include "backend/ops.h"
 #include "core/atomic_file.h"
@@ -213,7 +214,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--modes", mode_keys, "which of fp32,rtne,sr,s3r,dx_only,two_way to run")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--json", json_path, "also write the results as JSON to this file");
+  app.add_option("--json", json_path, "also write the results as JSON to this file")
+      ->check(echo::apps::writable_output());
   try {
     echo::apps::parse_naming_unknown_options(app, argc, argv);
   } catch (const CLI::ParseError& e) {

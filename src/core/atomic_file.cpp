@@ -112,11 +112,24 @@ bool writes_in_place(const std::string& path) {
 
 namespace {
 
-// A stream target opened for appending without waiting: a FIFO no one reads fails with ENXIO
-// instead of blocking the open until a reader comes (which may be never). Writes then block as
-// usual. -1 with errno set on failure.
+constexpr int kReaderWaitSeconds = 3;
+
+bool is_fifo(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+// A stream target opened for appending without blocking in open(2): a FIFO no one reads fails
+// with ENXIO instead of waiting for a reader that may never come, so it is tried again for
+// kReaderWaitSeconds (`echo_eval --json p & cat p` starts its reader a moment later). Writes
+// then block as usual. -1 with errno set on failure.
 int open_stream(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+  int fd = -1;
+  for (int tries = 0; tries <= kReaderWaitSeconds * 50; ++tries) {
+    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0 || errno != ENXIO || !is_fifo(path)) break;
+    ::usleep(20000);
+  }
   if (fd < 0) return -1;
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
@@ -128,8 +141,16 @@ int open_stream(const std::string& path) {
   return fd;
 }
 
-std::string open_stream_error(int err) {
-  return err == ENXIO ? "it is a FIFO no one reads (writing would wait for a reader)" : std::strerror(err);
+// Why open_stream(path) failed with `err`: ENXIO also means a socket or a device without a driver.
+std::string open_stream_error(const std::string& path, int err) {
+  struct stat st {};
+  if (err == ENXIO && ::stat(path.c_str(), &st) == 0) {
+    if (S_ISFIFO(st.st_mode))
+      return fmt::format("it is a FIFO that no one opened for reading within {} s (writing would wait for a reader)",
+                         kReaderWaitSeconds);
+    if (S_ISSOCK(st.st_mode)) return "it is a socket, which open(2) cannot write to";
+  }
+  return std::strerror(err);
 }
 
 }  // namespace
@@ -138,7 +159,7 @@ StreamOutput::StreamOutput(const std::string& path, std::string what) : what_(st
   fd_ = own_descriptor_named(path);
   if (fd_ >= 0) return;
   fd_ = open_stream(path);
-  ECHO_RUN_CHECK(fd_ >= 0, "{}: cannot open for writing: {}", what_, open_stream_error(errno));
+  ECHO_RUN_CHECK(fd_ >= 0, "{}: cannot open for writing: {}", what_, open_stream_error(path, errno));
   owned_ = true;
 }
 
@@ -179,6 +200,19 @@ bool names_a_folder(const fs::path& path) {
 // The folder write_file_atomic makes its temp file in.
 fs::path folder_of(const fs::path& target) { return target.has_parent_path() ? target.parent_path() : fs::path("."); }
 
+// The file a write of `path` (not written in place) replaces, through replaced_file, or why no
+// file can be: a name of a folder's form, a link loop, a link to a folder's name. Refused alike by
+// why_not_writable and write_file_atomic (which otherwise renamed over one link of a loop).
+std::string why_no_file(const fs::path& path, fs::path& target) {
+  if (names_a_folder(path)) return "the name ends as a folder's does ('/', '.' or '..'), not as a file's";
+  target = replaced_file(path);
+  std::error_code error;
+  if (fs::is_symlink(fs::symlink_status(target, error)))
+    return fmt::format("it is a symbolic link that leads round in a loop (at '{}')", target.string());
+  if (names_a_folder(target)) return fmt::format("it is a symbolic link to '{}', a folder's name", target.string());
+  return {};
+}
+
 }  // namespace
 
 std::string why_not_writable(const std::string& path) {
@@ -194,21 +228,23 @@ std::string why_not_writable(const std::string& path) {
       if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) ::close(fd);
       return {};
     }
-    return fmt::format("cannot open it for writing: {}", open_stream_error(errno));
+    return fmt::format("cannot open it for writing: {}", open_stream_error(path, errno));
   }
-  if (names_a_folder(path)) return "the name ends as a folder's does ('/', '.' or '..'), not as a file's";
-  const fs::path target = replaced_file(path);
-  if (fs::is_symlink(fs::symlink_status(target, error)))
-    return fmt::format("it is a symbolic link that leads round in a loop (at '{}')", target.string());
-  if (names_a_folder(target)) return fmt::format("it is a symbolic link to '{}', a folder's name", target.string());
+  fs::path target;
+  if (std::string why = why_no_file(path, target); !why.empty()) return why;
   const fs::path dir = folder_of(target);
+  // A link's target may sit in another folder than the name the user gave: say whose folder it is.
+  const std::string folder_name = target == fs::path(path) ? fmt::format("its folder '{}'", dir.string())
+                                                           : fmt::format("the folder '{}' of its link's target '{}'",
+                                                                         dir.string(), target.string());
   const fs::file_status folder = fs::status(dir, error);
-  if (!fs::exists(folder)) return fmt::format("its folder '{}' does not exist", dir.string());
-  if (!fs::is_directory(folder)) return fmt::format("'{}' is not a folder", dir.string());
+  if (folder.type() == fs::file_type::not_found) return fmt::format("{} does not exist", folder_name);
+  if (error) return fmt::format("cannot reach {}: {}", folder_name, error.message());  // a loop in the folder's path
+  if (!fs::is_directory(folder)) return fmt::format("{} is not a folder", folder_name);
   // The temp file beside the target needs write and search permission (and a file system that is
   // not read-only: access(2) reports EROFS).
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return fmt::format("its folder '{}' is not writable: {}", dir.string(), std::strerror(errno));
+    return fmt::format("{} is not writable: {}", folder_name, std::strerror(errno));
   return {};
 }
 
@@ -221,9 +257,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
     StreamOutput(path, what).write(bytes);
     return;
   }
-  ECHO_INPUT_CHECK(!names_a_folder(target), "{}: the name ends as a folder's does ('/', '.' or '..'), not as a file's",
-                   what);
-  target = replaced_file(target);
+  if (const std::string why = why_no_file(fs::path(path), target); !why.empty()) ECHO_INPUT_FAIL("{}: {}", what, why);
   // The replaced file's mode is kept; a new file gets 0666 less the umask, as open(2) would.
   struct stat old {};
   const mode_t mode = ::stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777) : (0666 & ~umask_now());

@@ -106,15 +106,29 @@ void MetricsLog::eval(int64_t step, double val_loss) {
   raw(nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump());
 }
 
-void MetricsLog::raw(const std::string& json_line) {
-  if (!out_.is_open()) return;
+std::string MetricsLog::why_lost() const {
+  if (!out_.is_open()) return {};
   struct stat st {};
   const bool named = ::stat(path_.c_str(), &st) == 0;
-  ECHO_RUN_CHECK(named && st.st_dev == dev_ && st.st_ino == ino_,
-                 "the metrics file '{}' {} while this run was writing it: stopping, since its lines would go to a "
-                 "file no one can read (an rm -rf of the run directory that fails part way leaves the folder); "
-                 "go on from the newest checkpoint with --resume (a file moved away can be moved back first)",
-                 path_, named ? "was replaced by another file" : "was deleted or moved away");
+  // Only a missing name means gone; a permission or NFS error is named as what it is.
+  if (!named && errno != ENOENT && errno != ENOTDIR)
+    return fmt::format(
+        "cannot check the metrics file '{}' while this run writes it: {}: stopping, since its lines "
+        "might go to a file no one can read; go on from the newest checkpoint with --resume once it is "
+        "readable",
+        path_, std::strerror(errno));
+  if (named && st.st_dev == dev_ && st.st_ino == ino_) return {};
+  return fmt::format(
+      "the metrics file '{}' {} while this run was writing it: stopping, since its lines would go to a file no one "
+      "can read (an rm -rf of the run directory that fails part way leaves the folder); go on from the newest "
+      "checkpoint with --resume (a file moved away can be moved back first)",
+      path_, named ? "was replaced by another file" : "was deleted or moved away");
+}
+
+void MetricsLog::raw(const std::string& json_line) {
+  if (!out_.is_open()) return;
+  const std::string lost = why_lost();
+  ECHO_RUN_CHECK(lost.empty(), "{}", lost);
   errno = 0;
   out_ << json_line << '\n';
   out_.flush();  // a crash must not lose the lines already reported

@@ -55,6 +55,10 @@ class MetricsLog {
   void step(const StepMetrics& m);
   void eval(int64_t step, double val_loss);
   void raw(const std::string& json_line);
+  // The identity check alone, for the end of a run: why the path no longer names the file opened,
+  // or "" (also when inactive). A file lost after its last line (during the final save) must not
+  // pass for a finished run's log.
+  std::string why_lost() const;
 
  private:
   std::string path_;

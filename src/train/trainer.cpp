@@ -362,6 +362,13 @@ void Trainer::check_run_dir_kept() const {
   ECHO_RUN_CHECK(lost.empty(), "{}", lost);
 }
 
+void Trainer::check_metrics_kept() const {
+  // Agreed, so every rank reports the run failed, not only rank 0 (which writes the file).
+  const std::string lost = dist::agree(world_.world, world_.layout.rank == 0 ? metrics_.why_lost() : std::string(),
+                                       "the end of run's metrics-file check");
+  ECHO_RUN_CHECK(lost.empty(), "{}", lost);
+}
+
 void Trainer::record_eval(int64_t step, double val_loss, std::string_view note) {
   if (world_.layout.rank != 0) return;
   check_run_dir_kept();
@@ -533,9 +540,11 @@ TrainResult Trainer::run(int64_t stop_after) {
       else
         logger->info("stopping at step {} as asked; checkpoint saved", step + 1);
       result.stopped_by_signal = true;
+      check_metrics_kept();
       return result;
     }
   }
+  check_metrics_kept();
   return result;
 }
 

@@ -56,6 +56,8 @@ class Trainer {
   // Rank 0, before each line it writes to the run directory: throws when run.out_dir is no longer
   // the directory locked at start-up (RunDirLock::lost).
   void check_run_dir_kept() const;
+  // At the end of a run (finished or stopped): the metrics file is still the one written (MetricsLog::why_lost).
+  void check_metrics_kept() const;
   void log_telemetry(int64_t step);
   // "the last good checkpoint <dir> is kept", for the messages of a step that went bad.
   std::string kept_checkpoint() const;

@@ -4,18 +4,21 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <vector>
-
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "../support/scratch_dir.h"
 #include "core/error.h"
@@ -227,7 +230,7 @@ TEST(AtomicFile, WhyNotWritableNamesTheFolderThatStopsAWrite) {
   EXPECT_EQ(why_not_writable(dir.path("missing/x.json")), "its folder '" + dir.path("missing") + "' does not exist");
   EXPECT_THROW(write_file_atomic(dir.path("missing/x.json"), "{}", "--json"), Error);
   write_file_atomic(file, "x", "--json");
-  EXPECT_EQ(why_not_writable(file + "/x.json"), "'" + file + "' is not a folder");
+  EXPECT_EQ(why_not_writable(file + "/x.json"), "its folder '" + file + "' is not a folder");
   EXPECT_THROW(write_file_atomic(file + "/x.json", "{}", "--json"), Error);
   EXPECT_EQ(why_not_writable("/dev/null"), "") << "a device is written in place";
   if (::geteuid() != 0) {  // root writes into a folder of mode 0555 anyway
@@ -255,12 +258,36 @@ TEST(AtomicFile, LinksFolderNamesAndFifosAreJudgedAsTheWriteWouldMeetThem) {
   // A chain of links into a folder that does not exist names that folder.
   fs::create_symlink(dir.path("missing/x.json"), dir.path("deep.json"));
   fs::create_symlink("deep.json", dir.path("chain.json"));
-  EXPECT_EQ(why_not_writable(dir.path("chain.json")), "its folder '" + dir.path("missing") + "' does not exist");
-  // A loop.
+  EXPECT_EQ(why_not_writable(dir.path("chain.json")), "the folder '" + dir.path("missing") +
+                                                          "' of its link's target '" + dir.path("missing/x.json") +
+                                                          "' does not exist");
+  // A relative chain through a linked folder: each hop is relative to where the kernel finds the
+  // link (here a/dlink/x.json is other/real/x.json, whose "../y.json" is other/y.json).
+  fs::create_directories(dir.path("a"));
+  fs::create_directories(dir.path("other/real"));
+  fs::create_symlink("dlink/x.json", dir.path("a/out"));
+  fs::create_symlink("../other/real", dir.path("a/dlink"));
+  fs::create_symlink("../y.json", dir.path("other/real/x.json"));
+  EXPECT_EQ(why_not_writable(dir.path("a/out")), "");
+  write_file_atomic(dir.path("a/out"), "chained", "--json");
+  EXPECT_EQ(read_all(dir.path("other/y.json")), "chained");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir.path("a/out"))));
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir.path("other/real/x.json"))));
+  // A loop of three links: refused by the check and by the write, which once renamed a file over
+  // one of its links.
   fs::create_symlink("loop_b", dir.path("loop_a"));
-  fs::create_symlink("loop_a", dir.path("loop_b"));
+  fs::create_symlink("loop_c", dir.path("loop_b"));
+  fs::create_symlink("loop_a", dir.path("loop_c"));
   EXPECT_EQ(why_not_writable(dir.path("loop_a")).rfind("it is a symbolic link that leads round in a loop", 0), 0u)
       << why_not_writable(dir.path("loop_a"));
+  EXPECT_THROW(write_file_atomic(dir.path("loop_a"), "{}", "--json"), InputError);
+  for (const char* link : {"loop_a", "loop_b", "loop_c"})
+    EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir.path(link))));
+  // A dangling link to a folder's name.
+  fs::create_symlink(dir.path("missing") + "/", dir.path("to_missing_folder"));
+  EXPECT_EQ(why_not_writable(dir.path("to_missing_folder")),
+            "it is a symbolic link to '" + dir.path("missing") + "/', a folder's name");
+  EXPECT_THROW(write_file_atomic(dir.path("to_missing_folder"), "{}", "--json"), InputError);
   // Names of a folder's form.
   for (const std::string& name : {dir.path("out.json/"), dir.path("out.json/."), dir.path("out.json/..")}) {
     EXPECT_EQ(why_not_writable(name), "the name ends as a folder's does ('/', '.' or '..'), not as a file's") << name;
@@ -269,17 +296,31 @@ TEST(AtomicFile, LinksFolderNamesAndFifosAreJudgedAsTheWriteWouldMeetThem) {
   EXPECT_FALSE(fs::exists(dir.path("out.json")));
   fs::create_symlink(dir.path("real") + "/", dir.path("to_folder"));
   EXPECT_EQ(why_not_writable(dir.path("to_folder")), "it is a directory");
-  // A FIFO no one reads: refused at once, by the check and by the write (no hang).
+  // A socket is named as one (open(2) says ENXIO, as for a FIFO without a reader).
+  const std::string sock = dir.path("sock");
+  const int sfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sfd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+  ASSERT_EQ(::bind(sfd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(why_not_writable(sock), "cannot open it for writing: it is a socket, which open(2) cannot write to");
+  ::close(sfd);
+  // A FIFO no one reads: refused after a short wait for a reader, by the check and by the write
+  // (no hang).
   const std::string fifo = dir.path("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_EQ(why_not_writable(fifo),
-            "cannot open it for writing: it is a FIFO no one reads (writing would wait for a reader)");
+  const std::string no_reader =
+      "it is a FIFO that no one opened for reading within 3 s (writing would wait for a reader)";
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(why_not_writable(fifo), "cannot open it for writing: " + no_reader);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
   try {
     write_file_atomic(fifo, "{}", "--json fifo");
     ADD_FAILURE() << "a FIFO no one reads was written";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--json fifo: cannot open for writing: it is a FIFO no one reads"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("--json fifo: cannot open for writing: " + no_reader), std::string::npos)
         << e.what();
   }
   // A FIFO that is read passes, and its reader gets the result whole: the check's own open must not

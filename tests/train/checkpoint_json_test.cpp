@@ -132,9 +132,12 @@ TEST(CheckpointJson, TrainerStateIntegersAreIntegersInRange) {
       {{"data_position", 1e300}, "'data_position' = 1e+300 is over "},
       {{"data_position", -1e300}, "'data_position' = -1e+300 is negative"},
       {{"step", 1.5e19}, "'step' = 1.5e+19 is not an integer"},
+      // Just below int64's range nlohmann reads a float too: negative, not "not an integer".
+      {{"step", nlohmann::json::parse("-9223372036854775809")}, "'step' = -9.223372036854776e+18 is negative"},
       {{"optimizer_step", uint64_t{1} << 63}, "'optimizer_step' = 9223372036854775808 is over 9223372036854775807"},
       {{"optimizer_step", -7}, "'optimizer_step' = -7 is negative"},
-      {{"seed", nlohmann::json::parse("18446744073709551621")}, "'seed' = 1.8446744073709552e+19 is over 18446744073709551615"},
+      {{"seed", nlohmann::json::parse("18446744073709551621")},
+       "'seed' = 1.8446744073709552e+19 is over 18446744073709551615"},
       {{"dp", int64_t{1} << 40}, "'dp' = 1099511627776 is over 2147483647"},
       {{"dp", 0}, "'dp' = 0 must be >= 1"},
       {{"tp", -2}, "'tp' = -2 is negative"},

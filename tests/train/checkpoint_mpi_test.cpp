@@ -555,6 +555,30 @@ TEST_F(CheckpointTest, AResumeRefusesTensorsThatAreNotF32) {
   Shard e(cfg, W, world.layout.tp_rank);
   EXPECT_EQ(load_checkpoint(ckpt, e.params, nullptr, world).step, 4);
   expect_matches(e, rounded_to_bf16(ref), false, 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // The same for the moments: an optimizer file with one F16 tensor, the model file echo's.
+  const fs::path moments = save_and_alter(dir_, cfg, ref, 5, [&](const fs::path& ckpt) {
+    fs::remove(ckpt / "trainer" / "checksums.json");
+    SafetensorsFile saved((ckpt / "trainer" / "optimizer.safetensors").string());
+    std::vector<StTensorSpec> specs;
+    std::vector<std::vector<float>> values;
+    for (const std::string& name : saved.names()) {
+      specs.push_back({name, specs.empty() ? StDtype::f16 : StDtype::f32, saved.info(name).shape});
+      values.push_back(saved.read_f32(name));
+    }
+    const std::vector<std::span<const float>> spans(values.begin(), values.end());
+    write_safetensors((ckpt / "trainer" / "optimizer.safetensors").string() + ".new", specs, spans, {{"format", "pt"}});
+    fs::rename((ckpt / "trainer" / "optimizer.safetensors").string() + ".new",
+               ckpt / "trainer" / "optimizer.safetensors");
+  });
+  Shard m(cfg, W, world.layout.tp_rank);
+  const std::string moments_msg = error_of([&] { load_checkpoint(moments, m.params, &m.opt, world); });
+  EXPECT_NE(moments_msg.find("optimizer.safetensors': tensor '"), std::string::npos) << moments_msg;
+  EXPECT_NE(moments_msg.find("' is F16, but echo writes every tensor of a checkpoint as F32: the file was replaced, "
+                             "and a resume would train on with rounded AdamW moments"),
+            std::string::npos)
+      << moments_msg;
 }
 
 TEST_F(CheckpointTest, HuggingFaceMismatchesAreRefused) {

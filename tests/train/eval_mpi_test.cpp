@@ -419,7 +419,7 @@ TEST(Eval, DumpBatchWritesTheBatchOrSaysItCouldNot) {
   req.json_out.clear();
   req.dump_batch = model_file + "/batch.npy";
   EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
-            "input: --dump-batch " + req.dump_batch + " cannot be written: '" + model_file +
+            "input: --dump-batch " + req.dump_batch + " cannot be written: its folder '" + model_file +
                 "' is not a folder (checked before evaluating, so no result is lost)" + by_rank0);
   EXPECT_FALSE(fs::exists(run.dir + "/no"));
 }

@@ -115,7 +115,9 @@ TEST(Metrics, AFileDeletedMovedOrReplacedUnderTheLogStopsIt) {
     fs::create_directories(dir);
     MetricsLog log(path.string(), /*append=*/false);
     log.step(m);  // the file as opened: written
+    EXPECT_EQ(log.why_lost(), "") << c.name;
     c.lose();
+    EXPECT_NE(log.why_lost().find(c.verdict), std::string::npos) << c.name << ": " << log.why_lost();
     const std::string kind = echo::testing::kind_and_what_of([&] { log.eval(1, 2.0); });
     EXPECT_EQ(kind.rfind("run: the metrics file '" + path.string() + "' " + c.verdict + " while this run was writing it", 0),
               0u)
@@ -123,6 +125,17 @@ TEST(Metrics, AFileDeletedMovedOrReplacedUnderTheLogStopsIt) {
     const std::string again = echo::testing::kind_and_what_of([&] { log.step(m); });
     EXPECT_EQ(again.rfind("run: the metrics file", 0), 0u) << c.name << ": " << again;
   }
+  // A path through something that is not a folder is gone too (ENOTDIR); an inactive log has no verdict.
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    MetricsLog log(path.string(), /*append=*/false);
+    fs::remove_all(dir);
+    std::ofstream(dir) << "a file where the folder was\n";
+    EXPECT_NE(log.why_lost().find("was deleted or moved away"), std::string::npos) << log.why_lost();
+    fs::remove(dir);
+  }
+  EXPECT_EQ(MetricsLog().why_lost(), "");
   // A file that was only appended to by someone else is still the file opened: no verdict.
   fs::remove_all(dir);
   fs::create_directories(dir);

@@ -301,8 +301,9 @@ lose_run_dir() {  # lose_run_dir LOG EXPECTED-MESSAGE COMMAND...
 # file gone first (CI saw this), and either verdict names what was lost.
 lose_run_dir run11a.log "(the run directory $work/run was deleted|the metrics file '$work/run/metrics.jsonl' was deleted or moved away)" rm -rf "$work/run"
 [[ ! -e $work/run ]] || fail "the run made its deleted run directory again"
-# The run may look between the mv and the mkdir: either verdict names the directory.
-lose_run_dir run11b.log "the run directory $work/run (now names another directory than the one this run locked \(that one was moved or deleted and the name made again, a link at the name was pointed elsewhere, or a file system was mounted over it\)|was moved away or deleted)" eval 'mv "$work/run" "$work/run.moved" && mkdir "$work/run"'
+# The run may look between the mv and the mkdir, or meet the metrics file's check first: each
+# verdict names what was lost.
+lose_run_dir run11b.log "(the run directory $work/run (now names another directory than the one this run locked \(that one was moved or deleted and the name made again, a link at the name was pointed elsewhere, or a file system was mounted over it\)|was moved away or deleted)|the metrics file '$work/run/metrics.jsonl' was deleted or moved away)" eval 'mv "$work/run" "$work/run.moved" && mkdir "$work/run"'
 [[ -z $(ls -A "$work/run") ]] || fail "the run wrote into the new $work/run: $(ls -A "$work/run")"
 # An rm -rf that fails part way ("Directory not empty" when it races a checkpoint save) leaves the
 # folder itself: the run must still notice its metrics file is gone, not write on into the unlinked one.

@@ -147,10 +147,12 @@ std::string hf_config_json(const ShapeSummary& s, const config::Config& cfg) {
 // The trainer state's `key` as written: a JSON integer (2.0 is refused, not truncated) in [min, max].
 uint64_t state_integer(const nlohmann::json& j, const char* key, uint64_t min, uint64_t max) {
   const nlohmann::json& v = j.at(key);
-  // nlohmann reads an integer beyond 64 bits as a float: that one is too large, not a fraction.
-  const bool huge = v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p64;
-  ECHO_INPUT_CHECK(!huge || v.get<double>() < 0, "'{}' = {} is over {}", key, v.dump(), max);
-  ECHO_INPUT_CHECK(!huge, "'{}' = {} is negative", key, v.dump());
+  // nlohmann reads an integer beyond 64 bits (beyond int64 when negative) as a float: that one is
+  // too large or negative, not a fraction.
+  const bool over = v.is_number_float() && v.get<double>() >= 0x1p64;
+  const bool below = v.is_number_float() && v.get<double>() <= -0x1p63;
+  ECHO_INPUT_CHECK(!over, "'{}' = {} is over {}", key, v.dump(), max);
+  ECHO_INPUT_CHECK(!below, "'{}' = {} is negative", key, v.dump());
   ECHO_INPUT_CHECK(v.is_number_integer(), "'{}' = {} is not an integer", key, v.dump());
   ECHO_INPUT_CHECK(v.is_number_unsigned(), "'{}' = {} is negative", key, v.dump());
   const uint64_t u = v.get<uint64_t>();
@@ -282,14 +284,23 @@ std::string hf_config_change(const CheckpointChecksums& sums, const std::string&
 // A resume trains on from the checkpoint's tensors as master weights and moments, and echo
 // writes them all as F32: another dtype means the file was replaced (a bf16 export copied over
 // it) and resuming would go on from rounded weights without a word. echo_eval reads any float.
-void check_resume_dtypes(const SafetensorsFile& file) {
+void check_resume_dtypes(const SafetensorsFile& file, bool moments) {
   for (const std::string& name : file.names()) {
     const StTensorInfo& info = file.info(name);
-    ECHO_INPUT_CHECK(info.dtype == StDtype::f32,
-                     "'{}': tensor '{}' is {}, but echo writes every tensor of a checkpoint as F32: the file was "
-                     "replaced (by a {} export?), and a resume would train on from rounded weights; start a new run "
-                     "from these weights with run.init_from instead",
-                     file.path(), name, st_dtype_name(info.dtype), st_dtype_name(info.dtype));
+    if (info.dtype == StDtype::f32) continue;
+    const std::string what = fmt::format(
+        "'{}': tensor '{}' is {}, but echo writes every tensor of a checkpoint as F32: the file was "
+        "replaced",
+        file.path(), name, st_dtype_name(info.dtype));
+    if (moments)
+      ECHO_INPUT_FAIL(
+          "{}, and a resume would train on with rounded AdamW moments; restore the file echo wrote, or "
+          "start a new run from the checkpoint's weights with run.init_from (without its moments)",
+          what);
+    ECHO_INPUT_FAIL(
+        "{} (by a {} export?), and a resume would train on from rounded weights; start a new run from "
+        "these weights with run.init_from instead",
+        what, st_dtype_name(info.dtype));
   }
 }
 
@@ -536,7 +547,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
     model_targets = param_targets(params);
     check_targets(model_index, model_targets, {}, model_file->path());
     if (opt != nullptr) {
-      check_resume_dtypes(*model_file);
+      check_resume_dtypes(*model_file, /*moments=*/false);
       opt_file.emplace((trainer_dir / kOptimizerFile).string());
       if (sums) verify_safetensors(*sums, ckpt_dir, trainer_rel(kOptimizerFile), *opt_file, share);
       opt_index = index_of(*opt_file);
@@ -546,7 +557,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
         opt_targets.push_back(make_target(spec.name + kMomentSuffix[1], &spec, opt->exp_avg_sq(i)));
       }
       check_targets(opt_index, opt_targets, {}, opt_file->path());
-      check_resume_dtypes(*opt_file);
+      check_resume_dtypes(*opt_file, /*moments=*/true);
     }
   } catch (const std::exception& e) {
     error = fmt::format("cannot load checkpoint: {}", error_text(e));
