@@ -30,6 +30,7 @@
 #include "train/checkpoint/hf_weights.h"
 #include "train/evaluation.h"
 #include "train/hf_config.h"
+#include "train/run_dir.h"
 
 namespace echo::train {
 namespace {
@@ -155,6 +156,37 @@ void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const
   eos.source = kRecordedEos;
 }
 
+// Why an existing file at `path` is one a run, a checkpoint or a dataset needs, or "": a weights
+// file (*.safetensors, a sharded index), a dataset's .bin, .idx or .meta.json (with its .bin and
+// .idx), or, in a run directory (a folder holding the lock file), its config.yaml, metrics.jsonl,
+// lock file or anything under checkpoints/. An output once replaced the newest checkpoint's
+// model.safetensors, a run's metrics and a training set's .bin, none of them what was evaluated.
+std::string needed_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {};
+  const fs::path file = fs::weakly_canonical(fs::absolute(path), ec);  // where the write lands: links followed
+  if (ec) return {};
+  const std::string name = file.filename().string();
+  const auto ends_with = [&](std::string_view end) {
+    return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
+  };
+  if (ends_with(".safetensors") || ends_with(".safetensors.index.json")) return "a weights file";
+  for (const std::string_view ext : {".bin", ".idx", ".meta.json"}) {
+    if (!ends_with(ext)) continue;
+    const std::string prefix = file.string().substr(0, file.string().size() - ext.size());
+    if (fs::exists(prefix + ".bin", ec) && fs::exists(prefix + ".idx", ec))
+      return fmt::format("a file of the dataset '{}'", prefix);
+  }
+  for (fs::path dir = file.parent_path(); dir.has_relative_path(); dir = dir.parent_path()) {
+    if (!fs::exists(dir / kRunLockFile, ec)) continue;
+    const fs::path rel = file.lexically_relative(dir);
+    if (*rel.begin() == "checkpoints" || rel == "config.yaml" || rel == "metrics.jsonl" || rel == kRunLockFile)
+      return fmt::format("a file of the training run in '{}'", dir.string());
+    break;
+  }
+  return {};
+}
+
 // The outputs (--json, --dump-batch) must not overwrite what is evaluated: an existing file in
 // the checkpoint's folder (a step, run or Hugging Face folder, or the folder of a weights file),
 // the data's files, the --config file, or each other. A new file beside them is fine. The writer
@@ -179,6 +211,9 @@ void check_outputs(const EvalRequest& req, const std::string& data_prefix, bool 
     for (const std::string& input : inputs)
       ECHO_INPUT_CHECK(!same_file(*path, input), "{} {} is '{}', which this evaluation reads: it would be overwritten; "
                        "write the output elsewhere", flag, *path, input);
+    const std::string needed = needed_file(*path);
+    ECHO_INPUT_CHECK(needed.empty(), "{} {} is {}: it would be overwritten; write the output elsewhere", flag, *path,
+                     needed);
     const std::string why = writer ? why_not_writable(*path) : "";
     if (!why.empty() && unwritable.empty())
       unwritable = fmt::format("{} {} cannot be written: {} (checked before evaluating, so no result is lost)", flag,

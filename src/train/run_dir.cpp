@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/input_excerpt.h"
 #include "core/log.h"
+#include "core/same_file.h"
 #include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 #include "train/checkpoint/checkpoint.h"
@@ -64,8 +65,28 @@ std::string refuse_name(const std::string& out_dir, int64_t last_step) {
   return {};
 }
 
-std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mode, bool& has_run,
-                    RunDirLock& lock) {
+// The entries of a run directory that --overwrite removes (clear_run_dir).
+constexpr const char* kClearedEntries[] = {"config.yaml", "metrics.jsonl", "checkpoints"};
+
+// Why --overwrite of the run in `dir` would delete one of `inputs`, or "".
+std::string overwritten_input(const fs::path& dir, const std::vector<RunInput>& inputs) {
+  for (const RunInput& input : inputs) {
+    if (input.path.empty()) continue;
+    for (const char* name : kClearedEntries) {
+      const fs::path cleared = dir / name;
+      if (!is_inside(input.path, cleared) && !same_file(input.path, cleared.string())) continue;
+      return fmt::format(
+          "'{}' = {} lies in {}, which --overwrite deletes once start-up has succeeded (after it was read): copy it "
+          "out of the run directory first (cp -r) and point {} at the copy, or choose another run.out_dir; nothing "
+          "was changed",
+          input.key, input.path, cleared.string(), input.key);
+    }
+  }
+  return {};
+}
+
+std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mode, bool& has_run, RunDirLock& lock,
+                    const std::vector<RunInput>& inputs) {
   if (std::string refused = refuse_name(out_dir, last_step); !refused.empty()) return refused;
   const fs::path dir(out_dir);
   std::error_code ec;
@@ -86,6 +107,8 @@ std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mo
         out_dir);
   // --overwrite clears the old run only once start-up has succeeded (clear_run_dir), so a start
   // that fails (a typo in data.train, a bad checkpoint to init from) keeps it.
+  if (has_run && mode == RunDirMode::overwrite)
+    if (std::string refused = overwritten_input(dir, inputs); !refused.empty()) return refused;
   if (mode == RunDirMode::resume) {
     const fs::path root = dir / "checkpoints";
     if (fs::exists(root, ec) && !fs::is_directory(root, ec))
@@ -109,7 +132,7 @@ RunDirLock::~RunDirLock() {
 }
 
 std::string RunDirLock::acquire(const std::string& out_dir) {
-  const std::string path = (fs::path(out_dir) / ".echo_train.lock").string();
+  const std::string path = (fs::path(out_dir) / kRunLockFile).string();
   // NOTE: O_NOFOLLOW and no O_TRUNC: the pid is written into the file, and a link planted at the
   // name (or a FIFO) would have its target overwritten or block the open.
   const int dir_fd = ::open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -198,10 +221,10 @@ std::string RunDirLock::lost(const std::string& out_dir) const {
 }
 
 bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode mode, const dist::Communicator& world,
-                     RunDirLock& lock) {
+                     RunDirLock& lock, const std::vector<RunInput>& inputs) {
   std::string error;
   bool has_run = false;
-  if (world.rank() == 0) error = inspect(out_dir, last_step, mode, has_run, lock);
+  if (world.rank() == 0) error = inspect(out_dir, last_step, mode, has_run, lock, inputs);
   // Every rank learns the verdict, so all fail together instead of some waiting forever.
   int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
   const dist::CollectiveScope watched("the start-up's run-directory check (MPI_Bcast from rank 0)",
@@ -216,7 +239,7 @@ bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode m
 
 void clear_run_dir(const std::string& out_dir) {
   const fs::path dir(out_dir);
-  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoints"}) {
+  for (const char* name : kClearedEntries) {
     std::error_code ec;
     fs::remove_all(dir / name, ec);
     ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", (dir / name).string(), ec.message());

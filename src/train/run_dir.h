@@ -4,10 +4,15 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 
 namespace echo::train {
+
+// The lock file rank 0 holds in a run directory while it trains (RunDirLock): what marks a folder
+// as a run directory.
+inline constexpr const char* kRunLockFile = ".echo_train.lock";
 
 enum class RunDirMode { fresh, resume, overwrite };
 
@@ -49,11 +54,18 @@ std::string run_file(const std::string& out_dir, const char* name);
 // not one).
 bool holds_run(const std::string& out_dir);
 
+// A file or folder the run reads, by its config key ("run.init_from", "data.train").
+struct RunInput {
+  std::string key, path;
+};
+
 // `lock` is taken on rank 0 before out_dir is inspected (other ranks leave it alone). Refused by
 // name before anything is created: the file system's root, and a name so long that a checkpoint
-// of last_step (train.steps) would need a path over PATH_MAX (longest_checkpoint_path).
+// of last_step (train.steps) would need a path over PATH_MAX (longest_checkpoint_path). With
+// --overwrite of a run, an input that lies in what clear_run_dir removes (a checkpoint given as
+// run.init_from, as the resume error advises) is refused: it would be deleted after it was read.
 bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode mode, const dist::Communicator& world,
-                     RunDirLock& lock);
+                     RunDirLock& lock, const std::vector<RunInput>& inputs = {});
 
 // Rank 0, for --overwrite, after start-up succeeded: removes the old run's config.yaml,
 // metrics.jsonl and checkpoints/.

@@ -137,7 +137,9 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
-  const bool has_run = prepare_run_dir(cfg.run.out_dir, cfg.train.steps, mode, world.world, run_lock_);
+  const bool has_run = prepare_run_dir(
+      cfg.run.out_dir, cfg.train.steps, mode, world.world, run_lock_,
+      {{"run.init_from", cfg.run.init_from}, {"data.train", cfg.data.train}, {"data.valid", cfg.data.valid}});
   // What start-up can refuse from files alone (the checkpoint to resume and its config, the data,
   // run.init_from's config.json) is checked before the model is allocated: with the default
   // config that takes a minute and gigabytes.

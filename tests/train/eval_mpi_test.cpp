@@ -396,6 +396,22 @@ TEST(Eval, DumpBatchWritesTheBatchOrSaysItCouldNot) {
   req.json_out = req.dump_batch;
   EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
             "input: --json " + req.json_out + " and --dump-batch " + req.dump_batch + " are the same file");
+  // Nor a file another run, checkpoint or dataset needs (a sibling checkpoint's weights, the run's
+  // metrics, the training set were once replaced): refused whatever folder is evaluated.
+  if (world_rank() == 0) std::ofstream(run.dir + "/other.safetensors") << "weights";
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::pair<std::string, std::string> needed[] = {
+      {run.dir + "/other.safetensors", "a weights file"},
+      {run.dir + "/run/metrics.jsonl", "a file of the training run in '" + run.dir + "/run'"},
+      {run.dir + "/data/train.bin", "a file of the dataset '" + run.dir + "/data/train'"},
+      {run.dir + "/data/train.idx", "a file of the dataset '" + run.dir + "/data/train'"},
+  };
+  for (const auto& [out, why] : needed) {
+    req.json_out = out;
+    EXPECT_EQ(echo::testing::kind_and_what_of([&] { evaluate_checkpoint(req); }),
+              "input: --json " + out + " is " + why + ": it would be overwritten; write the output elsewhere");
+  }
+  EXPECT_EQ(echo::testing::read_file(run.dir + "/other.safetensors"), "weights");
   req.json_out.clear();
   EXPECT_EQ(echo::testing::read_file(model_file), model_before);
   MPI_Barrier(MPI_COMM_WORLD);

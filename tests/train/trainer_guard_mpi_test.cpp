@@ -358,6 +358,21 @@ TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {
   EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 4))
       << "a failed --overwrite must keep the old checkpoints";
   sync();
+  // Its own checkpoint as run.init_from (what the refused --resume advises) would be deleted once
+  // read: refused before anything changes, naming the key. Also data inside checkpoints/.
+  const std::string own = checkpoint_dir(first.run.out_dir, 4);
+  expect_error([&] { train(make_config(dir, {"run.init_from=" + own}), RunDirMode::overwrite); },
+               "'run.init_from' = " + own + " lies in " + first.run.out_dir +
+                   "/checkpoints, which --overwrite deletes once start-up has succeeded");
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.valid=" + first.run.out_dir + "/checkpoints/valid"}), RunDirMode::overwrite);
+      },
+      "'data.valid' = " + first.run.out_dir + "/checkpoints/valid lies in " + first.run.out_dir + "/checkpoints");
+  sync();
+  EXPECT_EQ(read_file(metrics), before);
+  EXPECT_TRUE(fs::exists(own + "/model.safetensors"));
+  sync();
   // A good --overwrite replaces it: none of the old checkpoints (step 4) survives a 2-step run.
   EXPECT_EQ(train(make_config(dir, {"train.steps=2"}), RunDirMode::overwrite).steps_done, 2);
   sync();
