@@ -2,11 +2,13 @@
 #include "train/run_dir.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <mpi.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -239,11 +241,35 @@ bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode m
 
 void clear_run_dir(const std::string& out_dir) {
   const fs::path dir(out_dir);
+  std::vector<std::string> kept;
   for (const char* name : kClearedEntries) {
+    const fs::path path = dir / name;
     std::error_code ec;
-    fs::remove_all(dir / name, ec);
-    ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", (dir / name).string(), ec.message());
+    // In checkpoints/ only echo's own folders go: a user's step_best or notes there were deleted
+    // with it, though no save ever prunes them.
+    if (path.filename() == "checkpoints" && fs::is_directory(fs::symlink_status(path, ec))) {
+      for (const auto& entry : fs::directory_iterator(path, ec)) {
+        const std::string entry_name = entry.path().filename().string();
+        if (!is_echo_checkpoint_name(entry_name)) {
+          kept.push_back(entry_name);
+          continue;
+        }
+        fs::remove_all(entry.path(), ec);
+        ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", entry.path().string(), ec.message());
+      }
+      ECHO_RUN_CHECK(!ec, "--overwrite: cannot list {}: {}", path.string(), ec.message());
+      if (kept.empty()) fs::remove(path, ec);
+      continue;
+    }
+    fs::remove_all(path, ec);
+    ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", path.string(), ec.message());
   }
+  std::sort(kept.begin(), kept.end());
+  if (!kept.empty())
+    ECHO_WARN("train",
+              "--overwrite kept what echo did not name in {}: {} (move it away if it belongs to the old run; no save "
+              "ever prunes it)",
+              (dir / "checkpoints").string(), fmt::join(kept, ", "));
 }
 
 }  // namespace echo::train

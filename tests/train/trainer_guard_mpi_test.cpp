@@ -373,10 +373,21 @@ TEST(TrainerGuard, AFailedOverwriteKeepsTheOldRun) {
   EXPECT_EQ(read_file(metrics), before);
   EXPECT_TRUE(fs::exists(own + "/model.safetensors"));
   sync();
-  // A good --overwrite replaces it: none of the old checkpoints (step 4) survives a 2-step run.
+  // A good --overwrite replaces it: none of the old checkpoints (step 4) survives a 2-step run,
+  // and what echo did not name in checkpoints/ (a user's step_best, notes) is kept.
+  const std::string checkpoints = first.run.out_dir + "/checkpoints";
+  if (world_rank() == 0) {
+    fs::create_directories(checkpoints + "/step_best");
+    std::ofstream(checkpoints + "/step_best/model.safetensors") << "mine";
+    std::ofstream(checkpoints + "/notes.txt") << "notes";
+  }
+  sync();
   EXPECT_EQ(train(make_config(dir, {"train.steps=2"}), RunDirMode::overwrite).steps_done, 2);
   sync();
   EXPECT_EQ(latest_checkpoint(first.run.out_dir), checkpoint_dir(first.run.out_dir, 2));
+  EXPECT_FALSE(fs::exists(own));
+  EXPECT_EQ(read_file(checkpoints + "/step_best/model.safetensors"), "mine");
+  EXPECT_EQ(read_file(checkpoints + "/notes.txt"), "notes");
 }
 
 // A --resume refused with exactly `expected` (kind and message) that keeps the run's metrics

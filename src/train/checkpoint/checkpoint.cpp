@@ -219,9 +219,9 @@ void prune(const fs::path& root, const fs::path& current, int keep_last) {
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory(ec) || entry.path() == current) continue;
-    const bool tmp = name.size() > kTmpSuffix.size() && name.ends_with(kTmpSuffix);
+    if (!is_echo_checkpoint_name(name)) continue;
+    const bool tmp = name.ends_with(kTmpSuffix);
     const auto step = parse_step_dir(tmp ? name.substr(0, name.size() - kTmpSuffix.size()) : name);
-    if (!step) continue;
     if (tmp || !is_complete(entry.path()))
       stale.push_back(entry.path());
     else
@@ -454,6 +454,11 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   }
   if (!best) return std::nullopt;
   return best->second.string();
+}
+
+bool is_echo_checkpoint_name(const std::string& name) {
+  const bool tmp = name.size() > kTmpSuffix.size() && name.ends_with(kTmpSuffix);
+  return parse_step_dir(tmp ? name.substr(0, name.size() - kTmpSuffix.size()) : name).has_value();
 }
 
 std::vector<std::string> foreign_step_dirs(const std::string& run_dir) {

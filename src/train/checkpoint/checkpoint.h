@@ -83,6 +83,10 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
 // file system for a resume to agree; where that is not certain, call it on rank 0 and broadcast.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
+// Whether `name` is one echo gives a checkpoint directory: step_<8+ digits> of a step, or that
+// name with the .tmp of a save in progress. --overwrite removes only these from checkpoints/.
+bool is_echo_checkpoint_name(const std::string& name);
+
 // The directories under run_dir/checkpoints named step_* that echo did not name (step_6,
 // step_best: a user's copy or rename; .tmp ones excluded), sorted. Every checkpoint function
 // ignores them: a save never prunes them, latest_checkpoint never picks one. Not collective.
