@@ -3,12 +3,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <map>
 
 #include "core/error.h"
 #include "core/same_file.h"
 
 namespace echo::train {
+
+namespace fs = std::filesystem;
 namespace {
 
 // Keys whose change a resume refuses: everything that shapes the model's function and what the
@@ -43,6 +46,18 @@ bool same_dataset(const std::string& key, const std::string& a, const std::strin
   return (key == "data.train" || key == "data.valid") && !a.empty() && !b.empty() && same_file(a + ".bin", b + ".bin");
 }
 
+// What a change to `key` does to the data a resumed run reads, where it is not what a user of
+// consumed-sample counters (Megatron-LM) would expect; "" for other keys.
+std::string consequence(const std::string& key) {
+  if (key == "train.global_batch")
+    return " (the data position follows the step: step s reads samples [s x global_batch, (s + 1) x global_batch), "
+           "so from the resumed step on samples are skipped (a larger batch) or read again (a smaller one))";
+  if (key == "run.seed")
+    return " (the seed draws the order of the samples in each epoch: the rest of this epoch follows another order, "
+           "so some of its samples are read again and others skipped)";
+  return {};
+}
+
 bool is_fixed(const std::string& key) {
   for (const char* k : kFixedKeys)
     if (key == k) return true;
@@ -70,17 +85,21 @@ std::vector<std::string> check_resume_config(const std::optional<config::Config>
     const auto it = before.find(key);
     const std::string old = it == before.end() ? "(unset)" : it->second;
     if (old == value || same_dataset(key, old, value)) continue;
+    // A data prefix that names no .bin is named by the data's own check ("... does not exist"), not
+    // called other data.
+    std::error_code ec;
+    if ((key == "data.train" || key == "data.valid") && !value.empty() && !fs::exists(value + ".bin", ec)) continue;
     const std::string line = fmt::format("'{}': {} -> {}", key, old, value);
     if (is_fixed(key))
       refused += (refused.empty() ? "" : ", ") + line;
     else
-      changed.push_back(line);
+      changed.push_back(line + consequence(key));
   }
   ECHO_INPUT_CHECK(refused.empty(),
-             "cannot resume from '{}': the run was trained with another model or data ({}); resume with the "
-             "checkpoint's values, or start a new run (--overwrite, or another run.out_dir) with run.init_from "
-             "pointing at the checkpoint",
-             ckpt_dir, refused);
+                   "cannot resume from '{}': the run was trained with another model or data ({}); resume with the "
+                   "checkpoint's values, or start a new run in another run.out_dir with run.init_from pointing at the "
+                   "checkpoint (--overwrite of this run deletes its checkpoints: copy the checkpoint out first)",
+                   ckpt_dir, refused);
   return changed;
 }
 

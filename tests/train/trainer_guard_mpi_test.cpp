@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -16,9 +18,10 @@
 #include <optional>
 #include <random>
 #include <sstream>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "../support/log_capture.h"
+#include "../support/mpi_util.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/tensor.h"
@@ -27,11 +30,9 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/divergence.h"
+#include "train/resume_check.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
-#include "../support/log_capture.h"
-#include "../support/mpi_util.h"
-#include "../support/test_util.h"
 #include "trainer_test_util.h"
 
 namespace echo::train {
@@ -277,8 +278,31 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   ASSERT_FALSE(before.empty());
   expect_error([&] { train(make_config(dir, {"model.tie_embeddings=false", "train.steps=6"}), RunDirMode::resume); },
                "'model.tie_embeddings': true -> false");
-  expect_error([&] { train(make_config(dir, {"data.seq_len=8", "train.steps=6"}), RunDirMode::resume); },
-               "'data.seq_len': 16 -> 8");
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.seq_len=8", "train.steps=6"}), RunDirMode::resume);
+      },
+      "'data.seq_len': 16 -> 8); resume with the checkpoint's values, or start a new run in another "
+      "run.out_dir with run.init_from pointing at the checkpoint (--overwrite of this run deletes its "
+      "checkpoints: copy the checkpoint out first)");
+  // The changes a resume allows are named with what they do to the samples read from here on.
+  {
+    const config::Config saved = make_config(dir);
+    config::Config now = saved;
+    now.train.global_batch *= 2;
+    now.run.seed += 1;
+    const std::vector<std::string> lines = check_resume_config(saved, now, "ckpt");
+    ASSERT_EQ(lines.size(), 2u);
+    const std::string both = lines[0] + "\n" + lines[1];
+    EXPECT_NE(both.find("-> " + std::to_string(now.train.global_batch) +
+                        " (the data position follows the step: step s reads samples [s x global_batch"),
+              std::string::npos)
+        << both;
+    EXPECT_NE(both.find("'run.seed': " + std::to_string(saved.run.seed) + " -> " + std::to_string(now.run.seed) +
+                        " (the seed draws the order of the samples in each epoch"),
+              std::string::npos)
+        << both;
+  }
   sync();
   EXPECT_EQ(read_file(config_path), before) << "a failed --resume must not rewrite config.yaml";
   // Anything else may change: the run continues (with a warning) and records the new config.
@@ -298,6 +322,12 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   sync();
   expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/copy/train", "train.steps=10"}), RunDirMode::resume); },
                "'data.train': " + dir + "/data/./train -> " + dir + "/copy/train");
+  // A prefix that names nothing is named as missing, not as other data.
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.train=" + dir + "/nowhere/train", "train.steps=10"}), RunDirMode::resume);
+      },
+      dir + "/nowhere/train.idx does not exist");
 }
 
 // Paths longer than the file system allows (ENAMETOOLONG) are named in our words, as input errors;
