@@ -155,7 +155,12 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
           why.renamable ? "; rename it to that form to resume from it" : "");
     }
   if (mode == RunDirMode::resume && has_run && !resume_from)
-    logger->info("no complete checkpoint in {}: starting from step 0", cfg.run.out_dir);
+    // A warning: the steps the run logged are retrained and their metrics lines dropped (a finished
+    // run saved with train.checkpoint_interval 0 loses its whole log this way).
+    logger->warn(
+        "no complete checkpoint in {}: starting from step 0 (the metrics lines of the steps already run are "
+        "dropped and the steps trained again)",
+        cfg.run.out_dir);
   if (resume_from) {
     // The checkpoint's weights replace run.init_from's, so the run keeps the context it recorded
     // (taken from run.init_from's config.json at its start).
