@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -167,20 +168,18 @@ std::string needed_file(const std::string& path) {
   const fs::path file = fs::weakly_canonical(fs::absolute(path), ec);  // where the write lands: links followed
   if (ec) return {};
   const std::string name = file.filename().string();
-  const auto ends_with = [&](std::string_view end) {
-    return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
-  };
-  if (ends_with(".safetensors") || ends_with(".safetensors.index.json")) return "a weights file";
+  if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json")) return "a weights file";
   for (const std::string_view ext : {".bin", ".idx", ".meta.json"}) {
-    if (!ends_with(ext)) continue;
+    if (!name.ends_with(ext)) continue;
     const std::string prefix = file.string().substr(0, file.string().size() - ext.size());
     if (fs::exists(prefix + ".bin", ec) && fs::exists(prefix + ".idx", ec))
       return fmt::format("a file of the dataset '{}'", prefix);
   }
   for (fs::path dir = file.parent_path(); dir.has_relative_path(); dir = dir.parent_path()) {
     if (!fs::exists(dir / kRunLockFile, ec)) continue;
-    const fs::path rel = file.lexically_relative(dir);
-    if (*rel.begin() == "checkpoints" || rel == "config.yaml" || rel == "metrics.jsonl" || rel == kRunLockFile)
+    const fs::path first = *file.lexically_relative(dir).begin();  // checkpoints/... counts as checkpoints
+    if (first == kRunLockFile ||
+        std::find(std::begin(kRunEntries), std::end(kRunEntries), first) != std::end(kRunEntries))
       return fmt::format("a file of the training run in '{}'", dir.string());
     break;
   }

@@ -42,8 +42,10 @@ std::map<std::string, std::string> flat(const config::Config& cfg) {
 
 // A dataset prefix under another spelling ("./data/x", an absolute path, a symlinked directory)
 // is the same data: compared by the .bin file it names, not by the text.
+bool is_data_key(const std::string& key) { return key == "data.train" || key == "data.valid"; }
+
 bool same_dataset(const std::string& key, const std::string& a, const std::string& b) {
-  return (key == "data.train" || key == "data.valid") && !a.empty() && !b.empty() && same_file(a + ".bin", b + ".bin");
+  return is_data_key(key) && !a.empty() && !b.empty() && same_file(a + ".bin", b + ".bin");
 }
 
 // What a change to `key` does to the data a resumed run reads, where it is not what a user of
@@ -88,7 +90,7 @@ std::vector<std::string> check_resume_config(const std::optional<config::Config>
     // A data prefix that names no .bin is named by the data's own check ("... does not exist"), not
     // called other data.
     std::error_code ec;
-    if ((key == "data.train" || key == "data.valid") && !value.empty() && !fs::exists(value + ".bin", ec)) continue;
+    if (is_data_key(key) && !value.empty() && !fs::exists(value + ".bin", ec)) continue;
     const std::string line = fmt::format("'{}': {} -> {}", key, old, value);
     if (is_fixed(key))
       refused += (refused.empty() ? "" : ", ") + line;

@@ -67,14 +67,11 @@ std::string refuse_name(const std::string& out_dir, int64_t last_step) {
   return {};
 }
 
-// The entries of a run directory that --overwrite removes (clear_run_dir).
-constexpr const char* kClearedEntries[] = {"config.yaml", "metrics.jsonl", "checkpoints"};
-
 // Why --overwrite of the run in `dir` would delete one of `inputs`, or "".
 std::string overwritten_input(const fs::path& dir, const std::vector<RunInput>& inputs) {
   for (const RunInput& input : inputs) {
     if (input.path.empty()) continue;
-    for (const char* name : kClearedEntries) {
+    for (const char* name : kRunEntries) {
       const fs::path cleared = dir / name;
       if (!is_inside(input.path, cleared) && !same_file(input.path, cleared.string())) continue;
       return fmt::format(
@@ -239,32 +236,44 @@ bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode m
   return flag != 0;
 }
 
+namespace {
+
+// Removes echo's own folders from a run's checkpoints/ (and the folder, when nothing else is
+// left); gives back the names of what it kept. A user's step_best or notes there were deleted with
+// it, though no save ever prunes them.
+std::vector<std::string> clear_echo_checkpoints(const fs::path& checkpoints) {
+  std::vector<std::string> kept;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoints, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_echo_checkpoint_name(name)) {
+      kept.push_back(name);
+      continue;
+    }
+    fs::remove_all(entry.path(), ec);
+    ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", entry.path().string(), ec.message());
+  }
+  ECHO_RUN_CHECK(!ec, "--overwrite: cannot list {}: {}", checkpoints.string(), ec.message());
+  if (kept.empty()) fs::remove(checkpoints, ec);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+}  // namespace
+
 void clear_run_dir(const std::string& out_dir) {
   const fs::path dir(out_dir);
   std::vector<std::string> kept;
-  for (const char* name : kClearedEntries) {
+  for (const char* name : kRunEntries) {
     const fs::path path = dir / name;
     std::error_code ec;
-    // In checkpoints/ only echo's own folders go: a user's step_best or notes there were deleted
-    // with it, though no save ever prunes them.
     if (path.filename() == "checkpoints" && fs::is_directory(fs::symlink_status(path, ec))) {
-      for (const auto& entry : fs::directory_iterator(path, ec)) {
-        const std::string entry_name = entry.path().filename().string();
-        if (!is_echo_checkpoint_name(entry_name)) {
-          kept.push_back(entry_name);
-          continue;
-        }
-        fs::remove_all(entry.path(), ec);
-        ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", entry.path().string(), ec.message());
-      }
-      ECHO_RUN_CHECK(!ec, "--overwrite: cannot list {}: {}", path.string(), ec.message());
-      if (kept.empty()) fs::remove(path, ec);
+      kept = clear_echo_checkpoints(path);
       continue;
     }
     fs::remove_all(path, ec);
     ECHO_RUN_CHECK(!ec, "--overwrite: cannot clear {}: {}", path.string(), ec.message());
   }
-  std::sort(kept.begin(), kept.end());
   if (!kept.empty())
     ECHO_WARN("train",
               "--overwrite kept what echo did not name in {}: {} (move it away if it belongs to the old run; no save "

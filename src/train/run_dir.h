@@ -13,6 +13,8 @@ namespace echo::train {
 // The lock file rank 0 holds in a run directory while it trains (RunDirLock): what marks a folder
 // as a run directory.
 inline constexpr const char* kRunLockFile = ".echo_train.lock";
+// What a run writes beside its lock file, and what --overwrite clears (clear_run_dir).
+inline constexpr const char* kRunEntries[] = {"config.yaml", "metrics.jsonl", "checkpoints"};
 
 enum class RunDirMode { fresh, resume, overwrite };
 

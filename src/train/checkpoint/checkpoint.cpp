@@ -84,6 +84,13 @@ std::optional<int64_t> parse_step_dir(const std::string& name) {
   return step;
 }
 
+// The step of a folder echo named: step_dir_name, or that name with the .tmp of a save in progress
+// (`tmp` then set); nullopt for any other name.
+std::optional<int64_t> echo_checkpoint_step(const std::string& name, bool& tmp) {
+  tmp = name.size() > kTmpSuffix.size() && name.ends_with(kTmpSuffix);
+  return parse_step_dir(tmp ? name.substr(0, name.size() - kTmpSuffix.size()) : name);
+}
+
 bool is_complete(const fs::path& dir) {
   std::error_code ec;
   return fs::is_regular_file(dir / kCompleteFile, ec);
@@ -219,9 +226,9 @@ void prune(const fs::path& root, const fs::path& current, int keep_last) {
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory(ec) || entry.path() == current) continue;
-    if (!is_echo_checkpoint_name(name)) continue;
-    const bool tmp = name.ends_with(kTmpSuffix);
-    const auto step = parse_step_dir(tmp ? name.substr(0, name.size() - kTmpSuffix.size()) : name);
+    bool tmp = false;
+    const auto step = echo_checkpoint_step(name, tmp);
+    if (!step) continue;
     if (tmp || !is_complete(entry.path()))
       stale.push_back(entry.path());
     else
@@ -457,8 +464,8 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
 }
 
 bool is_echo_checkpoint_name(const std::string& name) {
-  const bool tmp = name.size() > kTmpSuffix.size() && name.ends_with(kTmpSuffix);
-  return parse_step_dir(tmp ? name.substr(0, name.size() - kTmpSuffix.size()) : name).has_value();
+  bool tmp = false;
+  return echo_checkpoint_step(name, tmp).has_value();
 }
 
 std::vector<std::string> foreign_step_dirs(const std::string& run_dir) {
