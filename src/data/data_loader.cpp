@@ -119,15 +119,14 @@ void DataLoader::sample(uint64_t global_index, int32_t* tokens, int32_t* targets
   read_stream(start + seq_len, 1, targets + seq_len - 1);
 }
 
-void DataLoader::micro_batch(uint64_t step, int micro, int micro_batch, int num_micro, std::vector<int32_t>& tokens,
-                             std::vector<int32_t>& targets) const {
+void DataLoader::micro_batch(uint64_t batch_start, int micro, int micro_batch, int num_micro,
+                             std::vector<int32_t>& tokens, std::vector<int32_t>& targets) const {
   ECHO_CHECK(micro_batch >= 1, "{}: micro_batch must be at least 1, got {}", ds_->prefix(), micro_batch);
   ECHO_CHECK(num_micro >= 1, "{}: num_micro must be at least 1, got {}", ds_->prefix(), num_micro);
   ECHO_CHECK(micro >= 0 && micro < num_micro, "{}: micro-batch {} out of range [0, {})", ds_->prefix(), micro,
              num_micro);
   const uint64_t per_rank = static_cast<uint64_t>(micro_batch) * static_cast<uint64_t>(num_micro);
-  const uint64_t global_batch = per_rank * static_cast<uint64_t>(opt_.dp_size);
-  const uint64_t first = step * global_batch + static_cast<uint64_t>(opt_.dp_rank) * per_rank +
+  const uint64_t first = batch_start + static_cast<uint64_t>(opt_.dp_rank) * per_rank +
                          static_cast<uint64_t>(micro) * static_cast<uint64_t>(micro_batch);
   const size_t seq_len = static_cast<size_t>(opt_.seq_len);
   tokens.resize(static_cast<size_t>(micro_batch) * seq_len);

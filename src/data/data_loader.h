@@ -3,11 +3,11 @@
 // its disjoint share of every global batch (every TP rank of a DP group gets the same batch).
 //
 // Packing. The stream is doc_0 EOS doc_1 EOS ... doc_{D-1} EOS (N + D tokens for N tokens in
-// D documents), or the N stored tokens alone when the documents already end in EOS (eos_stored). Sample k is stream[k*L, k*L + L + 1) for seq_len L: inputs are its first L tokens,
-// targets its last L, so consecutive samples overlap by one token (as Megatron's GPTDataset and
-// llm.c) and no token position is lost as a target. samples_per_epoch = floor((stream length - 1) / L);
-// the tail that does not fill a sample is dropped. Documents are not cut at sample boundaries:
-// a long document continues in the next sample of the stream.
+// D documents), or the N stored tokens alone when the documents already end in EOS (eos_stored). Sample k is
+// stream[k*L, k*L + L + 1) for seq_len L: inputs are its first L tokens, targets its last L, so consecutive samples
+// overlap by one token (as Megatron's GPTDataset and llm.c) and no token position is lost as a target.
+// samples_per_epoch = floor((stream length - 1) / L); the tail that does not fill a sample is dropped. Documents are
+// not cut at sample boundaries: a long document continues in the next sample of the stream.
 //
 // Order. Global sample g belongs to epoch e = g / S (S = samples_per_epoch) and is packed sample
 // SamplePermutation(S, seed + e)(g % S): every epoch covers all samples once in a fresh order, and
@@ -15,10 +15,12 @@
 // The permutation of the epoch last asked for is cached (4 bytes per sample), guarded by a mutex
 // so that const calls stay safe from several threads; a sequential run rebuilds it once per epoch.
 //
-// Batches. Global batch `step` is global samples [step*G, (step+1)*G), G = micro_batch *
-// num_micro * dp_size. DP rank r owns the contiguous block of micro_batch*num_micro samples at
-// r*micro_batch*num_micro in it, micro-batch m being the m-th run of micro_batch samples, so DP
-// ranks see disjoint samples and together the whole global batch; tp_rank plays no part.
+// Batches. A global batch is G = micro_batch * num_micro * dp_size consecutive global samples
+// from the count of samples consumed before it (the trainer's consumed_samples, kept in its
+// checkpoints, so a resume with another G goes on where the run stopped). DP rank r owns the
+// contiguous block of micro_batch*num_micro samples at r*micro_batch*num_micro in it, micro-batch
+// m being the m-th run of micro_batch samples, so DP ranks see disjoint samples and together the
+// whole global batch; tp_rank plays no part.
 #pragma once
 
 #include <cstdint>
@@ -60,12 +62,13 @@ class DataLoader {
   // The global sample with this index (any index: epochs wrap): tokens and targets, seq_len each.
   void sample(uint64_t global_index, int32_t* tokens, int32_t* targets) const;
 
-  // This DP rank's micro-batch `micro` of global batch `step`: global samples step*G +
-  // dp_rank*micro_batch*num_micro + micro*micro_batch + [0, micro_batch), G = micro_batch *
-  // num_micro * dp_size. tokens and targets are resized to (micro_batch, seq_len), row-major.
-  // Throws an InputError naming the .bin when it was rewritten in place since the dataset was
-  // opened, or when an id lies outside [0, vocab_size) (see check_batch).
-  void micro_batch(uint64_t step, int micro, int micro_batch, int num_micro, std::vector<int32_t>& tokens,
+  // This DP rank's micro-batch `micro` of the global batch that starts at global sample
+  // `batch_start` (the samples consumed before it): global samples batch_start + dp_rank *
+  // micro_batch * num_micro + micro * micro_batch + [0, micro_batch). tokens and targets are
+  // resized to (micro_batch, seq_len), row-major. Throws an InputError naming the .bin when it was
+  // rewritten in place since the dataset was opened, or when an id lies outside [0, vocab_size)
+  // (see check_batch).
+  void micro_batch(uint64_t batch_start, int micro, int micro_batch, int num_micro, std::vector<int32_t>& tokens,
                    std::vector<int32_t>& targets) const;
 
   // Packed stream tokens [pos, pos + count) (documents with EOS after each), for tests and tools.

@@ -11,7 +11,7 @@
 namespace echo::data {
 namespace {
 
-size_t token_bytes(TokenDtype dtype) { return dtype == TokenDtype::kUint16 ? sizeof(uint16_t) : sizeof(int32_t); }
+size_t bytes_per_token(TokenDtype dtype) { return dtype == TokenDtype::kUint16 ? sizeof(uint16_t) : sizeof(int32_t); }
 
 // 34 + 12*S + 8*D as text; the counts come from an untrusted header, so it may exceed 64 bits.
 std::string index_bytes_text(uint64_t num_sequences, uint64_t num_doc_indices) {
@@ -92,7 +92,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   const uint8_t* lengths = d + mmidx::kHeaderBytes;
   const uint8_t* pointers = lengths + num_sequences * sizeof(int32_t);
   const uint8_t* doc_indices = pointers + num_sequences * sizeof(int64_t);
-  const uint64_t item = token_bytes(ds.dtype_);
+  const uint64_t item = bytes_per_token(ds.dtype_);
   // NOTE: echo requires contiguous sequences (what every Megatron writer produces): the .bin is
   // then one flat token array, a document is a single span, and tokens are naturally aligned.
   uint64_t end_byte = 0;
@@ -159,6 +159,10 @@ std::span<const uint16_t> IndexedDataset::document_u16(size_t i) const {
              token_dtype_name(static_cast<uint8_t>(dtype_)));
   const size_t length = document_length(i);
   return {reinterpret_cast<const uint16_t*>(bin_.data()) + doc_offsets_[i], length};
+}
+
+std::span<const uint8_t> IndexedDataset::token_bytes() const {
+  return {bin_.data(), num_tokens() * bytes_per_token(dtype_)};
 }
 
 void IndexedDataset::copy_tokens(uint64_t first, size_t count, int32_t* out) const {

@@ -99,6 +99,9 @@ class IndexedDataset {
   std::span<const int32_t> document(size_t i) const;
   std::span<const uint16_t> document_u16(size_t i) const;
 
+  // The flat token array as stored (num_tokens() ids of dtype()), in place in the mapping.
+  std::span<const uint8_t> token_bytes() const;
+
   // Copies tokens [first, first + count) of the flat token array (all documents back to back)
   // as int32, whatever the stored dtype.
   void copy_tokens(uint64_t first, size_t count, int32_t* out) const;

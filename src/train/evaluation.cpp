@@ -7,6 +7,13 @@
 
 namespace echo::train {
 
+namespace {
+uint64_t global_batch(const EvalBatches& spec, int dp_size) {
+  return static_cast<uint64_t>(spec.micro_batch) * static_cast<uint64_t>(spec.num_micro) *
+         static_cast<uint64_t>(dp_size);
+}
+}  // namespace
+
 EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& loader, const dist::Communicator& dp,
                        const EvalBatches& spec, std::vector<int32_t>& tokens, std::vector<int32_t>& targets,
                        const std::function<bool()>& abandon) {
@@ -22,7 +29,8 @@ EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& 
   Tensor acc = model.loss_accumulator();
   for (int b = 0; b < spec.batches; ++b) {
     for (int micro = 0; micro < spec.num_micro; ++micro) {
-      loader.micro_batch(static_cast<uint64_t>(b), micro, spec.micro_batch, spec.num_micro, tokens, targets);
+      loader.micro_batch(static_cast<uint64_t>(b) * global_batch(spec, dp.size()), micro, spec.micro_batch,
+                         spec.num_micro, tokens, targets);
       model.forward({tokens.data(), targets.data(), spec.micro_batch, seq}, false, acc, total);
     }
     if (abandon && b + 1 < spec.batches && abandon()) {
@@ -38,13 +46,6 @@ EvalLoss evaluate_loss(model::Qwen3Model<float>& model, const data::DataLoader& 
   r.tokens = static_cast<int64_t>(total) * spec.micro_batch * seq * dp.size();
   return r;
 }
-
-namespace {
-uint64_t global_batch(const EvalBatches& spec, int dp_size) {
-  return static_cast<uint64_t>(spec.micro_batch) * static_cast<uint64_t>(spec.num_micro) *
-         static_cast<uint64_t>(dp_size);
-}
-}  // namespace
 
 std::string EvalCoverage::advice(const EvalBatches& spec, int dp_size, const std::string& batches_setting) const {
   const uint64_t global = global_batch(spec, dp_size), fit = available / global;

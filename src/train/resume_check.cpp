@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/same_file.h"
+#include "train/checkpoint/checksums.h"
 
 namespace echo::train {
 
@@ -48,12 +49,12 @@ bool same_dataset(const std::string& key, const std::string& a, const std::strin
   return is_data_key(key) && !a.empty() && !b.empty() && same_file(a + ".bin", b + ".bin");
 }
 
-// What a change to `key` does to the data a resumed run reads, where it is not what a user of
-// consumed-sample counters (Megatron-LM) would expect; "" for other keys.
+// What a change to `key` does to the data a resumed run reads; "" for other keys.
 std::string consequence(const std::string& key) {
   if (key == "train.global_batch")
-    return " (the data position follows the step: step s reads samples [s x global_batch, (s + 1) x global_batch), "
-           "so from the resumed step on samples are skipped (a larger batch) or read again (a smaller one))";
+    return " (the data goes on from the samples the checkpoint consumed, none skipped or read again; "
+           "train.steps, the learning-rate schedule and the intervals count steps, and each step left reads the new "
+           "batch)";
   if (key == "run.seed")
     return " (the seed draws the order of the samples in each epoch: the rest of this epoch follows another order, "
            "so some of its samples are read again and others skipped)";
@@ -78,14 +79,32 @@ std::optional<config::Config> recorded_config(const std::string& saved_yaml, con
 }
 
 std::vector<std::string> check_resume_config(const std::optional<config::Config>& saved, const config::Config& now,
-                                             const std::string& ckpt_dir) {
-  if (!saved) return {};
-  const auto before = flat(*saved), after = flat(now);
+                                             const std::string& ckpt_dir, const TrainDataHashes& data) {
   std::string refused;
   std::vector<std::string> changed;
+  const std::string old_train = saved ? saved->data.train : std::string("(not recorded)");
+  if (data.recorded) {
+    const std::string hashes =
+        fmt::format("content hash {} -> {}", checksum_hex(*data.recorded), checksum_hex(data.now));
+    if (*data.recorded != data.now)
+      refused = old_train == now.data.train
+                    ? fmt::format("'data.train': {} holds other data than when the checkpoint was saved ({})",
+                                  now.data.train, hashes)
+                    : fmt::format("'data.train': {} -> {} ({})", old_train, now.data.train, hashes);
+    else if (old_train != now.data.train)
+      changed.push_back(fmt::format("'data.train': {} -> {} (the same data: its content hash {} is the checkpoint's)",
+                                    old_train, now.data.train, checksum_hex(data.now)));
+  }
+  if (!saved) {
+    ECHO_INPUT_CHECK(refused.empty(), "cannot resume from '{}': the run was trained with other data ({})", ckpt_dir,
+                     refused);
+    return changed;
+  }
+  const auto before = flat(*saved), after = flat(now);
   for (const auto& [key, value] : after) {
     const auto it = before.find(key);
     const std::string old = it == before.end() ? "(unset)" : it->second;
+    if (key == "data.train" && data.recorded) continue;  // compared by content above
     if (old == value || same_dataset(key, old, value)) continue;
     // A data prefix that names no .bin is named by the data's own check ("... does not exist"), not
     // called other data.

@@ -16,10 +16,19 @@ namespace echo::train {
 // Throws echo::InputError naming `ckpt_dir` when it does not load.
 std::optional<config::Config> recorded_config(const std::string& saved_yaml, const std::string& ckpt_dir);
 
+// The training data's content hash (data/content_hash.h): the one the checkpoint recorded
+// (nullopt in one written before 2026-12-06) and the one data.train has now.
+struct TrainDataHashes {
+  std::optional<uint64_t> recorded;
+  uint64_t now = 0;
+};
+
 // Compares the effective config `now` with the one a checkpoint recorded (`saved`, from
 // recorded_config; nothing to compare when nullopt). Throws echo::InputError naming `ckpt_dir`
 // and every refused key with both values; returns one "key: old -> new" line per other change.
+// data.train is compared by content when the checkpoint recorded its hash (moved data resumes,
+// data re-prepared in place is refused), else by the file its prefix names.
 std::vector<std::string> check_resume_config(const std::optional<config::Config>& saved, const config::Config& now,
-                                             const std::string& ckpt_dir);
+                                             const std::string& ckpt_dir, const TrainDataHashes& data = {});
 
 }  // namespace echo::train

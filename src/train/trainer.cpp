@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
 
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
@@ -15,6 +16,7 @@
 #include "core/log.h"
 #include "core/same_file.h"
 #include "core/text_file.h"
+#include "data/content_hash.h"
 #include "data/dataset_meta.h"
 #include "data/stored_eos.h"
 #include "dist/agreement.h"
@@ -112,6 +114,15 @@ std::optional<ResumePoint> find_resume_point(const std::string& run_dir) {
                    "checkpoint '{}': its trainer state's 'data_position' = {} is not its 'step' = {} (the trainer "
                    "resumes the data at the step's batch and writes the two equal): not a state this trainer wrote",
                    point.dir, point.meta.data_position, point.meta.step);
+  if (const auto consumed = point.meta.consumed_samples) {
+    // Every step reads at least one sample and at most the largest train.global_batch.
+    const uint64_t step = static_cast<uint64_t>(point.meta.step), most = std::numeric_limits<int>::max();
+    const uint64_t fewest_steps = *consumed / most + (*consumed % most != 0 ? 1 : 0);
+    ECHO_INPUT_CHECK(*consumed >= step && fewest_steps <= step,
+                     "checkpoint '{}': its trainer state's 'consumed_samples' = {} cannot be read in 'step' = {} steps "
+                     "(each reads between 1 and {} samples): not a state this trainer wrote",
+                     point.dir, *consumed, step, most);
+  }
   const auto newer = unfinished_checkpoints(run_dir, point.meta.step);
   ECHO_INPUT_CHECK(newer.empty(),
                    "cannot resume the run in {}: {} is newer than its latest complete checkpoint {} but has no {} "
@@ -119,6 +130,19 @@ std::optional<ResumePoint> find_resume_point(const std::string& run_dir) {
                    "--overwrite to replace the run",
                    run_dir, fmt::join(newer, ", "), point.dir, "COMPLETE", point.meta.step);
   return point;
+}
+
+// The data position a resume goes on from: the samples the checkpoint consumed, or, in a
+// checkpoint written before consumed_samples was recorded (every step then read the recorded
+// train.global_batch), step x that batch.
+uint64_t resumed_samples(const ResumePoint& point, const std::optional<config::Config>& recorded,
+                         int global_batch_now) {
+  if (point.meta.consumed_samples) return *point.meta.consumed_samples;
+  const int batch = recorded ? recorded->train.global_batch : global_batch_now;
+  const uint64_t consumed = static_cast<uint64_t>(point.meta.step) * static_cast<uint64_t>(batch);
+  log::get("train")->info("{} predates the consumed_samples record: the data goes on from step {} x {} = {} samples",
+                          point.dir, point.meta.step, batch, consumed);
+  return consumed;
 }
 
 }  // namespace
@@ -161,18 +185,23 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
         "no complete checkpoint in {}: starting from step 0 (the metrics lines of the steps already run are "
         "dropped and the steps trained again)",
         cfg.run.out_dir);
+  std::optional<config::Config> recorded;
   if (resume_from) {
     // The checkpoint's weights replace run.init_from's, so the run keeps the context it recorded
     // (taken from run.init_from's config.json at its start).
-    const auto recorded = recorded_config(resume_from->meta.config_yaml, resume_from->dir);
+    recorded = recorded_config(resume_from->meta.config_yaml, resume_from->dir);
     if (recorded && !cfg.run.init_from.empty())
       cfg_.model.max_position_embeddings = recorded->model.max_position_embeddings;
-    // The model and data must be the checkpoint's.
-    const auto changed = check_resume_config(recorded, cfg_, resume_from->dir);
+  }
+  open_data();
+  if (resume_from) {
+    // The model and data must be the checkpoint's (the data by its content hash, taken in open_data).
+    const auto changed =
+        check_resume_config(recorded, cfg_, resume_from->dir, {resume_from->meta.train_data_hash, train_data_hash_});
+    consumed_samples_ = resumed_samples(*resume_from, recorded, cfg_.train.global_batch);
     if (L.rank == 0)
       for (const auto& line : changed) logger->warn("resuming with a changed setting: {}", line);
   }
-  open_data();
   // run.init_from's config.json, checked against ours before the model is built and any weight is
   // read: its rope_theta or shape would otherwise be silently replaced by model.*. A resume loads
   // the checkpoint's weights instead.
@@ -224,7 +253,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
                      resume_from->dir, optimizer_->step_count(), meta.step);
     start_step_ = meta.step;
     last_saved_step_ = meta.step;
-    logger->info("resumed from {} at step {}", resume_from->dir, start_step_);
+    logger->info("resumed from {} at step {}, {} samples consumed", resume_from->dir, start_step_, consumed_samples_);
   }
   // A signal during start-up ends the run before it changes the directory: an --overwrite keeps
   // the old run, a --resume its metrics (run() then stops before the first step). So does a
@@ -313,6 +342,7 @@ void Trainer::open_data() {
   const auto train_meta = data::check_dataset_meta(*train_data_, "data.train", tokens);
   // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
   data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
+  train_data_hash_ = data::content_hash(*train_data_);
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
                    cfg.data.eos_id, cfg.model.vocab_size);
@@ -353,7 +383,7 @@ double Trainer::train_step(int64_t step, bool telemetry) {
   Tensor loss = model_->loss_accumulator();
   const int64_t mb = cfg_.train.micro_batch, seq = cfg_.data.seq_len;
   for (int micro = 0; micro < num_micro_; ++micro) {
-    train_loader_->micro_batch(static_cast<uint64_t>(step), micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
+    train_loader_->micro_batch(consumed_samples_, micro, static_cast<int>(mb), num_micro_, tokens_, targets_);
     // The S3R thresholds are keyed by (step, global token index): this micro-batch's first
     // token sits after those of the lower DP ranks and of the earlier micro-batches.
     const int64_t first_sample = (static_cast<int64_t>(world_.layout.dp_rank) * num_micro_ + micro) * mb;
@@ -407,6 +437,8 @@ void Trainer::save(int64_t steps_done) {
   CheckpointMeta meta;
   meta.step = steps_done;
   meta.data_position = static_cast<uint64_t>(steps_done);
+  meta.consumed_samples = consumed_samples_;
+  meta.train_data_hash = train_data_hash_;
   meta.seed = cfg_.run.seed;
   meta.tp = world_.layout.tp;
   meta.dp = world_.layout.dp;
@@ -504,6 +536,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     clip_gradients(model_->params(), norm, cfg_.optim.grad_clip);
     const double lr = learning_rate(cfg_.optim, cfg_.schedule, step, total);
     optimizer_->step(model_->params(), lr, cfg_.optim);
+    consumed_samples_ += static_cast<uint64_t>(cfg_.train.global_batch);
     check_weights(max_abs_weight(model_->params(), world_.world), step + 1, kept_checkpoint());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     elapsed += secs;

@@ -82,6 +82,10 @@ class Trainer {
   DevicePeak peak_;
   int num_micro_ = 1;
   int64_t start_step_ = 0;
+  // Training samples read so far, counting those before a resume: where the next step's global
+  // batch starts (DataLoader::micro_batch), saved in each checkpoint.
+  uint64_t consumed_samples_ = 0;
+  uint64_t train_data_hash_ = 0;  // data.train's content (data/content_hash.h), recorded in each checkpoint
   int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or resumed from); -1: none
   int64_t num_params_ = 0;
   std::vector<int32_t> tokens_, targets_;

@@ -172,6 +172,7 @@ TEST_F(DataLoaderTest, DpRanksAreDisjointAndCoverTheGlobalBatch) {
   const DataLoader single(*ds_, options(77));
   ASSERT_GE(single.samples_per_epoch(), static_cast<uint64_t>(kSteps * kDp * kMicroBatch * kNumMicro));
   std::set<int64_t> seen;
+  constexpr uint64_t kGlobal = kDp * kMicroBatch * kNumMicro;
   for (uint64_t step = 0; step < kSteps; ++step) {
     // The global batch in the order (rank, micro-batch, row) ...
     std::vector<int32_t> global_tokens, global_targets;
@@ -179,7 +180,7 @@ TEST_F(DataLoaderTest, DpRanksAreDisjointAndCoverTheGlobalBatch) {
       const DataLoader rank(*ds_, options(77, r, kDp));
       for (int m = 0; m < kNumMicro; ++m) {
         std::vector<int32_t> tokens, targets;
-        rank.micro_batch(step, m, kMicroBatch, kNumMicro, tokens, targets);
+        rank.micro_batch(step * kGlobal, m, kMicroBatch, kNumMicro, tokens, targets);
         ASSERT_EQ(tokens.size(), static_cast<size_t>(kMicroBatch * kSeqLen));
         ASSERT_EQ(targets.size(), tokens.size());
         global_tokens.insert(global_tokens.end(), tokens.begin(), tokens.end());
@@ -194,7 +195,7 @@ TEST_F(DataLoaderTest, DpRanksAreDisjointAndCoverTheGlobalBatch) {
     std::vector<int32_t> tokens, targets;
     for (int m = 0; m < kDp * kNumMicro; ++m) {
       std::vector<int32_t> t, g;
-      single.micro_batch(step, m, kMicroBatch, kDp * kNumMicro, t, g);
+      single.micro_batch(step * kGlobal, m, kMicroBatch, kDp * kNumMicro, t, g);
       tokens.insert(tokens.end(), t.begin(), t.end());
       targets.insert(targets.end(), g.begin(), g.end());
     }
@@ -211,7 +212,7 @@ TEST_F(DataLoaderTest, TpRanksOfADpGroupGetTheSameBatch) {
   for (int rank = 0; rank < kWorld; ++rank) {
     const DataLoader loader(*ds_, options(5, rank / kTp, kWorld / kTp));
     std::vector<int32_t> targets;
-    loader.micro_batch(3, 1, 2, 2, batch[rank], targets);
+    loader.micro_batch(3 * 8, 1, 2, 2, batch[rank], targets);  // global batch 3 of 2 x 2 x dp 2
   }
   EXPECT_EQ(batch[0], batch[1]);
   EXPECT_EQ(batch[2], batch[3]);
@@ -291,7 +292,7 @@ TEST_F(DataLoaderTest, ABinRewrittenInPlaceIsRefusedAtTheNextBatch) {
   testing::write_bytes(bin, bytes);
   const struct timespec times[2] = {before.st_atim, before.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, bin.c_str(), times, 0), 0);
-  EXPECT_THAT(error_of([&] { loader.micro_batch(1, 0, 2, 1, tokens, targets); }),
+  EXPECT_THAT(error_of([&] { loader.micro_batch(2, 0, 2, 1, tokens, targets); }),
               HasSubstr("dataset '" + dir_.path("train") + "': token id 4321 read from " + bin +
                         " lies outside [0, 'model.vocab_size' = 1000), though every token was checked when the run "
                         "opened it: the file changed under the run; the batches read since then may not be the data"));

@@ -36,7 +36,7 @@ TEST(MappedFileDeathTest, ATruncatedBinNamesTheFileInsteadOfABareSigbus) {
     ::truncate((prefix + ".bin").c_str(), 16);
     int64_t sum = 0;
     for (uint64_t step = 0; step < 64; ++step) {
-      loader.micro_batch(step, 0, 4, 1, tokens, targets);
+      loader.micro_batch(step * 4, 0, 4, 1, tokens, targets);
       sum += std::accumulate(tokens.begin(), tokens.end(), int64_t{0});
     }
     std::fprintf(stderr, "read past the end without a fault (%lld)\n", static_cast<long long>(sum));

@@ -295,7 +295,7 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
     ASSERT_EQ(lines.size(), 2u);
     const std::string both = lines[0] + "\n" + lines[1];
     EXPECT_NE(both.find("-> " + std::to_string(now.train.global_batch) +
-                        " (the data position follows the step: step s reads samples [s x global_batch"),
+                        " (the data goes on from the samples the checkpoint consumed, none skipped or read again"),
               std::string::npos)
         << both;
     EXPECT_NE(both.find("'run.seed': " + std::to_string(saved.run.seed) + " -> " + std::to_string(now.run.seed) +
@@ -309,19 +309,47 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
   EXPECT_EQ(train(make_config(dir, {"run.seed=8", "train.steps=6"}), RunDirMode::resume).steps_done, 6);
   sync();
   EXPECT_NE(read_file(config_path).find("seed: 8"), std::string::npos);
-  // data.train is compared as a file: another spelling of the same prefix resumes (it was refused
-  // as "another model or data"), a copy of the data elsewhere is other data.
+  // data.train is compared by its content hash: another spelling of the same prefix resumes, and
+  // so does a copy under another path (moved data: it was refused as "another model or data"); a
+  // copy with one token changed is other data, and so is the data rewritten in place.
   EXPECT_EQ(train(make_config(dir, {"data.train=" + dir + "/data/./train", "train.steps=8"}), RunDirMode::resume)
                 .steps_done,
             8);
   sync();
-  if (world_rank() == 0) {
-    fs::create_directories(dir + "/copy");
-    for (const char* ext : {".bin", ".idx"}) fs::copy_file(dir + "/data/train" + ext, dir + "/copy/train" + ext);
-  }
-  sync();
-  expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/copy/train", "train.steps=10"}), RunDirMode::resume); },
-               "'data.train': " + dir + "/data/./train -> " + dir + "/copy/train");
+  const auto copy_data = [&](const std::string& to, bool change_a_token) {
+    if (world_rank() == 0) {
+      fs::create_directories(dir + "/" + to);
+      for (const char* ext : {".bin", ".idx"})
+        fs::copy_file(dir + "/data/train" + ext, dir + "/" + to + "/train" + ext, fs::copy_options::overwrite_existing);
+      if (change_a_token) {
+        std::fstream bin(dir + "/" + to + "/train.bin", std::ios::in | std::ios::out | std::ios::binary);
+        int32_t token = 0;
+        bin.seekg(40);
+        bin.read(reinterpret_cast<char*>(&token), sizeof token);
+        token = (token + 1) % 50;  // still a valid id
+        bin.seekp(40);
+        bin.write(reinterpret_cast<const char*>(&token), sizeof token);
+      }
+    }
+    sync();
+  };
+  copy_data("copy", false);
+  EXPECT_EQ(
+      train(make_config(dir, {"data.train=" + dir + "/copy/train", "train.steps=10"}), RunDirMode::resume).steps_done,
+      10);
+  copy_data("edited", true);
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.train=" + dir + "/edited/train", "train.steps=12"}), RunDirMode::resume);
+      },
+      "the run was trained with another model or data ('data.train': " + dir + "/copy/train -> " + dir +
+          "/edited/train (content hash ");
+  copy_data("copy", true);  // the run's data, rewritten in place
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.train=" + dir + "/copy/train", "train.steps=12"}), RunDirMode::resume);
+      },
+      "('data.train': " + dir + "/copy/train holds other data than when the checkpoint was saved (content hash ");
   // A prefix that names nothing is named as missing, not as other data.
   expect_error(
       [&] {

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
 #include "trainer_test_util.h"
 
@@ -146,6 +147,72 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   EXPECT_EQ(rest.steps_done, 6);
   if (world_rank() == 0) {
     EXPECT_EQ(metric_lines(dir + "/straight"), metric_lines(dir + "/split"));
+  }
+}
+
+// A resume with a larger train.global_batch goes on from the samples consumed (Megatron-LM's
+// consumed_samples), not from step x the new batch. With a learning rate too small to move a
+// weight, each step's loss is a function of its samples alone: steps 3 and 4 at global batch 16
+// read what steps 3-4 and 5-6 of a run at 8 read, so their losses are those pairs' means.
+// Reading from step x 16 (the old data position) would give samples 32-63 at step 3.
+TEST(Trainer, AResumeWithAnotherGlobalBatchGoesOnFromTheSamplesConsumed) {
+  const std::string dir = scratch_dir("consumed");
+  const int tp = world_size() >= 2 ? 2 : 1;
+  const auto cfg = [&](const std::string& run, int batch, int steps) {
+    return make_config(dir, tp,
+                       {"run.out_dir=" + dir + "/" + run, "comm.allreduce=exact_fp32", "optim.lr=1e-12",
+                        "optim.min_lr=1e-12", "schedule.warmup_steps=0", "train.eval_interval=0",
+                        "train.global_batch=" + std::to_string(batch), "train.steps=" + std::to_string(steps)});
+  };
+  const auto losses = [](const std::string& out_dir) {
+    std::vector<double> out;
+    for (const std::string& line : metric_lines(out_dir)) out.push_back(nlohmann::json::parse(line).at("loss"));
+    return out;
+  };
+  const auto consumed = [&](const std::string& run, int step) {
+    std::ifstream in(checkpoint_dir(dir + "/" + run, step) + "/trainer/trainer_state.json");
+    return nlohmann::json::parse(in).at("consumed_samples").get<uint64_t>();
+  };
+  train(cfg("ref", 8, 6), RunDirMode::fresh);
+  EXPECT_EQ(train(cfg("grown", 8, 6), RunDirMode::fresh, 2).steps_done, 2);
+  // The same step-2 checkpoint as written before consumed_samples was recorded (its position
+  // then was step x the recorded batch 8), checksums dropped with the edit.
+  const auto edited_copy = [&](const std::string& run, const std::function<void(nlohmann::ordered_json&)>& edit) {
+    if (world_rank() == 0) {
+      fs::copy(dir + "/grown", dir + "/" + run, fs::copy_options::recursive);
+      const std::string ckpt = checkpoint_dir(dir + "/" + run, 2), state_path = ckpt + "/trainer/trainer_state.json";
+      std::ifstream in(state_path);
+      auto state = nlohmann::ordered_json::parse(in);
+      edit(state);
+      std::ofstream(state_path) << state.dump(2);
+      fs::remove(ckpt + "/trainer/checksums.json");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
+  edited_copy("legacy", [](nlohmann::ordered_json& state) {
+    EXPECT_EQ(state.at("consumed_samples"), 16);
+    state.erase("consumed_samples");
+  });
+  // A state that says 1 sample was consumed in 2 steps is refused.
+  edited_copy("forged", [](nlohmann::ordered_json& state) { state["consumed_samples"] = 1; });
+  expect_error([&] { train(cfg("forged", 16, 4), RunDirMode::resume); },
+               "its trainer state's 'consumed_samples' = 1 cannot be read in 'step' = 2 steps");
+  EXPECT_EQ(train(cfg("grown", 16, 4), RunDirMode::resume).steps_done, 4);
+  EXPECT_EQ(train(cfg("legacy", 16, 4), RunDirMode::resume).steps_done, 4);
+  if (world_rank() == 0) {
+    const std::vector<double> ref = losses(dir + "/ref");
+    ASSERT_EQ(ref.size(), 6u);
+    EXPECT_GT(std::fabs(ref[2] - ref[4]), 1e-3) << "the batches must differ for the test to tell them apart";
+    for (const std::string run : {"grown", "legacy"}) {
+      const std::vector<double> got = losses(dir + "/" + run);
+      ASSERT_EQ(got.size(), 4u) << run;
+      EXPECT_EQ(got[0], ref[0]) << run;
+      EXPECT_EQ(got[1], ref[1]) << run;
+      EXPECT_NEAR(got[2], (ref[2] + ref[3]) / 2, 1e-5) << run << ": step 3 reads samples 16-31";
+      EXPECT_NEAR(got[3], (ref[4] + ref[5]) / 2, 1e-5) << run << ": step 4 reads samples 32-47";
+      EXPECT_EQ(consumed(run, 4), 2u * 8 + 2u * 16) << run;
+    }
+    EXPECT_EQ(consumed("ref", 6), 6u * 8);
   }
 }
 

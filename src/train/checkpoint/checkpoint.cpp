@@ -179,6 +179,14 @@ CheckpointMeta parse_state(const fs::path& path, const std::string& text, int64_
     CheckpointMeta meta;
     meta.step = static_cast<int64_t>(state_integer(j, "step", 0, kInt64Max));
     meta.data_position = state_integer(j, "data_position", 0, std::numeric_limits<uint64_t>::max());
+    if (j.contains("consumed_samples"))
+      meta.consumed_samples = state_integer(j, "consumed_samples", 0, std::numeric_limits<uint64_t>::max());
+    if (j.contains("train_data_xxh3")) {
+      uint64_t hash = 0;
+      ECHO_INPUT_CHECK(parse_checksum_hex(j.at("train_data_xxh3"), hash), "'train_data_xxh3' = {} is not 16 hex digits",
+                       j.at("train_data_xxh3").dump());
+      meta.train_data_hash = hash;
+    }
     meta.seed = state_integer(j, "seed", 0, std::numeric_limits<uint64_t>::max());
     meta.tp = static_cast<int>(state_integer(j, "tp", 1, kIntMax));
     meta.dp = static_cast<int>(state_integer(j, "dp", 1, kIntMax));
@@ -393,13 +401,15 @@ void save_checkpoint(const std::string& run_dir, const model::ParameterSet<float
       nlohmann::ordered_json state = {{"format", kStateFormat},
                                       {"version", kStateVersion},
                                       {"step", meta.step},
-                                      {"data_position", meta.data_position},
-                                      {"seed", meta.seed},
-                                      {"tp", layout.tp},
-                                      {"dp", layout.dp},
-                                      {"optimizer_step", opt.step_count()},
-                                      {"model", shape_json(shape)},
-                                      {"config_yaml", meta.config_yaml}};
+                                      {"data_position", meta.data_position}};
+      if (meta.consumed_samples) state["consumed_samples"] = *meta.consumed_samples;
+      if (meta.train_data_hash) state["train_data_xxh3"] = checksum_hex(*meta.train_data_hash);
+      state["seed"] = meta.seed;
+      state["tp"] = layout.tp;
+      state["dp"] = layout.dp;
+      state["optimizer_step"] = opt.step_count();
+      state["model"] = shape_json(shape);
+      state["config_yaml"] = meta.config_yaml;
       const std::string state_text = state.dump(2) + "\n", config_text = hf_config_json(shape, cfg);
       write_file_synced(tmp_dir / kTrainerDir / kStateFile, state_text);
       write_file_synced(tmp_dir / kHfConfigFile, config_text);

@@ -8,7 +8,8 @@
 //                          a tied lm_head is not written (HF tie_word_embeddings)
 //   config.json            a Hugging Face Qwen3Config, so Qwen3ForCausalLM.from_pretrained(dir) loads
 //   trainer/optimizer.safetensors  "<name>.exp_avg", "<name>.exp_avg_sq", full tensors, F32
-//   trainer/trainer_state.json     step, data_position, seed, tp, dp, optimizer_step, model shape,
+//   trainer/trainer_state.json     step, data_position, consumed_samples, train_data_xxh3, seed, tp, dp,
+//   optimizer_step, model shape,
 //                                  config_yaml
 //   trainer/checksums.json         XXH3-64 of every tensor's bytes and each safetensors header in
 //                                  the two .safetensors files, and of the two JSON files whole
@@ -50,10 +51,16 @@ namespace echo::train {
 
 struct CheckpointMeta {
   int64_t step = 0;            // training steps completed
-  uint64_t data_position = 0;  // the trainer writes the step (its batch is a function of the step) and checks it
+  uint64_t data_position = 0;  // the trainer writes the step and checks it (kept for older readers)
   uint64_t seed = 0;
   int tp = 1, dp = 1;       // the layout that wrote it (informational: loading takes any layout)
   std::string config_yaml;  // the effective config (config::to_yaml); may be empty
+  // Training samples read before the next step, the data position of a resume (Megatron-LM's
+  // consumed_samples): the sum of every step's global batch, which a resume may change. Absent in
+  // checkpoints written before 2026-12-06, whose position was step x global_batch.
+  std::optional<uint64_t> consumed_samples;
+  // data.train's content hash (data/content_hash.h), which a resume compares; absent before 2026-12-06.
+  std::optional<uint64_t> train_data_hash;
 };
 
 // "<run_dir>/checkpoints/step_00000042"

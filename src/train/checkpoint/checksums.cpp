@@ -25,8 +25,20 @@ constexpr const char* kCorrupted =
     "the file changed after it was written (disk or copy corruption); use an older checkpoint (to resume from "
     "one, move the damaged step_* folder out of checkpoints/)";
 
-// A hash as stored: exactly 16 hex digits (nullopt-like false for anything else).
-bool parse_hex(const nlohmann::json& value, uint64_t& out) {
+std::string mismatch(const std::string& ckpt_dir, const std::string& what, uint64_t stored, uint64_t computed) {
+  return fmt::format("'{}': {} does not match its checksum (stored 0x{}, computed 0x{}): {}", ckpt_dir, what,
+                     checksum_hex(stored), checksum_hex(computed), kCorrupted);
+}
+
+}  // namespace
+
+uint64_t xxh3_64(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+uint64_t xxh3_64(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+
+std::string checksum_hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
+
+bool parse_checksum_hex(const nlohmann::json& value, uint64_t& out) {
   if (!value.is_string()) return false;
   const std::string& s = value.get_ref<const std::string&>();
   if (s.size() != 16) return false;
@@ -46,19 +58,6 @@ bool parse_hex(const nlohmann::json& value, uint64_t& out) {
   out = h;
   return true;
 }
-
-std::string mismatch(const std::string& ckpt_dir, const std::string& what, uint64_t stored, uint64_t computed) {
-  return fmt::format("'{}': {} does not match its checksum (stored 0x{}, computed 0x{}): {}", ckpt_dir, what,
-                     checksum_hex(stored), checksum_hex(computed), kCorrupted);
-}
-
-}  // namespace
-
-uint64_t xxh3_64(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
-
-uint64_t xxh3_64(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
-
-std::string checksum_hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
 
 SafetensorsChecksums checksum_safetensors(const SafetensorsFile& file) {
   SafetensorsChecksums out;
@@ -105,17 +104,17 @@ CheckpointChecksums parse_checksums(std::string_view text, const std::string& pa
   for (const auto& [rel, entry] : j["files"].items()) {
     uint64_t hash = 0;
     if (entry.is_string()) {
-      if (!parse_hex(entry, hash)) bad(fmt::format("the checksum of '{}' is not 16 hex digits", rel));
+      if (!parse_checksum_hex(entry, hash)) bad(fmt::format("the checksum of '{}' is not 16 hex digits", rel));
       sums.files[rel] = hash;
       continue;
     }
     if (!entry.is_object() || !entry.contains("header") || !entry.contains("tensors") || !entry["tensors"].is_object())
       bad(fmt::format("the entry of '{}' is neither a checksum nor an object with 'header' and 'tensors'", rel));
     SafetensorsChecksums st;
-    if (!parse_hex(entry["header"], st.header))
+    if (!parse_checksum_hex(entry["header"], st.header))
       bad(fmt::format("the header checksum of '{}' is not 16 hex digits", rel));
     for (const auto& [name, value] : entry["tensors"].items()) {
-      if (!parse_hex(value, hash))
+      if (!parse_checksum_hex(value, hash))
         bad(fmt::format("the checksum of tensor '{}' of '{}' is not 16 hex digits", name, rel));
       st.tensors[name] = hash;
     }

@@ -17,8 +17,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <span>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,9 @@ uint64_t xxh3_64(std::string_view text);
 
 // 16 lowercase hex digits, no prefix: "2d06800538d394c2".
 std::string checksum_hex(uint64_t hash);
+// The hash a JSON value records as checksum_hex writes it (16 hex digits, either case); false for
+// anything else.
+bool parse_checksum_hex(const nlohmann::json& value, uint64_t& out);
 
 // The checksums of one safetensors file.
 struct SafetensorsChecksums {
