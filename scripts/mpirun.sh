@@ -25,6 +25,8 @@
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 flags=(--oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS)
 [[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
+# OpenBLAS's kernel choice (which moves a loss in its last digits) reaches ranks on other nodes too.
+[[ -n ${OPENBLAS_CORETYPE:-} ]] && flags+=(-x OPENBLAS_CORETYPE)
 
 pid='' pending='' stops=0 interrupted=0
 forward() {  # forward SIGNAL: what reaches mpirun for a signal this script caught
