@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -207,7 +208,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--seq", seq, "tokens per example (S); divides --tokens")->check(positive)->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median, p10, p90)")->check(positive)->capture_default_str();
   app.add_option("--warmup", warmup, "untimed repetitions")->check(non_negative)->capture_default_str();
-  app.add_option("--blas-threads", blas_threads, "OpenBLAS threads (the int8 path is single-threaded)")
+  app.add_option("--blas-threads", blas_threads,
+                 "OpenBLAS threads (oneDNN's int8 GEMM follows OMP_NUM_THREADS, every core when unset: "
+                 "set OMP_NUM_THREADS to match)")
       ->check(positive)
       ->capture_default_str();
   app.add_option("--seed", seed, "data and threshold seed")->capture_default_str();
@@ -250,8 +253,18 @@ int bench_main(int argc, char** argv) {
   std::printf("%s", bench::machine_header(machine).c_str());
   std::printf("echo_s3r_bench: SwiGLU FFN block fwd+bwd, T = %lld tokens (%lld examples x %lld), %d reps (median)\n",
               static_cast<long long>(tokens), static_cast<long long>(tokens / seq), static_cast<long long>(seq), reps);
-  std::printf("int8 GEMM: oneDNN dnnl_gemm_s8s8s32; OpenBLAS core: %s (%d thread%s)\n", core.c_str(), blas_threads,
-              blas_threads == 1 ? "" : "s");
+  // oneDNN's OpenMP threads are fixed when the runtime starts; a count other than OpenBLAS's
+  // (every core by default, on a machine that runs other work) compares unequal thread counts.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string omp_threads =
+      omp && *omp ? fmt::format("OMP_NUM_THREADS={}", omp) : "OMP_NUM_THREADS unset: every core";
+  std::printf("int8 GEMM: oneDNN dnnl_gemm_s8s8s32 (%s); OpenBLAS core: %s (%d thread%s)\n", omp_threads.c_str(),
+              core.c_str(), blas_threads, blas_threads == 1 ? "" : "s");
+  if (!omp || std::string(omp) != std::to_string(blas_threads))
+    std::printf(
+        "NOTE: oneDNN's int8 GEMM does not run on --blas-threads %d thread%s; set OMP_NUM_THREADS=%d for an\n"
+        "      equal comparison (with more threads than free cores it can be many times slower).\n",
+        blas_threads, blas_threads == 1 ? "" : "s", blas_threads);
   if (core == "Prescott" || core == "Core2" || core == "Nehalem")
     std::printf("NOTE: OpenBLAS did not recognise this CPU and runs its %s (SSE) kernels; set e.g.\n"
                 "      OPENBLAS_CORETYPE=SkylakeX (AVX-512) or Haswell (AVX2) for a fair fp32 baseline.\n",
