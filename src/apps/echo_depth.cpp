@@ -31,9 +31,11 @@
 
 #include "apps/output_option.h"
 #include "apps/parse_command_line.h"
+#include "apps/seed_option.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "core/atomic_file.h"
 #include "core/config/config.h"
+#include "core/config/schema.h"
 #include "core/error.h"
 #include "core/same_file.h"
 #include "dist/communicator.h"
@@ -181,7 +183,10 @@ Coeffs parse_coeffs(const std::string& text) {
     }
     ECHO_INPUT_CHECK(used == parts[i].size() && used > 0, "--coeffs '{}': '{}' is not a number", text, parts[i]);
   }
-  ECHO_INPUT_CHECK(v[0] >= 0 && v[0] < 1 && v[1] >= 0 && v[1] < 1, "--coeffs '{}': β1 and β2 must lie in [0, 1)", text);
+  for (int i = 0; i < 2; ++i) {
+    const std::string problem = config::schema::fp32_decay().number(v[i]);
+    ECHO_INPUT_CHECK(problem.empty(), "--coeffs '{}': β{} = {} {}", text, i + 1, parts[i], problem);
+  }
   ECHO_INPUT_CHECK(v[2] >= 0 && v[2] <= 1, "--coeffs '{}': a must lie in [0, 1]", text);
   return {v[0], v[1], v[2]};
 }
@@ -206,7 +211,8 @@ int depth_main(int argc, char** argv) {
   app.add_option("--bits", bits, "code width, 4 or 8");
   app.add_option("--group-size", group_size, "values per quantization group (power of two)");
   app.add_option("--quantizer", quantizer, "symmetric, asym_naive, asym_zero_aware");
-  app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test");
+  app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test")
+      ->check(echo::apps::unsigned_seed());
   app.add_option("--json", json_path, "write the rows as JSON (rank 0)")->check(echo::apps::writable_output());
   app.add_option("--csv", csv_path, "write the rows as CSV, one per (case, η, coefficients, N) (rank 0)")
       ->check(echo::apps::writable_output());

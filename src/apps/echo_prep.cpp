@@ -43,6 +43,7 @@
 #include <thread>
 
 #include "apps/parse_command_line.h"
+#include "apps/seed_option.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/remove_on_signal.h"
@@ -51,6 +52,7 @@
 #include "core/text_file.h"
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
+#include "data/prefix_lock.h"
 #include "data/split.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -199,7 +201,8 @@ class DocumentReader {
           Json value;
           try {
             value = Json::parse(line);
-          } catch (const Json::parse_error& e) {
+          } catch (const Json::exception& e) {
+            // parse_error, and out_of_range for a number past double's range (1e400).
             ECHO_INPUT_FAIL("{}: malformed JSON line: {}", where, e.what());
           }
           return text_of(value, o_.json_key, where);
@@ -217,9 +220,15 @@ class DocumentReader {
  private:
   void open(const std::string& path) {
     if (o_.format == "jsonl") {
-      // Peek at the first non-space byte: '[' means the whole file is one JSON array.
+      // Peek at the first non-space byte after a UTF-8 byte-order mark (which the JSON parser
+      // skips): '[' means the whole file is one JSON array.
       std::ifstream probe(path, std::ios::binary);
       ECHO_INPUT_CHECK(probe.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+      char bom[3] = {};
+      if (!(probe.read(bom, 3) && std::string_view(bom, 3) == "\xEF\xBB\xBF")) {
+        probe.clear();
+        probe.seekg(0);
+      }
       char c = 0;
       while (probe.get(c) && std::isspace(static_cast<unsigned char>(c))) {
       }
@@ -232,6 +241,9 @@ class DocumentReader {
           array = Json::parse(text);
         } catch (const Json::parse_error& e) {
           ECHO_INPUT_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), e.what());
+        } catch (const Json::exception& e) {
+          // out_of_range (a number past double's range) carries no position.
+          ECHO_INPUT_FAIL("{}: malformed JSON array: {}", path, e.what());
         }
         for (size_t i = 0; i < array.size(); ++i)
           pending_.push_back(text_of(array[i], o_.json_key, fmt::format("{}: element {}", path, i)));
@@ -248,7 +260,8 @@ class DocumentReader {
       pending_.push_back(std::move(text));
       return;
     }
-    // "line": every line; "paragraph": runs of lines between blank lines. Empty pieces are dropped.
+    // "line": every line that is not blank (only spaces and tabs); "paragraph": runs of lines between
+    // blank lines. A CRLF line ending is a line ending, not text of the document.
     std::istringstream lines(text);
     std::string line, paragraph;
     const auto flush = [&] {
@@ -256,9 +269,11 @@ class DocumentReader {
       paragraph.clear();
     };
     while (std::getline(lines, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // a CRLF line ending is a line ending
+      const bool blank = line.find_first_not_of(" \t\r") == std::string::npos;
       if (o_.text_split == "line") {
-        if (!line.empty()) pending_.push_back(line);
-      } else if (line.find_first_not_of(" \t\r") == std::string::npos) {
+        if (!blank) pending_.push_back(line);
+      } else if (blank) {
         flush();
       } else {
         if (!paragraph.empty()) paragraph += '\n';
@@ -466,6 +481,14 @@ int run(Options o) {
   meta.eos_id = tokenizer->eos_id();
   meta.eos_source = tokenizer->eos_source();
   meta.append_eos = o.append_eos;
+  // Each prefix is locked until its sidecar is in place: a second echo_prep on it is refused.
+  create_parent(o.output_prefix);
+  const data::PrefixLock train_lock(o.output_prefix);
+  std::optional<data::PrefixLock> valid_lock;
+  if (!o.valid_prefix.empty()) {
+    create_parent(o.valid_prefix);
+    valid_lock.emplace(o.valid_prefix);
+  }
   // Ctrl-C (or a SIGTERM or SIGHUP) in the long encoding loop removes the partial files the
   // writers' destructors would have removed on an error; it cannot cut the renames below in half.
   // Armed before the writers create their files, and outlives them.
@@ -473,13 +496,9 @@ int run(Options o) {
   if (!o.valid_prefix.empty())
     for (auto& path : data::IndexedDatasetWriter::temporary_files(o.valid_prefix)) partial.push_back(std::move(path));
   RemoveOnSignal remove_partial_on_signal(partial);
-  create_parent(o.output_prefix);
   data::IndexedDatasetWriter train(o.output_prefix);
   std::optional<data::IndexedDatasetWriter> valid;
-  if (!o.valid_prefix.empty()) {
-    create_parent(o.valid_prefix);
-    valid.emplace(o.valid_prefix);
-  }
+  if (!o.valid_prefix.empty()) valid.emplace(o.valid_prefix);
 
   // The workers start with the signals blocked (a thread inherits its creator's mask), so they
   // always reach the main thread, which defers them around the renames.
@@ -559,16 +578,25 @@ int run(Options o) {
   {
     // A signal from here on waits until the datasets and their sidecars are in place.
     const StopSignalsDeferred finish_first;
-    if (write_train) train.finalize();
-    if (write_valid) valid->finalize();
-    // Only now that both datasets are in place: a sidecar vouches for finished data.
-    const auto write_meta = [&](const std::string& prefix, const data::IndexedDatasetWriter& w) {
+    // Each dataset, then its sidecar (a sidecar vouches for finished data). A failure on the
+    // validation side says what the training side already holds: it said only what failed.
+    const auto finish = [&](const std::string& prefix, data::IndexedDatasetWriter& w) {
+      w.finalize();
       meta.documents = w.num_documents();
       meta.tokens = w.num_tokens();
       data::write_dataset_meta(prefix, meta);
     };
-    if (write_train) write_meta(o.output_prefix, train);
-    if (write_valid) write_meta(o.valid_prefix, *valid);
+    if (write_train) finish(o.output_prefix, train);
+    try {
+      if (write_valid) finish(o.valid_prefix, *valid);
+    } catch (const Error& e) {
+      if (!write_train) throw;
+      rethrow_with_context(
+          e, "",
+          fmt::format("; the training split {}.{{bin,idx,meta.json}} was written in full ({} "
+                      "documents), the validation split '{}' was not written in full: fix the cause and run again",
+                      o.output_prefix, totals.train_documents, o.valid_prefix));
+    }
     remove_partial_on_signal.disarm();
   }
   progress.update(totals, reader.bytes_read(), true);
@@ -616,7 +644,9 @@ int main(int argc, char** argv) {
       ->each([&](const std::string&) { o.valid_fraction_set = true; });
   app.add_option("--threads", o.num_threads, "encoding threads (default: all cores)")
       ->check(CLI::Range(1, echo::prep::kMaxThreads));
-  app.add_option("--seed", o.seed, "seed of the train/valid split")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the train/valid split")
+      ->check(echo::apps::unsigned_seed())
+      ->capture_default_str();
   app.add_flag("--append-eos", o.append_eos, "store EOS after each document (for Megatron's loader; echo's adds it itself, and packs such data as stored)");
   app.add_option("--eos-token", o.eos_token,
                  "the EOS (document separator) as token text, e.g. '<|endoftext|>'; default: the tokenizer's special "

@@ -24,6 +24,7 @@
 #include "apps/bench/machine.h"
 #include "apps/output_option.h"
 #include "apps/parse_command_line.h"
+#include "apps/seed_option.h"
 #include "backend/ops.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -213,7 +214,7 @@ int bench_main(int argc, char** argv) {
                  "set OMP_NUM_THREADS to match)")
       ->check(positive)
       ->capture_default_str();
-  app.add_option("--seed", seed, "data and threshold seed")->capture_default_str();
+  app.add_option("--seed", seed, "data and threshold seed")->check(echo::apps::unsigned_seed())->capture_default_str();
   app.add_option("--modes", mode_keys, "which of fp32,rtne,sr,s3r,dx_only,two_way to run")
       ->delimiter(',')
       ->capture_default_str();

@@ -33,6 +33,21 @@ void fsync_fd(int fd, const std::string& path) {
   ECHO_RUN_CHECK(::fsync(fd) == 0, "cannot sync '{}' to disk: {}", path, std::strerror(errno));
 }
 
+std::FILE* create_fresh_file(const std::string& path) {
+  ECHO_RUN_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT, "{}: cannot remove what is at this temporary name: {}",
+                 path, std::strerror(errno));
+  // O_EXCL: a name made again between the unlink and here (a link) fails instead of being followed.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  ECHO_RUN_CHECK(fd >= 0, "{}: cannot create: {}", path, std::strerror(errno));
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    ECHO_RUN_FAIL("{}: cannot open for writing: {}", path, std::strerror(err));
+  }
+  return f;
+}
+
 namespace {
 
 // `name`, when not empty, is the file written in place of the target (a temp file).

@@ -4,6 +4,7 @@
 // like one. Also the fsync helper the checkpoint and dataset writers use.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,12 @@ namespace echo {
 void fsync_path(const std::string& path, bool directory);
 // The same for a descriptor already open (a file being written), `path` naming it in the error.
 void fsync_fd(int fd, const std::string& path);
+
+// Creates `path` anew for writing ("wb"), for a temporary name that belongs to the writer: what is
+// there first (a killed run's file, a symbolic or hard link planted at the name, a FIFO) is
+// unlinked, never followed, opened or truncated, so no other file can be overwritten through the
+// name. A RunError naming `path` when it cannot be made (a directory is there, no permission).
+std::FILE* create_fresh_file(const std::string& path);
 
 // The descriptor of this process that `path` names, or -1: /dev/stdin, /dev/stdout, /dev/stderr,
 // /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N or /proc/<this pid>/fd/N of an open N, taken

@@ -2,6 +2,7 @@
 #include "data/dataset_meta.h"
 
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_guard.h"
 #include "core/log.h"
@@ -94,9 +96,10 @@ std::string dataset_meta_json(const DatasetMeta& m) {
 void write_dataset_meta(const std::string& prefix, const DatasetMeta& meta) {
   const std::string path = dataset_meta_path(prefix), tmp = dataset_meta_tmp_path(prefix);
   const std::string text = dataset_meta_json(meta);
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  ECHO_RUN_CHECK(f != nullptr, "{}: cannot create: {}", tmp, std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  std::FILE* f = create_fresh_file(tmp);
+  // Synced before the rename, as the .bin and .idx are: a crash must not leave an empty sidecar.
+  const bool written =
+      std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {

@@ -37,8 +37,8 @@ const char* token_dtype_name(uint8_t code);
 class IndexedDatasetWriter {
  public:
   // Every file that writing a dataset at `prefix` creates, truncates, replaces or removes: PREFIX.bin,
-  // .idx and .meta.json, and the temporary and set-aside names on the way there (this writer's
-  // and write_dataset_meta's). echo_prep refuses inputs that are any of them.
+  // .idx and .meta.json, the temporary and set-aside names on the way there (this writer's and
+  // write_dataset_meta's), and echo_prep's PREFIX.lock. echo_prep refuses inputs that are any of them.
   static std::vector<std::string> files_written(const std::string& prefix);
   // Those of them that hold unfinished data (PREFIX.bin.tmp, .idx.tmp, .meta.json.tmp): what an
   // interrupted writer removes.

@@ -13,6 +13,7 @@
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/mmidx_format.h"
+#include "data/prefix_lock.h"
 
 namespace echo::data {
 namespace {
@@ -62,7 +63,7 @@ void close_checked(std::FILE* f, const std::string& path) {
 std::vector<std::string> IndexedDatasetWriter::files_written(const std::string& prefix) {
   return {
       prefix + ".bin",      prefix + ".idx",      dataset_meta_path(prefix),     meta_aside_path(prefix),
-      bin_tmp_path(prefix), idx_tmp_path(prefix), dataset_meta_tmp_path(prefix),
+      bin_tmp_path(prefix), idx_tmp_path(prefix), dataset_meta_tmp_path(prefix), PrefixLock::path(prefix),
   };
 }
 
@@ -77,8 +78,7 @@ void IndexedDatasetWriter::FileCloser::operator()(std::FILE* f) const {
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix) : prefix_(std::move(prefix)) {
   ECHO_CHECK(!prefix_.empty(), "indexed dataset writer: empty path prefix");
   const std::string path = bin_tmp_path(prefix_);
-  bin_.reset(std::fopen(path.c_str(), "wb"));
-  ECHO_RUN_CHECK(bin_ != nullptr, "{}: cannot create: {}", path, std::strerror(errno));
+  bin_.reset(create_fresh_file(path));
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() { discard(); }
@@ -131,8 +131,7 @@ void IndexedDatasetWriter::finalize() {
   sync_open_file(bin_.get(), bin_tmp);
   close_checked(bin_.release(), bin_tmp);
 
-  std::unique_ptr<std::FILE, FileCloser> idx(std::fopen(idx_tmp.c_str(), "wb"));
-  ECHO_RUN_CHECK(idx != nullptr, "{}: cannot create: {}", idx_tmp, std::strerror(errno));
+  std::unique_ptr<std::FILE, FileCloser> idx(create_fresh_file(idx_tmp));
   const uint64_t num_sequences = lengths_.size();
   write_bytes(idx.get(), mmidx::kMagic, mmidx::kMagicBytes, idx_tmp);
   write_le<uint64_t>(idx.get(), mmidx::kVersion, idx_tmp);

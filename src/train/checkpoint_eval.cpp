@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -111,11 +113,31 @@ struct EosChoice {
 
 constexpr const char* kRecordedEos = "data.eos_id of the checkpoint's recorded config";
 
+// echo's default evaluation batches cut to the `available` sequences, each read once: as many
+// global batches as fit, micro-batches made smaller first when not even one does. False when the
+// data holds fewer sequences than dp. Updates the config's batch keys to match.
+bool fit_default_batches(config::Config& cfg, EvalBatches& spec, uint64_t available, int dp) {
+  if (available / static_cast<uint64_t>(cfg.train.global_batch) == 0) {
+    const uint64_t per_rank = std::min<uint64_t>(static_cast<uint64_t>(cfg.train.micro_batch), available / dp);
+    if (per_rank == 0) return false;
+    spec.micro_batch = cfg.train.micro_batch = static_cast<int>(per_rank);
+    spec.num_micro = 1;
+    cfg.train.global_batch = spec.micro_batch * dp;
+  }
+  const uint64_t fit = available / static_cast<uint64_t>(cfg.train.global_batch);
+  spec.batches = cfg.train.eval_batches = static_cast<int>(std::min<uint64_t>(fit, cfg.train.eval_batches));
+  return true;
+}
+
 // The config to evaluate under, before the command line's layout and batch settings.
 config::Config base_config(const EvalRequest& req, const Resolved& ckpt, EosChoice& eos) {
   if (config::overrides_set(req.overrides, "data.eos_id")) eos = {true, "--set data.eos_id"};
   if (!req.config_path.empty()) {
-    config::Config cfg = config::load_config(req.config_path, req.overrides);
+    // The layout is --tp's (checked against the model later): a file without a parallel: section
+    // was refused for the default parallel.tp = 4 not dividing its heads, a value never used.
+    std::vector<std::string> overrides = {"parallel.tp=1"};
+    overrides.insert(overrides.end(), req.overrides.begin(), req.overrides.end());
+    config::Config cfg = config::load_config(req.config_path, overrides);
     if (!eos.chosen && config::config_file_sets(req.config_path, "data.eos_id"))
       eos = {true, fmt::format("data.eos_id of the config '{}'", req.config_path)};
     return cfg;
@@ -309,7 +331,11 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
     cfg.train.global_batch = req.global_batch;
     given.push_back(fmt::format("--global-batch {}", req.global_batch));
   } else if (req.micro_batch > 0) {
-    cfg.train.global_batch = req.micro_batch * dp;
+    // In 64 bits: --micro-batch 1073741824 at dp = 4 overflowed an int, and the split check below
+    // divided by zero (SIGFPE). A value past the int range is left for validate() to refuse by
+    // name ('train.micro_batch' must be <= 65536).
+    cfg.train.global_batch = static_cast<int>(
+        std::min<std::int64_t>(static_cast<std::int64_t>(req.micro_batch) * dp, std::numeric_limits<int>::max()));
   }
   if (req.batches > 0) {
     cfg.train.eval_batches = req.batches;
@@ -318,12 +344,9 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   if (!req.data.empty()) cfg.data.valid = req.data;
   if (!given.empty()) cfg.source = fmt::format("{} with echo_eval {}", cfg.source, fmt::join(given, " "));
   ECHO_INPUT_CHECK(!cfg.data.valid.empty(), "no evaluation data: pass --data PREFIX (the config has no data.valid)");
-  const int mb = cfg.train.micro_batch;
-  ECHO_INPUT_CHECK(cfg.train.global_batch % (mb * dp) == 0,
-                   "the global batch of {} sequences does not split into micro-batches of {} over dp = {} ranks; pass "
-                   "--global-batch as a multiple of {}",
-                   cfg.train.global_batch, mb, dp, mb * dp);
+  // Refuses a global batch that does not split into micro_batch x dp, naming the flags given.
   config::validate(cfg, world_size);
+  int mb = cfg.train.micro_batch;  // cut by fit_default_batches below for a Hugging Face folder
 
   // The data first: its errors cost nothing to find.
   const std::string& prefix = cfg.data.valid;
@@ -347,10 +370,12 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   opts.vocab_size = cfg.model.vocab_size;
   opts.eos_stored = data::decide_eos_stored(ds, meta, cfg.data.eos_id, "evaluation data");
   const data::DataLoader loader(ds, opts);
-  const EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
+  EvalBatches spec{cfg.train.eval_batches, mb, cfg.train.global_batch / (mb * dp)};
   // Past the data's end the batches wrap around and count sequences twice. Asked for with
   // --batches, that is refused; the config's train.eval_batches is what the trainer evaluated
-  // (with the same warning), so its val_loss is still reproduced.
+  // (with the same warning), so its val_loss is still reproduced. A Hugging Face folder has no
+  // such setting, only echo's defaults: those are cut to what the data holds (they read the
+  // demo's 115 validation sequences about 67 times over).
   if (const EvalCoverage coverage = eval_coverage(loader, spec, dp); coverage.repeats()) {
     const std::string what = fmt::format(
         "{} global batches of {} sequences read {} sequences of {} tokens, but the evaluation data '{}' holds {}: "
@@ -358,7 +383,25 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
         spec.batches, cfg.train.global_batch, coverage.needed, cfg.data.seq_len, prefix, coverage.available,
         coverage.advice(spec, dp, "--batches"));
     ECHO_INPUT_CHECK(req.batches == 0, "{}", what);
-    if (rank == 0) logger->warn("{} (train.eval_batches of the config, as the trainer evaluated it)", what);
+    const bool defaults_only = !ckpt.ours && req.config_path.empty() && req.micro_batch == 0 && req.global_batch == 0 &&
+                               !config::overrides_set(req.overrides, "train.eval_batches") &&
+                               !config::overrides_set(req.overrides, "train.micro_batch") &&
+                               !config::overrides_set(req.overrides, "train.global_batch");
+    if (defaults_only) {
+      const std::string was = fmt::format("{} x {}", spec.batches, cfg.train.global_batch);
+      ECHO_INPUT_CHECK(fit_default_batches(cfg, spec, coverage.available, dp),
+                       "{} (--global-batch and --micro-batch "
+                       "set it)",
+                       what);
+      mb = spec.micro_batch;
+      if (rank == 0)
+        logger->info(
+            "evaluating {} global batches of {} sequences ({} per rank), as many as '{}' holds once: echo's "
+            "default {} sequences would repeat them (--batches, --micro-batch and --global-batch set them)",
+            spec.batches, cfg.train.global_batch, spec.micro_batch, prefix, was);
+    } else if (rank == 0) {
+      logger->warn("{} (train.eval_batches of the config, as the trainer evaluated it)", what);
+    }
   }
 
   const model::ModelShape shape = model::make_model_shape(cfg.model, tp, world.layout.tp_rank);

@@ -118,6 +118,7 @@ s3r=("$build/echo_s3r_bench" --tokens 16 --seq 8 --reps 1 --warmup 0)
 runs "echo_s3r_bench machine" "$work/s3r.json" "${s3r[@]}" --shapes 16x32 --modes fp32 --json "$work/s3r.json"
 shape_words="--shapes takes HIDDENxFFN items of two whole numbers from 1 to 16777216"
 refused "echo_s3r_bench shape without ffn" "$shape_words, e.g. 512x2048 (got '128x')" "${s3r[@]}" --shapes 128x
+refused "echo_s3r_bench seed past 2^64 - 1" "--seed: 18446744073709551616 is above 2^64 - 1" "${s3r[@]}" --seed 18446744073709551616
 refused "echo_s3r_bench shape 0x0" "$shape_words, e.g. 512x2048 (got '0x0')" "${s3r[@]}" --shapes 0x0
 refused "echo_s3r_bench shape with sign" "$shape_words, e.g. 512x2048 (got '-16x32')" "${s3r[@]}" --shapes=-16x32
 refused "echo_s3r_bench shape too large" \

@@ -59,7 +59,9 @@ refused() {
 }
 refused "N beyond 512" "each N must lie in [1, 512]" --sites 1024
 refused "eta above 1" "η must lie in [0, 1]" --eta 1.5
-refused "bad coeffs" "β1 and β2 must lie in [0, 1)" --coeffs 1,0.3,0.35
+refused "bad coeffs" "β1 = 1 is out of range [0, 1)" --coeffs 1,0.3,0.35
+refused "beta2 that is 1 in fp32" "β2 = 0.99999999 rounds to 1 in fp32" --coeffs 0.7,0.99999999,0.35
 refused "bad bits" "must be 4 or 8" --bits 3
+refused "negative seed" "--seed: -1 is not a whole number >= 0" --seed -1
 
 finish

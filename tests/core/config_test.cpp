@@ -577,6 +577,11 @@ TEST_F(ConfigFile, EveryRangeIsEnforced) {
       {"optim: {lr: 0}", "'optim.lr' = 0.0 must be > 0"},
       {"optim: {min_lr: -1.0e-5}", "'optim.min_lr' = -1.0e-05 must be >= 0"},
       {"optim: {beta2: 1.0}", "'optim.beta2' = 1.0 is out of range [0, 1)"},
+      // Below 1 as a double, 1.0f in the fp32 update: the moments would never move.
+      {"optim: {beta1: 0.99999999}", "'optim.beta1' = 0.99999999 rounds to 1 in fp32"},
+      {"optim: {beta2: 0.99999998}", "'optim.beta2' = 0.99999998 rounds to 1 in fp32"},
+      {"comm: {compensator: {beta1: 0.99999999}}", "'comm.compensator.beta1' = 0.99999999 rounds to 1 in fp32"},
+      {"comm: {compensator: {beta2: 0.999999999}}", "'comm.compensator.beta2' = 0.999999999 rounds to 1 in fp32"},
       {"optim: {weight_decay: -0.1}", "'optim.weight_decay' = -0.1 must be >= 0"},
       {"optim: {grad_clip: -1}", "'optim.grad_clip' = -1.0 must be >= 0"},
       {"schedule: {warmup_steps: -1}", "'schedule.warmup_steps' = -1 must be >= 0"},
@@ -595,9 +600,10 @@ TEST_F(ConfigFile, EveryRangeIsEnforced) {
 }
 
 TEST_F(ConfigFile, BoundaryValuesAreAccepted) {
-  const std::string path = write("edges.yaml", {"comm: {group_size: 2, compensator: {eta: 0, a: 1, beta1: 0}}",
-                                                "optim: {min_lr: 0, grad_clip: 0, weight_decay: 0}",
-                                                "train: {eval_interval: 0, checkpoint_interval: 0}"});
+  const std::string path =
+      write("edges.yaml", {"comm: {group_size: 2, compensator: {eta: 0, a: 1, beta1: 0, beta2: 0.99999994}}",
+                           "optim: {min_lr: 0, grad_clip: 0, weight_decay: 0, beta2: 0.99999994}",
+                           "train: {eval_interval: 0, checkpoint_interval: 0}"});
   const Config c = load_config(path);
   EXPECT_EQ(c.comm.group_size, 2);
   EXPECT_EQ(c.comm.compensator.eta, 0.0);
@@ -790,6 +796,37 @@ TEST_F(ConfigFile, LaterOverrideWinsAndFlowMapsWork) {
   EXPECT_EQ(c.comm.compensator.eta, 0.25);
   EXPECT_EQ(c.comm.compensator.a, 0.5);
   EXPECT_EQ(c.comm.compensator.beta1, 0.7);
+}
+
+// A mapping value merges into the section (it replaced it, resetting the file's other keys to
+// their defaults and switching the compensator back on).
+TEST_F(ConfigFile, AFlowMapOverrideMergesIntoTheSection) {
+  const std::string path =
+      write("base.yaml", {"comm:", "  compensator: {enabled: false, eta: 0.1, a: 0.9, beta1: 0.5, beta2: 0.6}"});
+  const Config c = load_config(path, {"comm.compensator={eta: 0.25, beta2: 0.125}"});
+  EXPECT_FALSE(c.comm.compensator.enabled);
+  EXPECT_EQ(c.comm.compensator.eta, 0.25);
+  EXPECT_EQ(c.comm.compensator.a, 0.9);
+  EXPECT_EQ(c.comm.compensator.beta1, 0.5);
+  EXPECT_EQ(c.comm.compensator.beta2, 0.125);
+  EXPECT_THAT(error_of([&] { load_config(path, {"comm={compensator: {etta: 1}}"}); }),
+              StartsWith("--set comm={compensator: {etta: 1}}: unknown key 'comm.compensator.etta'"));
+}
+
+// A YAML anchor and its aliases are one node: a --set of one key changed every alias of it
+// (seq_len: *len set to 64 made max_position_embeddings 64 too).
+TEST_F(ConfigFile, AnOverrideOfAnAliasChangesThatKeyOnly) {
+  const std::string path = write("base.yaml", {"model: {max_position_embeddings: &len 128}", "data: {seq_len: *len}",
+                                               "comm:", "  compensator: {eta: &coef 0.7, beta1: *coef}"});
+  const Config c = load_config(path, {"data.seq_len=64", "comm.compensator.beta1=0.25"});
+  EXPECT_EQ(c.data.seq_len, 64);
+  EXPECT_EQ(c.model.max_position_embeddings, 128);
+  EXPECT_EQ(c.comm.compensator.beta1, 0.25);
+  EXPECT_EQ(c.comm.compensator.eta, 0.7);
+  // A whole section that is an alias of another cannot take a key without changing both.
+  const std::string sections = write("sections.yaml", {"run: &r {seed: 3}", "optim: {lr: 0.01}", "linear: *r"});
+  EXPECT_THAT(error_of([&] { load_config(sections, {"linear.seed=4"}); }),
+              StartsWith("--set linear.seed=4: 'linear' is the same YAML node as 'run' (an anchor and its alias)"));
 }
 
 TEST_F(ConfigFile, OverridesGoThroughValidation) {

@@ -123,6 +123,11 @@ TEST_F(EchoPrep, JsonArraysOfStringsOrObjects) {
       << err_;
   EXPECT_THAT(documents_of(dir_.path("train")),
               ::testing::ElementsAre("First sentence.", "Second one.", "third", "fourth"));
+  // A UTF-8 byte-order mark before the '[' (as Windows editors write): it was read as JSONL and
+  // refused as a malformed line 1.
+  const std::string bom = dir_.write("bom.json", "\xEF\xBB\xBF [\"with a mark\",\n\"second\"]\n");
+  ASSERT_EQ(run("--input " + bom + " --tokenizer byte --output-prefix " + dir_.path("bom")), 0) << err_;
+  EXPECT_THAT(documents_of(dir_.path("bom")), ::testing::ElementsAre("with a mark", "second"));
 }
 
 TEST_F(EchoPrep, TextFilesAndTheirSplits) {
@@ -139,6 +144,16 @@ TEST_F(EchoPrep, TextFilesAndTheirSplits) {
   ASSERT_EQ(run("--format text --text-split line --input " + a + " --tokenizer byte --output-prefix " + dir_.path("l")),
             0);
   EXPECT_THAT(documents_of(dir_.path("l")), ::testing::ElementsAre("para one", "still one", "para two"));
+  // CRLF line endings and blank lines of spaces: the '\r' ended every document, and "  \r" was one.
+  const std::string crlf = dir_.write("crlf.txt", "para one\r\nstill one\r\n  \r\n\t\r\npara two\r\n");
+  ASSERT_EQ(
+      run("--format text --text-split line --input " + crlf + " --tokenizer byte --output-prefix " + dir_.path("cl")),
+      0);
+  EXPECT_THAT(documents_of(dir_.path("cl")), ::testing::ElementsAre("para one", "still one", "para two"));
+  ASSERT_EQ(run("--format text --text-split paragraph --input " + crlf + " --tokenizer byte --output-prefix " +
+                dir_.path("cp")),
+            0);
+  EXPECT_THAT(documents_of(dir_.path("cp")), ::testing::ElementsAre("para one\nstill one", "para two"));
 }
 
 TEST_F(EchoPrep, OutputDoesNotDependOnThreadsOrChunks) {
@@ -175,6 +190,15 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   const std::string not_string = dir_.write("num.jsonl", "{\"text\": 5}\n");
   EXPECT_NE(run("--input " + not_string + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr(not_string + ":1: \"text\" is a number, not a string"));
+
+  // A number past double's range is nlohmann's out_of_range, not a parse_error: it escaped
+  // without the file and line.
+  const std::string huge = dir_.write("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n");
+  EXPECT_NE(run("--input " + huge + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
+  EXPECT_THAT(err_, HasSubstr(huge + ":2: malformed JSON line"));
+  const std::string huge_array = dir_.write("huge.json", "[{\"text\": \"b\", \"n\": -1e400}]");
+  EXPECT_NE(run("--input " + huge_array + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
+  EXPECT_THAT(err_, HasSubstr(huge_array + ": malformed JSON array"));
 
   const std::string bad_array = dir_.write("arr.json", "[\"a\",\n\"b\",\n]");
   EXPECT_NE(run("--input " + bad_array + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
@@ -217,6 +241,23 @@ TEST_F(EchoPrep, ThreadCountIsChecked) {
     EXPECT_FALSE(fs::exists(dir_.path("t.idx")));
   }
   EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t") + " --threads 2"), 0) << err_;
+}
+
+// --seed -1 ran with seed 18446744073709551615 (strtoull wraps it) and a seed past 2^64 - 1 with
+// that maximum: a different split with no word. Each is refused now; 2^64 - 1 itself is a seed.
+TEST_F(EchoPrep, SeedMustBeAWholeNumberThatFits) {
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+  const std::string base = "--input " + in + " --tokenizer byte --output-prefix " + dir_.path("t") +
+                           " --valid-prefix " + dir_.path("v") + " --valid-fraction 0.5 --seed ";
+  const std::pair<std::string, std::string> bad[] = {{"-1", "-1 is not a whole number >= 0"},
+                                                     {"18446744073709551616", "18446744073709551616 is above 2^64 - 1"},
+                                                     {"1.5", "1.5 is not a whole number >= 0"}};
+  for (const auto& [seed, message] : bad) {
+    EXPECT_NE(run(base + seed), 0) << seed;
+    EXPECT_THAT(err_, HasSubstr("--seed: " + message)) << seed;
+    EXPECT_FALSE(fs::exists(dir_.path("t.idx"))) << seed;
+  }
+  EXPECT_EQ(run(base + "18446744073709551615"), 0) << err_;
 }
 
 // An output file that cannot be written is the user's path problem: a plain message naming it,
@@ -535,6 +576,18 @@ TEST_F(EchoPrep, AOneSidedSplitFailsAndKeepsTheWrittenSide) {
   ASSERT_TRUE(data::read_dataset_meta(valid).has_value());
   EXPECT_EQ(data::read_dataset_meta(valid)->documents, 20u);
   EXPECT_FALSE(fs::exists(train + ".bin.tmp"));
+
+  // The validation side failing after the training side is in place (here its sidecar's temporary
+  // name is a directory): the error said only what failed, not what was written.
+  fs::create_directories(valid + ".meta.json.tmp/blocker");
+  EXPECT_EQ(run(base + "0.5"), 1);
+  EXPECT_THAT(err_, HasSubstr(valid + ".meta.json.tmp: cannot remove what is at this temporary name"));
+  EXPECT_THAT(err_, HasSubstr("; the training split " + train + ".{bin,idx,meta.json} was written in full ("));
+  EXPECT_THAT(err_,
+              HasSubstr("the validation split '" + valid + "' was not written in full: fix the cause and run again"));
+  ASSERT_TRUE(data::read_dataset_meta(train).has_value());
+  EXPECT_EQ(data::read_dataset_meta(train)->documents, data::IndexedDataset::open(train).num_documents());
+  EXPECT_LT(data::IndexedDataset::open(train).num_documents(), texts.size());
 }
 
 // echo_prep started with its stderr in `log`, no signal blocked and SIGINT, SIGTERM and SIGHUP at
@@ -675,6 +728,71 @@ TEST_F(EchoPrep, ASignalMidRunRemovesThePartialFilesAndKeepsTheOldDataset) {
       EXPECT_EQ(slurp(prefix + ".meta.json"), old_meta);
     }
   }
+}
+
+// Two echo_prep runs on one prefix both wrote PREFIX.bin.tmp, the second truncating the first's,
+// and each renamed it into place: a .bin of both runs' tokens under one run's index. The second
+// is now refused while the first holds PREFIX.lock, and the first's dataset comes out whole.
+TEST_F(EchoPrep, ASecondWriterOfOnePrefixIsRefused) {
+  const std::string prefix = dir_.path("shared");
+  std::string lines;
+  size_t count = 0;
+  for (std::mt19937 rng(5); lines.size() < (8u << 20); ++count) lines += "row " + std::to_string(rng()) + "\n";
+  const std::string big = dir_.write("big.txt", lines);
+  const std::string log = dir_.path("first.log");
+  const pid_t first = spawn_prep(echo_prep_path(),
+                                 {"--input", big, "--format", "text", "--text-split", "line", "--tokenizer", "byte",
+                                  "--chunk-mb", "1", "--threads", "1", "--output-prefix", prefix},
+                                 log, false);
+  ASSERT_GT(first, 0);
+  // Stopped once it writes its .bin.tmp (it holds the lock from before that file is made).
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  while (!fs::exists(prefix + ".bin.tmp", ec) && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(first, SIGSTOP);
+  const bool stopped_mid_run = fs::exists(prefix + ".bin.tmp", ec);
+  const std::string small = dir_.write("small.txt", "another run's text\n");
+  const int second =
+      run("--input " + small + " --format text --text-split line --tokenizer byte --output-prefix " + prefix);
+  ::kill(first, SIGCONT);
+  const int status = wait_or_kill(first, std::chrono::seconds(120));
+  ASSERT_TRUE(stopped_mid_run) << "the first echo_prep ended before it could be stopped: " << slurp(log);
+  EXPECT_NE(second, 0);
+  EXPECT_THAT(err_, HasSubstr("another process is writing the dataset '" + prefix + "' (it holds the lock on " +
+                              prefix + ".lock)"));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << slurp(log);
+  EXPECT_EQ(data::IndexedDataset::open(prefix).num_documents(), count);
+  EXPECT_EQ(data::IndexedDataset::open(prefix).num_tokens(), lines.size() - count);
+  EXPECT_FALSE(fs::exists(prefix + ".lock")) << "the lock file is removed with the lock";
+  // Free again: the second run now replaces the dataset.
+  ASSERT_EQ(run("--input " + small + " --format text --text-split line --tokenizer byte --output-prefix " + prefix), 0)
+      << err_;
+  EXPECT_EQ(documents_of(prefix), std::vector<std::string>{"another run's text"});
+}
+
+// A link planted at a temporary name (.bin.tmp, .idx.tmp, .meta.json.tmp) had the file it named
+// truncated and overwritten; now the name is replaced and the file it named is untouched. A link
+// at the lock file's name is refused.
+TEST_F(EchoPrep, LinksAtTheTemporaryNamesAreNotFollowed) {
+  const std::string prefix = dir_.path("linked");
+  const std::string input = dir_.write("in.txt", "one\ntwo\n");
+  const std::string args =
+      "--input " + input + " --format text --text-split line --tokenizer byte --output-prefix " + prefix;
+  std::vector<std::string> victims;
+  for (const std::string suffix : {".bin.tmp", ".idx.tmp", ".meta.json.tmp"}) {
+    victims.push_back(dir_.write("victim" + suffix, "precious " + suffix));
+    fs::create_symlink(victims.back(), prefix + suffix);
+  }
+  ASSERT_EQ(run(args), 0) << err_;
+  EXPECT_EQ(documents_of(prefix), (std::vector<std::string>{"one", "two"}));
+  for (const std::string& victim : victims)
+    EXPECT_EQ(slurp(victim), "precious " + victim.substr(victim.rfind("victim") + 6));
+  const std::string victim = dir_.write("victim.lock", "precious");
+  fs::create_symlink(victim, prefix + ".lock");
+  EXPECT_NE(run(args), 0);
+  EXPECT_THAT(err_, HasSubstr("the dataset's lock file " + prefix + ".lock is a symbolic link"));
+  EXPECT_EQ(slurp(victim), "precious");
 }
 
 }  // namespace

@@ -179,6 +179,45 @@ TEST(Eval, HuggingFaceFolderOfTheSameWeightsGivesTheSameLoss) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A Hugging Face folder carries no evaluation batches: echo's defaults (20 global batches of
+// 384) read the small validation set many times over. They are cut to read each sequence at
+// most once, and as many as fit: one more batch of the same size is refused as a repeat.
+TEST(Eval, HuggingFaceFolderDefaultsReadTheDataOnce) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const std::string hf = run.dir + "/hf_defaults";
+  if (world_rank() == 0) {
+    fs::create_directories(hf);
+    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string data = run.dir + "/data/valid";
+  const EvalReport r = eval(hf, run.tp, {"data.eos_id=63", "data.seq_len=16"}, data);
+  ASSERT_GE(r.batches, 1);
+  const int global = r.micro_batch * r.num_micro * r.dp;
+  EXPECT_LE(global, 384);
+  EXPECT_EQ(r.tokens, int64_t{r.batches} * global * 16);
+  EvalRequest req;
+  req.checkpoint = hf;
+  req.tp = run.tp;
+  req.data = data;
+  req.overrides = {"data.eos_id=63", "data.seq_len=16"};
+  req.micro_batch = r.micro_batch;
+  req.global_batch = global;
+  req.batches = r.batches;
+  EXPECT_EQ(evaluate_checkpoint(req).loss, r.loss);  // the same batches, given by hand
+  ++req.batches;
+  echo::testing::expect_error([&] { evaluate_checkpoint(req); }, "the batches repeat them");
+  // Chosen by hand, a repeating count is still the user's (the trainer's setting, warned).
+  EXPECT_EQ(eval(hf, run.tp,
+                 {"data.eos_id=63", "data.seq_len=16", "train.micro_batch=" + std::to_string(global),
+                  "train.global_batch=" + std::to_string(global * r.dp), "train.eval_batches=20"},
+                 data)
+                .batches,
+            20);
+}
+
 // A Hugging Face folder's config.json says nothing of the layout: a model whose heads the defaults'
 // parallel.tp (4) does not divide used to be refused ("'parallel.tp' = 4 does not divide
 // 'model.heads' = 2", pointing at a line of config.json) whatever --tp was.
@@ -278,6 +317,30 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   const std::string too_big = echo::testing::error_of([&] { evaluate_checkpoint(req); });
   EXPECT_NE(too_big.find("the data holds fewer sequences than one global batch of 8192"), std::string::npos)
       << too_big;
+  // --micro-batch 2^30 alone over dp = world ranks: micro_batch x dp overflowed an int and the
+  // split check divided by zero (SIGFPE at dp = 4). Now the range check names the flag.
+  req.tp = 1;
+  req.global_batch = 0;
+  req.micro_batch = 1 << 30;
+  expect_input_error([&] { evaluate_checkpoint(req); }, "'train.micro_batch' = 1073741824 must be <= 65536");
+}
+
+// --config's parallel.tp is not the layout (--tp is): a file whose parallel.tp does not divide the
+// heads, or one without a parallel: section whose default 4 does not, was refused for a value
+// echo_eval never uses.
+TEST(Eval, AConfigFilesParallelTpIsNotTheLayout) {
+  const TrainedRun& run = trained_run();
+  const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
+  const std::string path = run.dir + "/tp3.yaml";
+  if (world_rank() == 0) std::ofstream(path) << config_text(run.dir) << "parallel: {tp: 3}\n";
+  MPI_Barrier(MPI_COMM_WORLD);
+  EvalRequest req;
+  req.checkpoint = ckpt;
+  req.config_path = path;
+  req.tp = run.tp;
+  const EvalReport report = evaluate_checkpoint(req);
+  EXPECT_EQ(report.config.parallel.tp, run.tp);
+  EXPECT_EQ(report.loss, eval(ckpt, run.tp).loss);
 }
 
 // A Hugging Face folder's EOS comes from its files (train/hf_config.h) or is refused; before, the

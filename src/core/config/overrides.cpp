@@ -67,7 +67,34 @@ Override parse_override(const std::string& text) {
   return {text, split_key(trim(view.substr(0, eq)), where), parse_value(trim(view.substr(eq + 1)), where)};
 }
 
+// The dotted key of another place in `tree` that holds the very node `target` (a YAML anchor
+// and its aliases share one node), or "" when none does. `at` is where `tree` sits.
+std::string other_holder(const YAML::Node& tree, const std::string& at, const YAML::Node& target,
+                         const std::string& target_key) {
+  if (at != target_key && tree.is(target)) return at;
+  if (!tree.IsMap()) return {};
+  for (const auto& kv : tree) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string found = other_holder(kv.second, schema::dotted(at, kv.first.Scalar()), target, target_key);
+    if (!found.empty()) return found;
+  }
+  return {};
+}
+
 void apply_override(YAML::Node& root, const Override& item, Origins& origins) {
+  // A mapping value merges key by key, as that many --set of its leaves: `--set
+  // comm.compensator={eta: 0.5}` changes eta only (it replaced the whole section, resetting the
+  // file's other compensator keys to their defaults).
+  if (item.value.IsMap()) {
+    for (const auto& kv : item.value) {
+      Override leaf{item.text, item.path, kv.second};
+      leaf.path.push_back(kv.first.IsScalar() ? kv.first.Scalar() : std::string("?"));
+      if (!kv.first.IsScalar() || !is_name(leaf.path.back()))
+        fail_at(set_where(item.text), "a key of the mapping value is not a name like eta");
+      apply_override(root, leaf, origins);
+    }
+    return;
+  }
   // NOTE: YAML::Node copies share the node they refer to, so `node.reset(child)` walks down
   // the tree while `node = child` would overwrite the parent's contents.
   YAML::Node node;
@@ -84,11 +111,22 @@ void apply_override(YAML::Node& root, const Override& item, Origins& origins) {
     } else if (!child.IsMap()) {
       fail_at(set_where(item.text), fmt::format("cannot set a key inside '{}': it is not a mapping ({})", key,
                                                 origins.where_line(key, child.Mark().line + 1)));
+    } else if (const std::string shared = other_holder(root, "", child, key); !shared.empty()) {
+      // A section that is an alias of another: a key set in it would change both.
+      fail_at(set_where(item.text),
+              fmt::format("'{}' is the same YAML node as '{}' (an anchor and its alias): setting a key in it would "
+                          "change both; write the section out in the file",
+                          key, shared));
     }
     node.reset(child);
   }
-  node[item.path.back()] = item.value;
-  origins.add_override(schema::dotted(key, item.path.back()), item.text);
+  // NOTE: assigning to an existing value node rebinds the node itself, which a YAML anchor shares
+  // with its aliases (`seq_len: *len` set to 64 made `max_position_embeddings: &len` 64 too): the
+  // old entry is removed and a new one made.
+  const std::string& last = item.path.back();
+  if (node[last].IsDefined()) node.remove(last);
+  node[last] = item.value;
+  origins.add_override(schema::dotted(key, last), item.text);
 }
 
 }  // namespace

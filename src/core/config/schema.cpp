@@ -27,6 +27,19 @@ Check in_half_open(double lo, double hi) {
   }};
 }
 
+Check fp32_decay() {
+  return {[](double v) {
+    if (!(v >= 0 && v < 1)) return std::string("is out of range [0, 1)");
+    // The update runs in fp32: 0.99999999 passes [0, 1) as a double but is 1.0f there, so 1 - beta
+    // is 0 and the moment never moves (training would silently do nothing).
+    if (!(static_cast<float>(v) < 1.0f))
+      return std::string(
+          "rounds to 1 in fp32, which the update computes in (1 - beta would be 0); the largest "
+          "usable value is 0.99999994");
+    return std::string();
+  }};
+}
+
 Check power_of_two(double lo, double hi) {
   return {[lo, hi](double v) {
     const auto n = static_cast<std::int64_t>(v);

@@ -22,6 +22,7 @@ Check at_least(double lo);
 Check greater_than(double lo);
 Check in_closed(double lo, double hi);
 Check in_half_open(double lo, double hi);  // [lo, hi)
+Check fp32_decay();                        // [0, 1) and below 1 once rounded to fp32
 Check power_of_two(double lo, double hi);
 Check one_of(std::vector<int> allowed);
 Check even_at_least(double lo, std::string why);
@@ -98,8 +99,8 @@ void visit(CompensatorConfig& c, V& v) {
   v.field("enabled", c.enabled, "apply error feedback at the echo sites");
   v.field("eta", c.eta, "compensation strength; 0 = per-call quantization only", in_closed(0, 1));
   v.field("a", c.a, "weight of m1 against m2", in_closed(0, 1));
-  v.field("beta1", c.beta1, "decay of m1", in_half_open(0, 1));
-  v.field("beta2", c.beta2, "decay of m2", in_half_open(0, 1));
+  v.field("beta1", c.beta1, "decay of m1", fp32_decay());
+  v.field("beta2", c.beta2, "decay of m2", fp32_decay());
 }
 
 template <class V>
@@ -153,8 +154,8 @@ template <class V>
 void visit(OptimConfig& c, V& v) {
   v.field("lr", c.lr, "peak learning rate", greater_than(0));
   v.field("min_lr", c.min_lr, "learning rate at the end of the decay, <= lr", at_least(0));
-  v.field("beta1", c.beta1, "AdamW first-moment decay", in_half_open(0, 1));
-  v.field("beta2", c.beta2, "AdamW second-moment decay", in_half_open(0, 1));
+  v.field("beta1", c.beta1, "AdamW first-moment decay", fp32_decay());
+  v.field("beta2", c.beta2, "AdamW second-moment decay", fp32_decay());
   v.field("eps", c.eps, "AdamW epsilon", greater_than(0));
   v.field("weight_decay", c.weight_decay,
           "decoupled weight decay (the matrices except the embedding; an untied LM head decays)", at_least(0));
