@@ -34,6 +34,7 @@
 #include "train/evaluation.h"
 #include "train/hf_config.h"
 #include "train/run_dir.h"
+#include "train/step_memory.h"
 
 namespace echo::train {
 namespace {
@@ -408,6 +409,9 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   const dist::NodePlace node = dist::node_place(world.world);
   auto backend = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                        {node.local_rank, node.local_size});
+  // Before the first tensor, as the trainer does: a model or batch one rank cannot hold is refused
+  // with the plan's parts (it ended in std::bad_alloc). No optimizer state: nothing is trained.
+  reserve_step_memory(cfg, shape, *backend, /*optimizer=*/false, "evaluating this model");
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, world.tp);
   model::CommTpOps tp_ops(world.tp, *blocks, edge.get(), cfg.run.device,

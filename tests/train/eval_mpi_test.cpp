@@ -323,6 +323,19 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   req.global_batch = 0;
   req.micro_batch = 1 << 30;
   expect_input_error([&] { evaluate_checkpoint(req); }, "'train.micro_batch' = 1073741824 must be <= 65536");
+  // A batch one rank cannot hold (4096 x 16384 tokens: the plan counts 235 GiB of activations per
+  // rank, under the config's 1 TiB bound) is refused before the first tensor with the memory plan,
+  // as the trainer refuses it; it ended in std::bad_alloc.
+  const std::string long_data =
+      echo::testing::make_scratch_datasets("echo_eval", "long", 6, {"valid"}, [](int d, auto& doc) {
+        if (d == 0) doc.resize(40000, 5);  // two samples of 16385 tokens
+      });
+  req.tp = run.tp;
+  req.micro_batch = 4096;
+  req.seq_len = 16384;
+  req.data = long_data + "/data/valid";
+  req.batches = 0;  // the recorded train.eval_batches: a repeat is warned about, not refused
+  expect_input_error([&] { evaluate_checkpoint(req); }, "evaluating this model");
 }
 
 // --config's parallel.tp is not the layout (--tp is): a file whose parallel.tp does not divide the
