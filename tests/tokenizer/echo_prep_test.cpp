@@ -183,26 +183,20 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   EXPECT_FALSE(fs::exists(dir_.path("x.idx")));
   EXPECT_FALSE(fs::exists(dir_.path("x.meta.json")));
 
-  const std::string no_text = dir_.write("notext.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"body\": \"c\"}\n");
-  EXPECT_NE(run("--input " + no_text + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
-  EXPECT_THAT(err_, HasSubstr(no_text + ":3: no \"text\" field"));
-
-  const std::string not_string = dir_.write("num.jsonl", "{\"text\": 5}\n");
-  EXPECT_NE(run("--input " + not_string + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
-  EXPECT_THAT(err_, HasSubstr(not_string + ":1: \"text\" is a number, not a string"));
-
+  // Each input, written as `name`, is refused with an error that starts with its path.
+  const auto refused = [&](const std::string& name, const std::string& text, const std::string& after_path) {
+    SCOPED_TRACE(name);
+    const std::string input = dir_.write(name, text);
+    EXPECT_NE(run("--input " + input + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
+    EXPECT_THAT(err_, HasSubstr(input + after_path));
+  };
+  refused("notext.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"body\": \"c\"}\n", ":3: no \"text\" field");
+  refused("num.jsonl", "{\"text\": 5}\n", ":1: \"text\" is a number, not a string");
   // A number past double's range is nlohmann's out_of_range, not a parse_error: it escaped
   // without the file and line.
-  const std::string huge = dir_.write("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n");
-  EXPECT_NE(run("--input " + huge + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
-  EXPECT_THAT(err_, HasSubstr(huge + ":2: malformed JSON line"));
-  const std::string huge_array = dir_.write("huge.json", "[{\"text\": \"b\", \"n\": -1e400}]");
-  EXPECT_NE(run("--input " + huge_array + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
-  EXPECT_THAT(err_, HasSubstr(huge_array + ": malformed JSON array"));
-
-  const std::string bad_array = dir_.write("arr.json", "[\"a\",\n\"b\",\n]");
-  EXPECT_NE(run("--input " + bad_array + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
-  EXPECT_THAT(err_, HasSubstr(bad_array + ":3: malformed JSON array"));
+  refused("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n", ":2: malformed JSON line");
+  refused("huge.json", "[{\"text\": \"b\", \"n\": -1e400}]", ": malformed JSON array");
+  refused("arr.json", "[\"a\",\n\"b\",\n]", ":3: malformed JSON array");
 
   EXPECT_NE(run("--input " + dir_.path("missing.jsonl") + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr("input '" + dir_.path("missing.jsonl") + "' does not exist"));

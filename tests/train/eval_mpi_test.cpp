@@ -87,6 +87,18 @@ EvalReport eval(const std::string& checkpoint, int tp, std::vector<std::string> 
   return evaluate_checkpoint(req);
 }
 
+// A Hugging Face folder at `hf` holding the checkpoint's model.safetensors and config.json (made
+// by rank 0, seen by all).
+std::string hf_folder_of(const std::string& ckpt, const std::string& hf) {
+  if (world_rank() == 0) {
+    fs::create_directories(hf);
+    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return hf;
+}
+
 TEST(Eval, CheckpointReproducesTheValLossTheTrainerLogged) {
   const TrainedRun& run = trained_run();
   ASSERT_EQ(run.val_loss.size(), 2u) << "evals at steps 3 and 6";
@@ -153,13 +165,7 @@ TEST(Eval, ExactAllReduceAgreesAcrossTp) {
 TEST(Eval, HuggingFaceFolderOfTheSameWeightsGivesTheSameLoss) {
   const TrainedRun& run = trained_run();
   const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
-  const std::string hf = run.dir + "/hf";
-  if (world_rank() == 0) {
-    fs::create_directories(hf);
-    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
-    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string hf = hf_folder_of(ckpt, run.dir + "/hf");
   // config.json gives the shape; the rest of the trainer's setting comes from --set.
   const std::vector<std::string> setting = {"run.seed=7",          "data.eos_id=63",       "data.seq_len=16",
                                             "train.micro_batch=2", "train.global_batch=8", "train.eval_batches=2",
@@ -185,13 +191,7 @@ TEST(Eval, HuggingFaceFolderOfTheSameWeightsGivesTheSameLoss) {
 TEST(Eval, HuggingFaceFolderDefaultsReadTheDataOnce) {
   const TrainedRun& run = trained_run();
   const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
-  const std::string hf = run.dir + "/hf_defaults";
-  if (world_rank() == 0) {
-    fs::create_directories(hf);
-    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
-    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string hf = hf_folder_of(ckpt, run.dir + "/hf_defaults");
   const std::string data = run.dir + "/data/valid";
   const EvalReport r = eval(hf, run.tp, {"data.eos_id=63", "data.seq_len=16"}, data);
   ASSERT_GE(r.batches, 1);
@@ -235,13 +235,7 @@ TEST(Eval, HuggingFaceFolderWithHeadsTheDefaultTpDoesNotDivide) {
     Trainer trainer(cfg, world, RunDirMode::overwrite);
     trainer.run();
   }
-  const std::string ckpt = checkpoint_dir(dir, 1), hf = run.dir + "/hf_two_heads";
-  if (world_rank() == 0) {
-    fs::create_directories(hf);
-    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
-    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string ckpt = checkpoint_dir(dir, 1), hf = hf_folder_of(ckpt, run.dir + "/hf_two_heads");
   const std::vector<std::string> setting = {"data.eos_id=63", "data.seq_len=16", "train.micro_batch=2",
                                             "train.global_batch=8", "train.eval_batches=1"};
   const EvalReport r = eval(hf, run.tp, setting, run.dir + "/data/valid");
@@ -362,13 +356,7 @@ TEST(Eval, AConfigFilesParallelTpIsNotTheLayout) {
 TEST(Eval, HuggingFaceFolderEosComesFromItsFilesOrIsRefused) {
   const TrainedRun& run = trained_run();
   const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
-  const std::string hf = run.dir + "/hf_eos";
-  if (world_rank() == 0) {
-    fs::create_directories(hf);
-    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors", fs::copy_options::overwrite_existing);
-    fs::copy_file(ckpt + "/config.json", hf + "/config.json", fs::copy_options::overwrite_existing);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string hf = hf_folder_of(ckpt, run.dir + "/hf_eos");
   // Our checkpoint's config.json names the EOS it was trained with.
   const std::vector<std::string> layout = {"data.seq_len=16", "train.micro_batch=2", "train.global_batch=8",
                                            "train.eval_batches=2"};
@@ -525,12 +513,9 @@ TEST(Eval, AnUnchosenEosIsTheDatasThenTheCheckpoints) {
   const TrainedRun& run = trained_run();
   const std::string ckpt = checkpoint_dir(run.dir + "/run", 6);
   const std::string dir = echo::testing::make_scratch_datasets("echo_eval", "settle", 9, {"valid"});
-  const std::string data = dir + "/data/valid", hf = dir + "/hf";
+  const std::string data = dir + "/data/valid", hf = hf_folder_of(ckpt, dir + "/hf");  // eos_token_id 63
   const std::string with_eos = dir + "/with_eos.yaml", without_eos = dir + "/without_eos.yaml";
   if (world_rank() == 0) {
-    fs::create_directories(hf);
-    fs::copy_file(ckpt + "/model.safetensors", hf + "/model.safetensors");
-    fs::copy_file(ckpt + "/config.json", hf + "/config.json");  // eos_token_id 63
     std::string yaml = config_text(run.dir);
     std::ofstream(with_eos) << yaml;
     const std::string key = ", eos_id: 63";
