@@ -75,7 +75,8 @@ int bench_main(int argc, char** argv) {
     for (size_t k = 0; k < v.size(); ++k) v[k] = w[k] * w[k];
     numel += params[i].spec->local_numel(1);
   }
-  const train::CheckpointMeta meta{1, 1, cfg.run.seed, size, 1, ""};  // step 1, at data position 1, as the trainer writes
+  const train::CheckpointMeta meta{1,           1, cfg.run.seed, size, 1, "", std::nullopt,
+                                   std::nullopt};  // step 1, at data position 1, as the trainer writes
   const auto save = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
     train::save_checkpoint(scratch.path(), params, opt, meta, world, 1);
   });

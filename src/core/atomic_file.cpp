@@ -37,7 +37,8 @@ std::FILE* create_fresh_file(const std::string& path) {
   ECHO_RUN_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT, "{}: cannot remove what is at this temporary name: {}",
                  path, std::strerror(errno));
   // O_EXCL: a name made again between the unlink and here (a link) fails instead of being followed.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // 0666 less the umask, as fopen(path, "wb") made it (a group-writable dataset under umask 002).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   ECHO_RUN_CHECK(fd >= 0, "{}: cannot create: {}", path, std::strerror(errno));
   std::FILE* f = ::fdopen(fd, "wb");
   if (f == nullptr) {

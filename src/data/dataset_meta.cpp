@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -112,6 +113,9 @@ void write_dataset_meta(const std::string& prefix, const DatasetMeta& meta) {
     std::remove(tmp.c_str());
     ECHO_RUN_FAIL("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
   }
+  // The new name on disk too, as finalize() does for the .bin and .idx.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
 }
 
 DatasetMeta parse_dataset_meta(std::string_view text, const std::string& path) {

@@ -14,11 +14,12 @@
 namespace echo::data {
 
 PrefixLock::PrefixLock(const std::string& prefix) : path_(path(prefix)) {
-  // NOTE: the holder unlinks the file when it is done. A process that opened the old file just
+  // NOTE: O_RDWR, as RunDirLock opens its file: NFS and CIFS take an exclusive flock only on a
+  // descriptor open for writing. The holder unlinks the file when it is done. A process that opened the old file just
   // before may then lock an inode no longer at the name, so the lock counts only once the name
   // still leads to the locked file; otherwise the open is retried on the new one.
   for (int attempt = 0; attempt < 64; ++attempt) {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     ECHO_INPUT_CHECK(fd >= 0 || errno != ELOOP,
                      "the dataset's lock file {} is a symbolic link: echo_prep locks the file at that name and follows "
                      "no link; remove it",

@@ -134,11 +134,9 @@ bool fit_default_batches(config::Config& cfg, EvalBatches& spec, uint64_t availa
 config::Config base_config(const EvalRequest& req, const Resolved& ckpt, EosChoice& eos) {
   if (config::overrides_set(req.overrides, "data.eos_id")) eos = {true, "--set data.eos_id"};
   if (!req.config_path.empty()) {
-    // The layout is --tp's (checked against the model later): a file without a parallel: section
-    // was refused for the default parallel.tp = 4 not dividing its heads, a value never used.
-    std::vector<std::string> overrides = {"parallel.tp=1"};
-    overrides.insert(overrides.end(), req.overrides.begin(), req.overrides.end());
-    config::Config cfg = config::load_config(req.config_path, overrides);
+    // The layout is --tp's, checked with it later: a file without a parallel: section was refused
+    // for the default parallel.tp = 4 not dividing its heads, a value never used.
+    config::Config cfg = config::load_config(req.config_path, req.overrides, 0, config::LayoutChecks::later);
     if (!eos.chosen && config::config_file_sets(req.config_path, "data.eos_id"))
       eos = {true, fmt::format("data.eos_id of the config '{}'", req.config_path)};
     return cfg;
@@ -146,11 +144,12 @@ config::Config base_config(const EvalRequest& req, const Resolved& ckpt, EosChoi
   if (ckpt.ours) {
     ECHO_INPUT_CHECK(!ckpt.meta->config_yaml.empty(), "checkpoint '{}' records no config: pass --config", ckpt.path);
     if (!eos.chosen) eos = {true, kRecordedEos};
-    return config::parse_config(ckpt.meta->config_yaml, ckpt.path + " (its recorded config)", req.overrides);
+    return config::parse_config(ckpt.meta->config_yaml, ckpt.path + " (its recorded config)", req.overrides, 0,
+                                config::LayoutChecks::later);
   }
   // Through YAML, so the --set overrides pass the same checks as on a file.
-  return config::parse_config(config::to_yaml(config_from_hf(ckpt.path)), ckpt.path + "/config.json",
-                              req.overrides);
+  return config::parse_config(config::to_yaml(config_from_hf(ckpt.path)), ckpt.path + "/config.json", req.overrides, 0,
+                              config::LayoutChecks::later);
 }
 
 // data.eos_id when no one chose it. First the EOS the data was prepared with (its sidecar): the

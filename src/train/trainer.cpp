@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <vector>
 
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
@@ -24,6 +25,7 @@
 #include "dist/mpi_check.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checksums.h"
 #include "train/checkpoint/hf_weights.h"
 #include "train/divergence.h"
 #include "train/evaluation.h"
@@ -329,6 +331,23 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
             : fmt::format(", and never decays toward 'optim.min_lr' = {}", cfg.optim.min_lr));
 }
 
+namespace {
+
+// Each rank opens data.train itself, possibly a copy on its node's own disk: a stale or partial
+// copy on one node trained its ranks on other tokens with no word. Collective over `world`; every
+// rank sees every hash, so all refuse together.
+void check_same_data_everywhere(uint64_t hash, const std::string& path, const dist::Communicator& world) {
+  std::vector<uint64_t> hashes(static_cast<size_t>(world.size()));
+  MPI_Allgather(&hash, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.get());
+  for (size_t r = 1; r < hashes.size(); ++r)
+    ECHO_INPUT_CHECK(hashes[r] == hashes[0],
+                     "'data.train' = {} is not the same data on every rank: rank 0 reads content hash {}, rank {} "
+                     "reads {} (a stale or partial copy on one node's disk?); every rank must read the same tokens",
+                     path, checksum_hex(hashes[0]), r, checksum_hex(hashes[r]));
+}
+
+}  // namespace
+
 // The training (and validation) data, checked against the config and the sidecar echo_prep wrote.
 void Trainer::open_data() {
   const config::Config& cfg = cfg_;
@@ -343,6 +362,7 @@ void Trainer::open_data() {
   // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
   data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
   train_data_hash_ = data::content_hash(*train_data_);
+  check_same_data_everywhere(train_data_hash_, cfg.data.train, world_.world);
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",
                    cfg.data.eos_id, cfg.model.vocab_size);

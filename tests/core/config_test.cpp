@@ -827,6 +827,15 @@ TEST_F(ConfigFile, AnOverrideOfAnAliasChangesThatKeyOnly) {
   const std::string sections = write("sections.yaml", {"run: &r {seed: 3}", "optim: {lr: 0.01}", "linear: *r"});
   EXPECT_THAT(error_of([&] { load_config(sections, {"linear.seed=4"}); }),
               StartsWith("--set linear.seed=4: 'linear' is the same YAML node as 'run' (an anchor and its alias)"));
+  // The search for a second holder walks each mapping once: a mapping holding an alias of itself
+  // made it endless (a stack overflow), and 40 levels of mappings holding two aliases of the level
+  // below took 2^40 steps. Both now end at the unknown key, well within the test's time.
+  const std::string loop = write("loop.yaml", {"optim: {lr: 0.1}", "run: &r {seed: 3, again: *r}"});
+  EXPECT_THAT(error_of([&] { load_config(loop, {"optim.lr=0.01"}); }), HasSubstr("unknown key 'run.again'"));
+  std::string levels = "optim: {lr: 0.1}\nrun:\n  l0: &l0 {x: 1}";
+  for (int i = 1; i < 40; ++i) levels += fmt::format("\n  l{}: &l{} {{p: *l{}, q: *l{}}}", i, i, i - 1, i - 1);
+  const std::string doubling = write("doubling.yaml", {levels});
+  EXPECT_THAT(error_of([&] { load_config(doubling, {"optim.lr=0.01"}); }), HasSubstr("unknown key 'run.l0'"));
 }
 
 TEST_F(ConfigFile, OverridesGoThroughValidation) {

@@ -776,10 +776,21 @@ TEST_F(EchoPrep, LinksAtTheTemporaryNamesAreNotFollowed) {
   std::vector<std::string> victims;
   for (const std::string suffix : {".bin.tmp", ".idx.tmp", ".meta.json.tmp"}) {
     victims.push_back(dir_.write("victim" + suffix, "precious " + suffix));
-    fs::create_symlink(victims.back(), prefix + suffix);
+    if (suffix == ".idx.tmp")
+      fs::create_hard_link(victims.back(), prefix + suffix);  // a hard link: the same file by another name
+    else
+      fs::create_symlink(victims.back(), prefix + suffix);
   }
-  ASSERT_EQ(run(args), 0) << err_;
+  const mode_t umask_before = ::umask(002);  // the files get 0666 less the umask, as fopen's did
+  const int status = run(args);
+  ::umask(umask_before);
+  ASSERT_EQ(status, 0) << err_;
   EXPECT_EQ(documents_of(prefix), (std::vector<std::string>{"one", "two"}));
+  for (const std::string suffix : {".bin", ".idx", ".meta.json"})
+    EXPECT_EQ(fs::status(prefix + suffix).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::group_write |
+                  fs::perms::others_read)
+        << suffix;
   for (const std::string& victim : victims)
     EXPECT_EQ(slurp(victim), "precious " + victim.substr(victim.rfind("victim") + 6));
   const std::string victim = dir_.write("victim.lock", "precious");

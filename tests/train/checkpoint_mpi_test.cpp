@@ -190,7 +190,7 @@ TEST_F(CheckpointTest, ResumedTrainingStepIsBitwiseIdentical) {
   a.init_weights(3);
   AdamW opt_a(a.params());
   train_step(a, opt_a, batch1);
-  save_checkpoint(dir_, a.params(), opt_a, {1, 6, 3, W, 1, config_yaml(cfg, W)}, world, 2);
+  save_checkpoint(dir_, a.params(), opt_a, {1, 6, 3, W, 1, config_yaml(cfg, W), std::nullopt, std::nullopt}, world, 2);
   const double loss_a = train_step(a, opt_a, batch2);
 
   model::Qwen3Model<float> b(shape, ops);
@@ -411,7 +411,8 @@ TEST_F(CheckpointTest, MismatchedModelsAreRefusedOnEveryRank) {
   // A config_yaml describing another model is refused before anything is written.
   Shard s(ckpt_config(), W, world.layout.tp_rank);
   msg = error_of([&] {
-    save_checkpoint(dir_, s.params, s.opt, {2, 0, 0, W, 1, config_yaml(ckpt_config(false, 16), W)}, world, 3);
+    save_checkpoint(dir_, s.params, s.opt,
+                    {2, 0, 0, W, 1, config_yaml(ckpt_config(false, 16), W), std::nullopt, std::nullopt}, world, 3);
   });
   EXPECT_NE(msg.find("describes another model"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(checkpoint_dir(dir_, 2) + ".tmp"));

@@ -162,7 +162,8 @@ inline void save_reference(const std::string& run_dir, const config::ModelConfig
   dist::World world = dist::World::create(tp);
   Shard s(cfg, tp, world.layout.tp_rank);
   fill(s, ref, step + 100);
-  CheckpointMeta meta{step, 1000 + static_cast<uint64_t>(step), 77, 0, 0, config_yaml(cfg, tp)};
+  CheckpointMeta meta{step,        1000 + static_cast<uint64_t>(step), 77, 0, 0, config_yaml(cfg, tp), std::nullopt,
+                      std::nullopt};
   save_checkpoint(run_dir, s.params, s.opt, meta, world, keep_last);
 }
 

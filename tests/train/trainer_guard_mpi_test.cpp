@@ -123,6 +123,23 @@ TEST(TrainerGuard, TheDataIsCheckedBeforeTheModelIsBuilt) {
   expect_error([&] { train(make_config(dir, huge), RunDirMode::fresh); }, "does not fit in this host's memory");
 }
 
+// Each rank reads data.train itself (a copy on each node's disk is allowed): a stale copy on one
+// node trained its ranks on other tokens with no word. Here rank 0 and the others are given
+// different data at their data.train; every rank refuses, naming the hashes.
+TEST(TrainerGuard, DataThatDiffersBetweenRanksIsRefused) {
+  if (world_size() < 2) return;  // the same on every rank: nothing to compare
+  const std::string dir = scratch_dir("ranks_a");
+  const std::string other = echo::testing::make_scratch_datasets("echo_guard", "ranks_b", 12, {"train"});
+  const std::string data = world_rank() == 0 ? dir + "/data/train" : other + "/data/train";
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.train=" + data, "run.out_dir=" + dir + "/run"}), RunDirMode::fresh);
+      },
+      " is not the same data on every rank: rank 0 reads content hash ");
+  sync();
+  EXPECT_EQ(train(make_config(dir), RunDirMode::fresh).steps_done, 4);
+}
+
 // A plan beyond the host's memory is refused at start-up in words, before the model is allocated
 // (before, the CPU backend ran for most of a minute into std::bad_alloc or the OOM killer).
 // Hidden 4096, FFN 2^20 and 10 layers over tp 2 put 10 x 3 x 4096 x 2^19 MLP parameters on each
@@ -350,6 +367,12 @@ TEST(TrainerGuard, AResumeRefusesAnotherModelOrDataAndKeepsTheConfig) {
         train(make_config(dir, {"data.train=" + dir + "/copy/train", "train.steps=12"}), RunDirMode::resume);
       },
       "('data.train': " + dir + "/copy/train holds other data than when the checkpoint was saved (content hash ");
+  // The same file under another spelling is still the run's data rewritten in place, not moved.
+  expect_error(
+      [&] {
+        train(make_config(dir, {"data.train=" + dir + "/./copy/train", "train.steps=12"}), RunDirMode::resume);
+      },
+      "('data.train': " + dir + "/./copy/train holds other data than when the checkpoint was saved (content hash ");
   // A prefix that names nothing is named as missing, not as other data.
   expect_error(
       [&] {

@@ -220,16 +220,17 @@ void check_optim(const Config& c, const Origins& o) {
 
 }  // namespace
 
-void check_config(const Config& config, const Origins& origins, int world_size) {
+void check_config(const Config& config, const Origins& origins, int world_size, LayoutChecks layout) {
   ECHO_CHECK(world_size >= 0, "world_size must be >= 0 (0: not known yet), got {}", world_size);
   Config values = config;  // the key table visits mutable structs; checking changes nothing
   RangeChecker ranges("", origins);
   schema::visit(values, ranges);
   check_model(config, origins);
-  check_tp_split(config, origins);
   check_batch(config, origins, world_size);
   check_backend(config, origins);
   check_optim(config, origins);
+  if (layout == LayoutChecks::later) return;
+  check_tp_split(config, origins);
   check_linear(config, origins);
   check_memory(config, origins);
   check_p2p(config, origins);

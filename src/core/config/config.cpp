@@ -120,19 +120,20 @@ bool Config::operator==(const Config& o) const {
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides, int world_size) {
+                    const std::vector<std::string>& overrides, int world_size, LayoutChecks layout) {
   ECHO_CHECK(world_size >= 0, "world_size must be >= 0 (0: not known yet), got {}", world_size);
   Origins origins(source_name);
   YAML::Node root = parse_yaml(yaml_text, source_name);
   apply_overrides(root, overrides, origins);
   Config config = read_config(root, origins);
-  check_config(config, origins, world_size);
+  check_config(config, origins, world_size, layout);
   config.source = source_name;
   return config;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
-  return parse_config(read_config_file(path), path, overrides, world_size);
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
+                   LayoutChecks layout) {
+  return parse_config(read_config_file(path), path, overrides, world_size, layout);
 }
 
 bool config_file_sets(const std::string& path, const std::string& dotted_key) {
@@ -142,7 +143,7 @@ bool config_file_sets(const std::string& path, const std::string& dotted_key) {
 void validate(const Config& config, int world_size) {
   // A Config built in code has no lines to point at: errors name its source, if any.
   const Origins origins(config.source.empty() ? "config" : config.source);
-  check_config(config, origins, world_size);
+  check_config(config, origins, world_size, LayoutChecks::now);
 }
 
 std::vector<std::string> known_keys() {

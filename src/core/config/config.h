@@ -255,12 +255,20 @@ struct Config {
 // pass the same checks as the file) and validates. world_size > 0 also checks that it splits
 // into dp x tp and that global_batch is a multiple of micro_batch x dp; 0 skips those checks.
 // Every failure throws echo::Error naming the file and line (or the --set) and the dotted key.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {}, int world_size = 0);
+//
+// LayoutChecks::later is for a program that sets parallel.tp itself (echo_eval takes it from
+// --tp): the checks that depend on it (tp splitting heads, ffn and vocabulary; memory per rank;
+// INT8 shard widths; the transport's workspace) wait for validate() once it is set, so a file's
+// own parallel.tp, or the default 4, is neither refused nor used to refuse.
+enum class LayoutChecks { now, later };
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {}, int world_size = 0,
+                   LayoutChecks layout = LayoutChecks::now);
 
 // Same as load_config for YAML text already in memory; `source_name` stands in for the file
 // name in messages and in Config::source.
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides = {}, int world_size = 0);
+                    const std::vector<std::string>& overrides = {}, int world_size = 0,
+                    LayoutChecks layout = LayoutChecks::now);
 
 // The key ranges and cross-key checks of load_config, for a Config built or edited in code.
 void validate(const Config& config, int world_size = 0);

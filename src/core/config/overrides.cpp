@@ -68,17 +68,27 @@ Override parse_override(const std::string& text) {
 }
 
 // The dotted key of another place in `tree` that holds the very node `target` (a YAML anchor
-// and its aliases share one node), or "" when none does. `at` is where `tree` sits.
-std::string other_holder(const YAML::Node& tree, const std::string& at, const YAML::Node& target,
-                         const std::string& target_key) {
+// and its aliases share one node), or "" when none does. `at` is where `tree` sits. Each mapping
+// is walked once (`seen`): an alias of an enclosing mapping made the walk endless, and aliases of
+// aliases made it exponential.
+std::string holder_in(const YAML::Node& tree, const std::string& at, const YAML::Node& target,
+                      const std::string& target_key, std::vector<YAML::Node>& seen) {
   if (at != target_key && tree.is(target)) return at;
   if (!tree.IsMap()) return {};
+  for (const YAML::Node& done : seen)
+    if (done.is(tree)) return {};
+  seen.push_back(tree);
   for (const auto& kv : tree) {
     if (!kv.first.IsScalar()) continue;
-    const std::string found = other_holder(kv.second, schema::dotted(at, kv.first.Scalar()), target, target_key);
+    const std::string found = holder_in(kv.second, schema::dotted(at, kv.first.Scalar()), target, target_key, seen);
     if (!found.empty()) return found;
   }
   return {};
+}
+
+std::string other_holder(const YAML::Node& root, const YAML::Node& target, const std::string& target_key) {
+  std::vector<YAML::Node> seen;
+  return holder_in(root, "", target, target_key, seen);
 }
 
 void apply_override(YAML::Node& root, const Override& item, Origins& origins) {
@@ -111,7 +121,7 @@ void apply_override(YAML::Node& root, const Override& item, Origins& origins) {
     } else if (!child.IsMap()) {
       fail_at(set_where(item.text), fmt::format("cannot set a key inside '{}': it is not a mapping ({})", key,
                                                 origins.where_line(key, child.Mark().line + 1)));
-    } else if (const std::string shared = other_holder(root, "", child, key); !shared.empty()) {
+    } else if (const std::string shared = other_holder(root, child, key); !shared.empty()) {
       // A section that is an alias of another: a key set in it would change both.
       fail_at(set_where(item.text),
               fmt::format("'{}' is the same YAML node as '{}' (an anchor and its alias): setting a key in it would "

@@ -30,7 +30,8 @@ bool tree_sets(const YAML::Node& root, const std::string& dotted_key);
 // the wrong type are errors; absent keys keep their defaults. Records each key's line.
 Config read_config(const YAML::Node& root, Origins& origins);
 
-// Per-key ranges, then cross-key consistency (world_size 0: unknown, skip the dp checks).
-void check_config(const Config& config, const Origins& origins, int world_size);
+// Per-key ranges, then cross-key consistency (world_size 0: unknown, skip the dp checks;
+// LayoutChecks::later: skip those that depend on parallel.tp).
+void check_config(const Config& config, const Origins& origins, int world_size, LayoutChecks layout);
 
 }  // namespace echo::config
