@@ -167,6 +167,48 @@ size_t line_of(std::string_view text, size_t offset) {
   return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
 }
 
+// nlohmann's parser takes a NUL byte for the end of its input: the rest of a JSONL line, or of a
+// whole JSON array file, was dropped with exit status 0. No JSON text holds a raw NUL (a string
+// writes \u0000), so one is refused, by line and column. `text` starts at line `first_line`.
+void refuse_nul(std::string_view text, const std::string& path, size_t first_line) {
+  const size_t at = text.find('\0');
+  if (at == std::string_view::npos) return;
+  const size_t line_start = text.rfind('\n', at);
+  const size_t column = at - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+  ECHO_INPUT_FAIL(
+      "{}:{}: a NUL byte at column {}: JSON text cannot hold one (a string writes \\u0000); a file full of "
+      "them is UTF-16 or UTF-32, which echo_prep does not read: convert it to UTF-8 (iconv -t UTF-8)",
+      path, first_line + line_of(text, at) - 1, column);
+}
+
+// A UTF-16 or UTF-32 byte-order mark at the start of `head` (a file's first bytes): echo_prep
+// reads UTF-8, and took such a file's letters and NULs as bytes with no word.
+void refuse_utf16(std::string_view head, const std::string& path) {
+  const bool utf16 = head.starts_with("\xFF\xFE") || head.starts_with("\xFE\xFF");
+  const bool utf32 =
+      head.starts_with(std::string_view("\xFF\xFE\0\0", 4)) || head.starts_with(std::string_view("\0\0\xFE\xFF", 4));
+  ECHO_INPUT_CHECK(!utf16 && !utf32,
+                   "input '{}' starts with a {} byte-order mark: echo_prep reads UTF-8; convert it first (iconv -f {} "
+                   "-t UTF-8)",
+                   path, utf32 ? "UTF-32" : "UTF-16", utf32 ? "UTF-32" : "UTF-16");
+}
+
+// `text` with each CRLF and each lone CR made an LF.
+std::string unix_line_endings(std::string text) {
+  if (text.find('\r') == std::string::npos) return text;
+  std::string lf;
+  lf.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      lf += text[i];
+      continue;
+    }
+    lf += '\n';
+    if (i + 1 < text.size() && text[i + 1] == '\n') ++i;
+  }
+  return lf;
+}
+
 // The text of one JSON document: a string, or an object's `key` string. `where` names it.
 std::string text_of(const Json& value, const std::string& key, const std::string& where) {
   if (value.is_string()) return value.get<std::string>();
@@ -198,6 +240,7 @@ class DocumentReader {
           bytes_read_ += line.size() + 1;
           if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are no documents
           const std::string where = fmt::format("{}:{}", o_.inputs[file_idx_ - 1], line_no_);
+          refuse_nul(line, o_.inputs[file_idx_ - 1], line_no_);
           Json value;
           try {
             value = Json::parse(line);
@@ -224,11 +267,12 @@ class DocumentReader {
       // skips): '[' means the whole file is one JSON array.
       std::ifstream probe(path, std::ios::binary);
       ECHO_INPUT_CHECK(probe.good(), "cannot read input '{}': {}", path, std::strerror(errno));
-      char bom[3] = {};
-      if (!(probe.read(bom, 3) && std::string_view(bom, 3) == "\xEF\xBB\xBF")) {
-        probe.clear();
-        probe.seekg(0);
-      }
+      char head[4] = {};
+      probe.read(head, 4);
+      const std::string_view first(head, static_cast<size_t>(probe.gcount()));
+      refuse_utf16(first, path);
+      probe.clear();
+      probe.seekg(first.starts_with("\xEF\xBB\xBF") ? 3 : 0);
       char c = 0;
       while (probe.get(c) && std::isspace(static_cast<unsigned char>(c))) {
       }
@@ -236,6 +280,7 @@ class DocumentReader {
       if (c == '[') {
         const std::string text = read_file(path);
         bytes_read_ += text.size();
+        refuse_nul(text, path, 1);
         Json array;
         try {
           array = Json::parse(text);
@@ -256,21 +301,22 @@ class DocumentReader {
     }
     std::string text = read_file(path);
     bytes_read_ += text.size();
+    refuse_utf16(text, path);
     if (o_.text_split == "file") {
       pending_.push_back(std::move(text));
       return;
     }
     // "line": every line that is not blank (only spaces and tabs); "paragraph": runs of lines between
-    // blank lines. A CRLF line ending is a line ending, not text of the document.
-    std::istringstream lines(text);
+    // blank lines. CRLF (Windows) and a lone CR (classic Mac OS) end a line as LF does: they were
+    // kept as text, and a CR-only file was one document.
+    std::istringstream lines(unix_line_endings(std::move(text)));
     std::string line, paragraph;
     const auto flush = [&] {
       if (!paragraph.empty()) pending_.push_back(std::move(paragraph));
       paragraph.clear();
     };
     while (std::getline(lines, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();  // a CRLF line ending is a line ending
-      const bool blank = line.find_first_not_of(" \t\r") == std::string::npos;
+      const bool blank = line.find_first_not_of(" \t") == std::string::npos;
       if (o_.text_split == "line") {
         if (!blank) pending_.push_back(line);
       } else if (blank) {
@@ -403,6 +449,20 @@ void check_inputs_distinct(const Options& o) {
   }
 }
 
+// A directory at one of the names the run writes or replaces (PREFIX.idx, .meta.json.tmp, ...) was
+// found only after all the encoding, and at the sidecar's name after the .bin and .idx were
+// already replaced: the old dataset lost its sidecar and the new one had none.
+void check_outputs_are_files(const Options& o) {
+  std::vector<OutputFile> outputs = files_of("--output-prefix", o.output_prefix);
+  if (!o.valid_prefix.empty())
+    for (OutputFile& f : files_of("--valid-prefix", o.valid_prefix)) outputs.push_back(std::move(f));
+  for (const OutputFile& out : outputs) {
+    std::error_code ec;
+    ECHO_INPUT_CHECK(!std::filesystem::is_directory(std::filesystem::symlink_status(out.path, ec)),
+                     "{} is a directory, where {} writes a file of its dataset; move it away", out.path, out.option);
+  }
+}
+
 void validate(Options& o) {
   ECHO_INPUT_CHECK(!o.inputs.empty(), "--input: no files given");
   check_inputs_distinct(o);
@@ -435,6 +495,7 @@ void validate(Options& o) {
                      path);
   }
   check_inputs_are_not_outputs(o);
+  check_outputs_are_files(o);
   if (o.num_threads <= 0)
     o.num_threads = std::min(kMaxThreads, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }

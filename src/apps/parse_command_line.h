@@ -36,10 +36,34 @@ inline void refuse_empty_values(CLI::App& app, int argc, char** argv) {
   }
 }
 
+// CLI11 (2.1) converts an integer with strtoll's base 0: `--seed 010` ran seed 8, `--batches 0x10`
+// 16 batches, and `--seed 09` failed as "Could not convert". Every integer option (CLI11's type
+// INT or UINT) takes decimal digits, a sign allowed, and no leading zero.
+inline void require_decimal_integers(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& text) {
+        const size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+        const bool all_digits =
+            text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
+        if (!all_digits) return text + " is not a whole number in decimal digits";
+        if (text[digits] == '0' && text.size() > digits + 1)
+          return text + " has a leading zero, which would read it as octal: write it without";
+        return std::string();
+      },
+      "");
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    if (base == "INT" || base == "UINT") opt->check(decimal);
+  }
+}
+
 // app.parse(argc, argv); throws CLI::ExtrasError naming the arguments not understood when there
-// are any, whatever else is wrong, and refuses empty values (refuse_empty_values).
+// are any, whatever else is wrong, and refuses empty values (refuse_empty_values) and integers
+// that are not plain decimal (require_decimal_integers).
 inline void parse_naming_unknown_options(CLI::App& app, int argc, char** argv) {
   refuse_empty_values(app, argc, argv);
+  require_decimal_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RequiredError&) {

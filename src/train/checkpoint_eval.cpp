@@ -426,6 +426,12 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                  ckpt.path, rep.kind, rep.step >= 0 ? fmt::format(", step {}", rep.step) : std::string(), tp, dp,
                  comm::describe(*blocks), cfg.train.eval_batches, cfg.train.global_batch / (mb * dp), mb,
                  cfg.data.seq_len, prefix, cfg.data.eos_id, eos.source);
+  // Allowed (how far RoPE extrapolates is a fair question to measure), but said.
+  if (rank == 0 && cfg.data.seq_len > cfg.model.max_position_embeddings)
+    logger->warn(
+        "evaluating sequences of {} tokens, longer than the {} positions the model's config says it handles "
+        "(model.max_position_embeddings): the loss measures RoPE beyond its trained context",
+        cfg.data.seq_len, cfg.model.max_position_embeddings);
 
   std::vector<int32_t> tokens, targets;
   const EvalLoss result = evaluate_loss(model, loader, world.dp, spec, tokens, targets);

@@ -209,6 +209,16 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   // the checkpoint's weights instead.
   const bool from_hf = !cfg.run.init_from.empty() && !resume_from;
   const std::optional<int> init_context = from_hf ? check_init_from_config(cfg.run.init_from, cfg.model) : std::nullopt;
+  // Training sequences longer than the context the checkpoints' config.json will claim (the
+  // model's, or run.init_from's): transformers would be told a 128-token model handles 16.
+  const int context = init_context.value_or(cfg_.model.max_position_embeddings);
+  ECHO_INPUT_CHECK(
+      cfg.data.seq_len <= context,
+      "'data.seq_len' = {} is longer than the model's context, {} positions ({}): the checkpoints' "
+      "config.json would claim a context shorter than the sequences trained on; raise "
+      "model.max_position_embeddings or lower data.seq_len",
+      cfg.data.seq_len, context,
+      init_context ? "max_position_embeddings of run.init_from's config.json" : "'model.max_position_embeddings'");
 
   shape_ = model::make_model_shape(cfg.model, L.tp, L.tp_rank);
   {
@@ -235,10 +245,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   if (from_hf) {
     load_hf_weights(cfg.run.init_from, model_->params(), world);
     // config.json of our checkpoints carries the context of the model we started from, not ours.
-    if (init_context && *init_context != cfg_.model.max_position_embeddings) {
-      logger->info("model.max_position_embeddings = {} from {} (was {})", *init_context, cfg.run.init_from,
+    if (context != cfg_.model.max_position_embeddings) {  // run.init_from's config.json gave one
+      logger->info("model.max_position_embeddings = {} from {} (was {})", context, cfg.run.init_from,
                    cfg_.model.max_position_embeddings);
-      cfg_.model.max_position_embeddings = *init_context;
+      cfg_.model.max_position_embeddings = context;
     }
   }
   optimizer_ = std::make_unique<AdamW>(model_->params());

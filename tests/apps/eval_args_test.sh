@@ -20,6 +20,17 @@ for opt in --tp --batches --micro-batch --global-batch --seq-len; do
   refused "$opt 0" "$opt 0: must be positive" "$opt" 0
   refused "$opt -2" "$opt -2: must be positive" "$opt" -2
 done
+# CLI11 read a leading zero as octal and 0x as hexadecimal: --batches 010 evaluated 8 batches.
+# Refused by the command-line parser (CLI11's exit status 105 for a value that fails a check).
+for case in "--batches 010|--batches: 010 has a leading zero, which would read it as octal" \
+    "--seq-len 0x10|--seq-len: 0x10 is not a whole number in decimal digits"; do
+  args=${case%%|*} message=${case#*|}
+  # shellcheck disable=SC2086 # the option and its value are two words
+  out=$(timeout 60 "$build/echo_eval" /nonexistent/checkpoint $args 2>&1 </dev/null); rc=$?
+  if ((rc != 105)); then bad "$args: exit $rc, expected 105" "$out"
+  elif [[ $out != *"$message"* ]]; then bad "$args: missing '$message'" "$out"
+  else ok "$args"; fi
+done
 # The layout is --tp's: a --set of parallel.tp (silently ignored before) is refused naming --tp.
 refused "--set parallel.tp" "--set parallel.tp: echo_eval takes its layout from --tp" --set parallel.tp=2
 # Without the options, the checkpoint is what is wrong.

@@ -575,6 +575,9 @@ TEST_F(ConfigFile, EveryRangeIsEnforced) {
       {"comm: {compensator: {beta2: 1.0}}", "'comm.compensator.beta2' = 1.0 is out of range [0, 1)"},
       {"comm: {telemetry_interval: -1}", "'comm.telemetry_interval' = -1 must be >= 0"},
       {"optim: {lr: 0}", "'optim.lr' = 0.0 must be > 0"},
+      // Above 0 as a double, 0 in the fp32 update: eps 0 made 0/0 = NaN at step 1.
+      {"optim: {eps: 1e-46}", "'optim.eps' = 1.0e-46 is 0 in fp32"},
+      {"optim: {lr: 1e-320}", "'optim.lr' = 1.0e-320 is 0 in fp32"},
       {"optim: {min_lr: -1.0e-5}", "'optim.min_lr' = -1.0e-05 must be >= 0"},
       {"optim: {beta2: 1.0}", "'optim.beta2' = 1.0 is out of range [0, 1)"},
       // Below 1 as a double, 1.0f in the fp32 update: the moments would never move.

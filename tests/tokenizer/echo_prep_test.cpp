@@ -154,6 +154,15 @@ TEST_F(EchoPrep, TextFilesAndTheirSplits) {
                 dir_.path("cp")),
             0);
   EXPECT_THAT(documents_of(dir_.path("cp")), ::testing::ElementsAre("para one\nstill one", "para two"));
+  // Lone CRs (classic Mac OS): the whole file was one document.
+  const std::string cr = dir_.write("cr.txt", "first\rsecond\r\rthird\r");
+  ASSERT_EQ(
+      run("--format text --text-split line --input " + cr + " --tokenizer byte --output-prefix " + dir_.path("cr")), 0);
+  EXPECT_THAT(documents_of(dir_.path("cr")), ::testing::ElementsAre("first", "second", "third"));
+  // UTF-16 (here with its byte-order mark) was stored as letters and NULs with no word.
+  const std::string utf16 = dir_.write("utf16.txt", std::string("\xFF\xFEh\0i\0", 6));
+  EXPECT_NE(run("--format text --input " + utf16 + " --tokenizer byte --output-prefix " + dir_.path("u")), 0);
+  EXPECT_THAT(err_, HasSubstr("input '" + utf16 + "' starts with a UTF-16 byte-order mark: echo_prep reads UTF-8"));
 }
 
 TEST_F(EchoPrep, OutputDoesNotDependOnThreadsOrChunks) {
@@ -197,6 +206,11 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   refused("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n", ":2: malformed JSON line");
   refused("huge.json", "[{\"text\": \"b\", \"n\": -1e400}]", ": malformed JSON array");
   refused("arr.json", "[\"a\",\n\"b\",\n]", ":3: malformed JSON array");
+  // The JSON parser stops at a NUL byte: the rest of the line, or of the whole array, was dropped.
+  refused("nul.jsonl", std::string("{\"text\": \"kept\"}\n{\"text\":\"a\"}\0{\"text\": \"lost\"}\n", 47),
+          ":2: a NUL byte at column 13: JSON text cannot hold one");
+  refused("nul.json", std::string("[\"first\",\n\"x\"]\0, \"lost\"]\n", 25), ":2: a NUL byte at column 5");
+  refused("utf16.jsonl", std::string("\xFE\xFF\0{", 4), "' starts with a UTF-16 byte-order mark");
 
   EXPECT_NE(run("--input " + dir_.path("missing.jsonl") + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
   EXPECT_THAT(err_, HasSubstr("input '" + dir_.path("missing.jsonl") + "' does not exist"));
@@ -245,7 +259,10 @@ TEST_F(EchoPrep, SeedMustBeAWholeNumberThatFits) {
                            " --valid-prefix " + dir_.path("v") + " --valid-fraction 0.5 --seed ";
   const std::pair<std::string, std::string> bad[] = {{"-1", "-1 is not a whole number >= 0"},
                                                      {"18446744073709551616", "18446744073709551616 is above 2^64 - 1"},
-                                                     {"1.5", "1.5 is not a whole number >= 0"}};
+                                                     {"1.5", "1.5 is not a whole number >= 0"},
+                                                     // CLI11 reads a leading zero as octal: 010 ran seed 8
+                                                     {"010", "010 has a leading zero"},
+                                                     {"09", "09 has a leading zero"}};
   for (const auto& [seed, message] : bad) {
     EXPECT_NE(run(base + seed), 0) << seed;
     EXPECT_THAT(err_, HasSubstr("--seed: " + message)) << seed;
@@ -260,9 +277,11 @@ TEST_F(EchoPrep, OutputPathErrorsArePlainMessages) {
   const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n");
   fs::create_directories(dir_.path("d.bin"));  // the .bin's name is taken by a directory
   EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("d")), 1);
-  EXPECT_THAT(err_,
-              HasSubstr("cannot rename " + dir_.path("d.bin.tmp") + " to " + dir_.path("d.bin") + ": Is a directory"));
+  // Named before anything is read (it was found at the rename, after all the encoding).
+  EXPECT_THAT(err_, HasSubstr(dir_.path("d.bin") + " is a directory, where --output-prefix '" + dir_.path("d") +
+                              "' writes a file of its dataset; move it away"));
   EXPECT_THAT(err_, Not(HasSubstr("[check ")));
+  EXPECT_FALSE(fs::exists(dir_.path("d.bin.tmp")));
 }
 
 TEST_F(EchoPrep, InvalidUtf8IsCountedAndReported) {
@@ -571,17 +590,17 @@ TEST_F(EchoPrep, AOneSidedSplitFailsAndKeepsTheWrittenSide) {
   EXPECT_EQ(data::read_dataset_meta(valid)->documents, 20u);
   EXPECT_FALSE(fs::exists(train + ".bin.tmp"));
 
-  // The validation side failing after the training side is in place (here its sidecar's temporary
-  // name is a directory): the error said only what failed, not what was written.
+  // A directory at a name the run writes was found only after the encoding, at the sidecar's
+  // temporary name after the .bin and .idx were replaced (the old data lost its sidecar). Now
+  // before anything is read; both datasets are as they were.
+  const std::string train_bin = slurp(train + ".bin"), valid_bin = slurp(valid + ".bin");
   fs::create_directories(valid + ".meta.json.tmp/blocker");
   EXPECT_EQ(run(base + "0.5"), 1);
-  EXPECT_THAT(err_, HasSubstr(valid + ".meta.json.tmp: cannot remove what is at this temporary name"));
-  EXPECT_THAT(err_, HasSubstr("; the training split " + train + ".{bin,idx,meta.json} was written in full ("));
-  EXPECT_THAT(err_,
-              HasSubstr("the validation split '" + valid + "' was not written in full: fix the cause and run again"));
-  ASSERT_TRUE(data::read_dataset_meta(train).has_value());
-  EXPECT_EQ(data::read_dataset_meta(train)->documents, data::IndexedDataset::open(train).num_documents());
-  EXPECT_LT(data::IndexedDataset::open(train).num_documents(), texts.size());
+  EXPECT_THAT(err_, HasSubstr(valid + ".meta.json.tmp is a directory, where --valid-prefix '" + valid +
+                              "' writes a file of its dataset; move it away"));
+  EXPECT_EQ(slurp(train + ".bin"), train_bin);
+  EXPECT_EQ(slurp(valid + ".bin"), valid_bin);
+  EXPECT_TRUE(data::read_dataset_meta(valid).has_value());
 }
 
 // echo_prep started with its stderr in `log`, no signal blocked and SIGINT, SIGTERM and SIGHUP at

@@ -140,6 +140,16 @@ TEST(TrainerGuard, DataThatDiffersBetweenRanksIsRefused) {
   EXPECT_EQ(train(make_config(dir), RunDirMode::fresh).steps_done, 4);
 }
 
+// Sequences longer than model.max_position_embeddings trained silently, and the checkpoints'
+// config.json then told transformers the model handles fewer positions than it was trained on.
+TEST(TrainerGuard, SequencesLongerThanTheContextAreRefused) {
+  const std::string dir = scratch_dir("context");
+  expect_error([&] { train(make_config(dir, {"model.max_position_embeddings=8"}), RunDirMode::fresh); },
+               "'data.seq_len' = 16 is longer than the model's context, 8 positions ('model.max_position_embeddings')");
+  sync();
+  EXPECT_EQ(train(make_config(dir, {"model.max_position_embeddings=16"}), RunDirMode::fresh).steps_done, 4);
+}
+
 // A plan beyond the host's memory is refused at start-up in words, before the model is allocated
 // (before, the CPU backend ran for most of a minute into std::bad_alloc or the OOM killer).
 // Hidden 4096, FFN 2^20 and 10 layers over tp 2 put 10 x 3 x 4096 x 2^19 MLP parameters on each

@@ -40,6 +40,16 @@ Check fp32_decay() {
   }};
 }
 
+Check fp32_positive() {
+  return {[](double v) {
+    if (!(v > 0)) return std::string("must be > 0");
+    // The update runs in fp32: 1e-46 is > 0 as a double but 0 there (eps 0 divides 0 by 0).
+    if (!(static_cast<float>(v) > 0.0f))
+      return std::string("is 0 in fp32, which the update computes in; the smallest usable value is 1.4e-45");
+    return std::string();
+  }};
+}
+
 Check power_of_two(double lo, double hi) {
   return {[lo, hi](double v) {
     const auto n = static_cast<std::int64_t>(v);

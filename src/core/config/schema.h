@@ -23,6 +23,7 @@ Check greater_than(double lo);
 Check in_closed(double lo, double hi);
 Check in_half_open(double lo, double hi);  // [lo, hi)
 Check fp32_decay();                        // [0, 1) and below 1 once rounded to fp32
+Check fp32_positive();                     // > 0 and above 0 once rounded to fp32
 Check power_of_two(double lo, double hi);
 Check one_of(std::vector<int> allowed);
 Check even_at_least(double lo, std::string why);
@@ -152,11 +153,11 @@ void visit(LinearConfig& c, V& v) {
 
 template <class V>
 void visit(OptimConfig& c, V& v) {
-  v.field("lr", c.lr, "peak learning rate", greater_than(0));
+  v.field("lr", c.lr, "peak learning rate", fp32_positive());
   v.field("min_lr", c.min_lr, "learning rate at the end of the decay, <= lr", at_least(0));
   v.field("beta1", c.beta1, "AdamW first-moment decay", fp32_decay());
   v.field("beta2", c.beta2, "AdamW second-moment decay", fp32_decay());
-  v.field("eps", c.eps, "AdamW epsilon", greater_than(0));
+  v.field("eps", c.eps, "AdamW epsilon", fp32_positive());
   v.field("weight_decay", c.weight_decay,
           "decoupled weight decay (the matrices except the embedding; an untied LM head decays)", at_least(0));
   v.field("grad_clip", c.grad_clip, "clip of the global gradient norm; 0 = off", at_least(0));
