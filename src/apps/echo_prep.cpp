@@ -216,7 +216,9 @@ std::string text_of(const Json& value, const std::string& key, const std::string
                    key, value.type_name());
   const auto it = value.find(key);
   ECHO_INPUT_CHECK(it != value.end(), "{}: no \"{}\" field", where, key);
-  ECHO_INPUT_CHECK(it->is_string(), "{}: \"{}\" is a {}, not a string", where, key, it->type_name());
+  const std::string type = it->type_name();  // "number", "object", "array", "boolean", "null"
+  ECHO_INPUT_CHECK(it->is_string(), "{}: \"{}\" is {} {}, not a string", where, key,
+                   type == "object" || type == "array" ? "an" : "a", type);
   return it->get<std::string>();
 }
 

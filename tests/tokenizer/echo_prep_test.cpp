@@ -201,6 +201,7 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   };
   refused("notext.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"body\": \"c\"}\n", ":3: no \"text\" field");
   refused("num.jsonl", "{\"text\": 5}\n", ":1: \"text\" is a number, not a string");
+  refused("obj.jsonl", "{\"text\": {\"a\": 1}}\n", ":1: \"text\" is an object, not a string");
   // A number past double's range is nlohmann's out_of_range, not a parse_error: it escaped
   // without the file and line.
   refused("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n", ":2: malformed JSON line");
