@@ -150,7 +150,9 @@ config::Config model_of(const Json& j, const std::string& what) {
   ECHO_INPUT_CHECK(j["model_type"] == "qwen3", "{}: model_type {} is not qwen3 (echo runs Qwen3 models only)", what,
                    json_excerpt(j["model_type"]));
   auto integer = [&](const char* key) -> int {
-    ECHO_INPUT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: '{}' is missing or not an integer", what, key);
+    ECHO_INPUT_CHECK(j.contains(key), "{}: '{}' is missing", what, key);
+    // 1e20 or 40960.0 (a float in JSON) is no integer; said with the value, not as "missing".
+    ECHO_INPUT_CHECK(j[key].is_number_integer(), "{}: '{}' = {} is not an integer", what, key, json_excerpt(j[key]));
     // NOTE: checked before the narrowing: 2^32 + 64 would wrap to 64, 2^31 to a negative.
     constexpr uint64_t kMax = uint64_t{1} << 30;
     const uint64_t v = j[key].is_number_unsigned() ? j[key].get<uint64_t>() : 0;

@@ -321,7 +321,9 @@ TEST_F(InitFromConfig, WhatEchoEvalRefusesIsRefused) {
       {{{"max_position_embeddings", 2147483648}}, "'max_position_embeddings' = 2147483648 is out of range [1, 1073741824]"},
       {{{"max_position_embeddings", -5}}, "'max_position_embeddings' = -5 is out of range [1, 1073741824]"},
       {{{"max_position_embeddings", 4294967360}}, "'max_position_embeddings' = 4294967360 is out of range"},
-      {{{"max_position_embeddings", 4096.5}}, "'max_position_embeddings' is missing or not an integer"},
+      {{{"max_position_embeddings", 4096.5}}, "'max_position_embeddings' = 4096.5 is not an integer"},
+      // A float past any integer was called "missing".
+      {{{"max_position_embeddings", 1e20}}, "'max_position_embeddings' = 1e+20 is not an integer"},
   };
   for (const auto& [change, needle] : cases) {
     write(change);
