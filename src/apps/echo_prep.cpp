@@ -45,6 +45,7 @@
 #include "apps/parse_command_line.h"
 #include "apps/seed_option.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/remove_on_signal.h"
 #include "core/same_file.h"
@@ -193,6 +194,20 @@ void refuse_utf16(std::string_view head, const std::string& path) {
                    path, utf32 ? "UTF-32" : "UTF-16", utf32 ? "UTF-32" : "UTF-16");
 }
 
+// --format text and JSON array files are read whole (then their documents queued): one larger
+// than the memory available ended in a bare std::bad_alloc naming no file.
+void refuse_larger_than_memory(const std::string& path, const char* read_whole) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  const std::optional<size_t> available = host_memory_available_bytes();
+  if (ec || !available || size <= *available) return;
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  ECHO_INPUT_FAIL(
+      "input '{}' is {:.1f} GiB, more than the {:.1f} GiB of memory available: {} is read whole; split it "
+      "into smaller files, or write it as JSONL (one JSON object a line), which is read line by line",
+      path, static_cast<double>(size) / kGiB, static_cast<double>(*available) / kGiB, read_whole);
+}
+
 // `text` with each CRLF and each lone CR made an LF.
 std::string unix_line_endings(std::string text) {
   if (text.find('\r') == std::string::npos) return text;
@@ -280,6 +295,7 @@ class DocumentReader {
       }
       probe.close();
       if (c == '[') {
+        refuse_larger_than_memory(path, "a JSON array file");
         const std::string text = read_file(path);
         bytes_read_ += text.size();
         refuse_nul(text, path, 1);
@@ -301,6 +317,7 @@ class DocumentReader {
       line_no_ = 0;
       return;
     }
+    refuse_larger_than_memory(path, "--format text");
     std::string text = read_file(path);
     bytes_read_ += text.size();
     refuse_utf16(text, path);
@@ -376,7 +393,16 @@ void create_parent(const std::string& prefix) {
   if (parent.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
-  ECHO_INPUT_CHECK(!ec, "cannot create directory '{}' for '{}': {}", parent.string(), prefix, ec.message());
+  if (!ec) return;
+  // A dangling symbolic link in the way read as "File exists": say what it points at.
+  std::error_code link_ec;
+  for (std::filesystem::path p = parent; !p.empty() && p != p.parent_path(); p = p.parent_path()) {
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, link_ec))) continue;
+    if (std::filesystem::exists(p, link_ec)) break;
+    ECHO_INPUT_FAIL("cannot create directory '{}' for '{}': '{}' is a symbolic link to '{}', which does not exist",
+                    parent.string(), prefix, p.string(), std::filesystem::read_symlink(p, link_ec).string());
+  }
+  ECHO_INPUT_FAIL("cannot create directory '{}' for '{}': {}", parent.string(), prefix, ec.message());
 }
 
 // A prefix must end in a file name: "dir/" would write the hidden files dir/.bin and dir/.idx.

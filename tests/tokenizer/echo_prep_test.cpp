@@ -272,6 +272,30 @@ TEST_F(EchoPrep, SeedMustBeAWholeNumberThatFits) {
   EXPECT_EQ(run(base + "18446744073709551615"), 0) << err_;
 }
 
+// A --format text input (read whole) larger than the memory available ended in a bare
+// std::bad_alloc naming no file. A sparse 1 TiB file stands for it: no byte of it is read.
+TEST_F(EchoPrep, AnInputLargerThanMemoryIsNamed) {
+  const std::string big = dir_.path("big.txt");
+  std::ofstream(big).close();
+  std::error_code ec;
+  fs::resize_file(big, uintmax_t{1} << 40, ec);
+  ASSERT_FALSE(ec) << "the scratch folder's file system cannot hold a sparse 1 TiB file: " << ec.message();
+  EXPECT_EQ(run("--format text --input " + big + " --tokenizer byte --output-prefix " + dir_.path("b")), 1);
+  EXPECT_THAT(err_, HasSubstr("input '" + big + "' is 1024.0 GiB, more than the "));
+  EXPECT_THAT(err_, HasSubstr("of memory available: --format text is read whole; split it into smaller files"));
+  EXPECT_FALSE(fs::exists(dir_.path("b.bin")));
+  fs::remove(big);
+}
+
+// A dangling symbolic link where the output folder should be read as "File exists".
+TEST_F(EchoPrep, AnOutputFolderThatIsADanglingLinkIsNamed) {
+  const std::string in = dir_.write("in.jsonl", "{\"text\": \"a\"}\n");
+  fs::create_symlink(dir_.path("not_there"), dir_.path("out"));
+  EXPECT_EQ(run("--input " + in + " --tokenizer byte --output-prefix " + dir_.path("out") + "/x"), 1);
+  EXPECT_THAT(err_, HasSubstr("'" + dir_.path("out") + "' is a symbolic link to '" + dir_.path("not_there") +
+                              "', which does not exist"));
+}
+
 // An output file that cannot be written is the user's path problem: a plain message naming it,
 // not an internal error with a source location.
 TEST_F(EchoPrep, OutputPathErrorsArePlainMessages) {
