@@ -426,6 +426,14 @@ std::vector<OutputFile> files_of(const std::string& option, const std::string& p
   return files;
 }
 
+// Every file of this run's datasets: --output-prefix's, then --valid-prefix's.
+std::vector<OutputFile> outputs_of(const Options& o) {
+  std::vector<OutputFile> outputs = files_of("--output-prefix", o.output_prefix);
+  if (!o.valid_prefix.empty())
+    for (OutputFile& f : files_of("--valid-prefix", o.valid_prefix)) outputs.push_back(std::move(f));
+  return outputs;
+}
+
 // The two prefixes must not share a file under two spellings ("d/x" and "d/./x", a symlinked
 // directory): both writers would write one .bin.tmp, and the second rename leaves one half of the
 // split without its sidecar.
@@ -442,11 +450,7 @@ void check_prefixes_differ(const Options& o) {
 // and renames over the others at the end, so such an input is lost (or read back empty) however
 // its path is spelled. Checked before anything is written.
 void check_inputs_are_not_outputs(const Options& o) {
-  std::vector<OutputFile> outputs = files_of("--output-prefix", o.output_prefix);
-  if (!o.valid_prefix.empty()) {
-    std::vector<OutputFile> valid = files_of("--valid-prefix", o.valid_prefix);
-    outputs.insert(outputs.end(), valid.begin(), valid.end());
-  }
+  const std::vector<OutputFile> outputs = outputs_of(o);
   std::vector<std::pair<std::string, std::string>> reads;  // (role and path for messages, path)
   for (const std::string& path : o.inputs) reads.emplace_back(fmt::format("input '{}'", path), path);
   // The tokenizer is read whole before writing starts, but its file would be gone all the same.
@@ -481,10 +485,7 @@ void check_inputs_distinct(const Options& o) {
 // found only after all the encoding, and at the sidecar's name after the .bin and .idx were
 // already replaced: the old dataset lost its sidecar and the new one had none.
 void check_outputs_are_files(const Options& o) {
-  std::vector<OutputFile> outputs = files_of("--output-prefix", o.output_prefix);
-  if (!o.valid_prefix.empty())
-    for (OutputFile& f : files_of("--valid-prefix", o.valid_prefix)) outputs.push_back(std::move(f));
-  for (const OutputFile& out : outputs) {
+  for (const OutputFile& out : outputs_of(o)) {
     std::error_code ec;
     ECHO_INPUT_CHECK(!std::filesystem::is_directory(std::filesystem::symlink_status(out.path, ec)),
                      "{} is a directory, where {} writes a file of its dataset; move it away", out.path, out.option);

@@ -15,9 +15,9 @@ namespace echo::data {
 
 PrefixLock::PrefixLock(const std::string& prefix) : path_(path(prefix)) {
   // NOTE: O_RDWR, as RunDirLock opens its file: NFS and CIFS take an exclusive flock only on a
-  // descriptor open for writing. The holder unlinks the file when it is done. A process that opened the old file just
-  // before may then lock an inode no longer at the name, so the lock counts only once the name
-  // still leads to the locked file; otherwise the open is retried on the new one.
+  // descriptor open for writing. The holder unlinks the file when it is done. A process that
+  // opened the old file just before may then lock an inode no longer at the name, so the lock
+  // counts only once the name still leads to the locked file; otherwise the open is retried.
   for (int attempt = 0; attempt < 64; ++attempt) {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     ECHO_INPUT_CHECK(fd >= 0 || errno != ELOOP,

@@ -390,9 +390,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
     if (defaults_only) {
       const std::string was = fmt::format("{} x {}", spec.batches, cfg.train.global_batch);
       ECHO_INPUT_CHECK(fit_default_batches(cfg, spec, coverage.available, dp),
-                       "{} (--global-batch and --micro-batch "
-                       "set it)",
-                       what);
+                       "{} (--global-batch and --micro-batch set it)", what);
       mb = spec.micro_batch;
       if (rank == 0)
         logger->info(

@@ -147,6 +147,19 @@ uint64_t resumed_samples(const ResumePoint& point, const std::optional<config::C
   return consumed;
 }
 
+// Each rank opens data.train itself, possibly a copy on its node's own disk: a stale or partial
+// copy on one node trained its ranks on other tokens with no word. Collective over `world`; every
+// rank sees every hash, so all refuse together.
+void check_same_data_everywhere(uint64_t hash, const std::string& path, const dist::Communicator& world) {
+  std::vector<uint64_t> hashes(static_cast<size_t>(world.size()));
+  MPI_Allgather(&hash, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.get());
+  for (size_t r = 1; r < hashes.size(); ++r)
+    ECHO_INPUT_CHECK(hashes[r] == hashes[0],
+                     "'data.train' = {} is not the same data on every rank: rank 0 reads content hash {}, rank {} "
+                     "reads {} (a stale or partial copy on one node's disk?); every rank must read the same tokens",
+                     path, checksum_hex(hashes[0]), r, checksum_hex(hashes[r]));
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode mode) : cfg_(cfg), world_(world) {
@@ -340,23 +353,6 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
             ? std::string()
             : fmt::format(", and never decays toward 'optim.min_lr' = {}", cfg.optim.min_lr));
 }
-
-namespace {
-
-// Each rank opens data.train itself, possibly a copy on its node's own disk: a stale or partial
-// copy on one node trained its ranks on other tokens with no word. Collective over `world`; every
-// rank sees every hash, so all refuse together.
-void check_same_data_everywhere(uint64_t hash, const std::string& path, const dist::Communicator& world) {
-  std::vector<uint64_t> hashes(static_cast<size_t>(world.size()));
-  MPI_Allgather(&hash, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.get());
-  for (size_t r = 1; r < hashes.size(); ++r)
-    ECHO_INPUT_CHECK(hashes[r] == hashes[0],
-                     "'data.train' = {} is not the same data on every rank: rank 0 reads content hash {}, rank {} "
-                     "reads {} (a stale or partial copy on one node's disk?); every rank must read the same tokens",
-                     path, checksum_hex(hashes[0]), r, checksum_hex(hashes[r]));
-}
-
-}  // namespace
 
 // The training (and validation) data, checked against the config and the sidecar echo_prep wrote.
 void Trainer::open_data() {
