@@ -31,7 +31,6 @@
 
 #include "apps/output_option.h"
 #include "apps/parse_command_line.h"
-#include "apps/seed_option.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "core/atomic_file.h"
 #include "core/config/config.h"
@@ -211,8 +210,7 @@ int depth_main(int argc, char** argv) {
   app.add_option("--bits", bits, "code width, 4 or 8");
   app.add_option("--group-size", group_size, "values per quantization group (power of two)");
   app.add_option("--quantizer", quantizer, "symmetric, asym_naive, asym_zero_aware");
-  app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test")
-      ->check(echo::apps::unsigned_seed());
+  app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test");
   app.add_option("--json", json_path, "write the rows as JSON (rank 0)")->check(echo::apps::writable_output());
   app.add_option("--csv", csv_path, "write the rows as CSV, one per (case, η, coefficients, N) (rank 0)")
       ->check(echo::apps::writable_output());

@@ -43,7 +43,6 @@
 #include <thread>
 
 #include "apps/parse_command_line.h"
-#include "apps/seed_option.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
@@ -734,9 +733,7 @@ int main(int argc, char** argv) {
       ->each([&](const std::string&) { o.valid_fraction_set = true; });
   app.add_option("--threads", o.num_threads, "encoding threads (default: all cores)")
       ->check(CLI::Range(1, echo::prep::kMaxThreads));
-  app.add_option("--seed", o.seed, "seed of the train/valid split")
-      ->check(echo::apps::unsigned_seed())
-      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the train/valid split")->capture_default_str();
   app.add_flag("--append-eos", o.append_eos, "store EOS after each document (for Megatron's loader; echo's adds it itself, and packs such data as stored)");
   app.add_option("--eos-token", o.eos_token,
                  "the EOS (document separator) as token text, e.g. '<|endoftext|>'; default: the tokenizer's special "

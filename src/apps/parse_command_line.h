@@ -5,7 +5,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <system_error>
 
 namespace echo::apps {
 
@@ -36,31 +40,79 @@ inline void refuse_empty_values(CLI::App& app, int argc, char** argv) {
   }
 }
 
-// CLI11 (2.1) converts an integer with strtoll's base 0: `--seed 010` ran seed 8, `--batches 0x10`
-// 16 batches, and `--seed 09` failed as "Could not convert". Every integer option (CLI11's type
-// INT or UINT) takes decimal digits, a sign allowed, and no leading zero.
+// CLI11 (2.1) converts an integer with strtoll's base 0 (`--seed 010` ran seed 8, `--batches 0x10`
+// 16 batches, `--seed 09` failed as "Could not convert"), an unsigned one with strtoull (which
+// reads "-1" as 2^64 - 1), and clamps a 64-bit value out of range to the nearest end without a
+// word. Every integer option (CLI11's type INT or UINT) takes decimal digits and no leading zero;
+// an INT a sign and a value in int64's range, a UINT no minus and a value up to 2^64 - 1. A
+// narrower type's range is CLI11's own check after this one.
+inline std::string why_not_decimal_integer(const std::string& text, bool is_unsigned) {
+  const bool minus = !text.empty() && text[0] == '-';
+  const size_t digits = !text.empty() && (minus || text[0] == '+') ? 1 : 0;
+  const bool all_digits = text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
+  if (is_unsigned && (minus || !all_digits)) return text + " is not a whole number >= 0";
+  if (!all_digits) return text + " is not a whole number in decimal digits";
+  if (text[digits] == '0' && text.size() > digits + 1)
+    return text + " has a leading zero, which would read it as octal: write it without";
+  // from_chars takes a '-' but not a '+'.
+  const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+  const char* last = text.data() + text.size();
+  if (is_unsigned) {
+    std::uint64_t value = 0;
+    if (std::from_chars(first, last, value).ec == std::errc::result_out_of_range)
+      return text + " is above 2^64 - 1 = 18446744073709551615";
+  } else {
+    std::int64_t value = 0;
+    if (std::from_chars(first, last, value).ec == std::errc::result_out_of_range)
+      return text + " is outside [-2^63, 2^63 - 1] = [-9223372036854775808, 9223372036854775807]";
+  }
+  return std::string();
+}
+
 inline void require_decimal_integers(CLI::App& app) {
-  const CLI::Validator decimal(
-      [](std::string& text) {
-        const size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
-        const bool all_digits =
-            text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
-        if (!all_digits) return text + " is not a whole number in decimal digits";
-        if (text[digits] == '0' && text.size() > digits + 1)
-          return text + " has a leading zero, which would read it as octal: write it without";
-        return std::string();
-      },
-      "");
   for (CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();
     const std::string base = type.substr(0, type.find(':'));
-    if (base == "INT" || base == "UINT") opt->check(decimal);
+    if (base != "INT" && base != "UINT") continue;
+    const bool is_unsigned = base == "UINT";
+    opt->check(
+        CLI::Validator([is_unsigned](std::string& text) { return why_not_decimal_integer(text, is_unsigned); }, ""));
   }
+}
+
+// After require_decimal_integers, an integer CLI11 cannot convert is a 64-bit value that does
+// not fit the option's narrower variable, which in echo's programs is 32 bits. CLI11 says only
+// "Could not convert: --opt = 3000000000" (`what`); this names the bound. nullopt when the option
+// `what` names is not an integer one holding such a value (the error was another one).
+inline std::optional<CLI::ValidationError> narrow_integer_error(const CLI::App& app, const std::string& what) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (what.find(": " + opt->get_name() + " = ") == std::string::npos) continue;
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    if (base != "INT" && base != "UINT") continue;
+    for (const std::string& text : opt->results()) {
+      if (!why_not_decimal_integer(text, base == "UINT").empty()) continue;
+      const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+      std::int64_t value = 0;  // the check above bounds a UINT by 2^64 - 1 only
+      const bool beyond_int64 = std::from_chars(first, text.data() + text.size(), value).ec != std::errc();
+      if (base == "UINT" && (beyond_int64 || value > std::int64_t{UINT32_MAX}))
+        return CLI::ValidationError(opt->get_name(),
+                                    text + " is above 2^32 - 1 = 4294967295, the largest this option holds");
+      if (base == "INT" && value > INT32_MAX)
+        return CLI::ValidationError(opt->get_name(),
+                                    text + " is above 2^31 - 1 = 2147483647, the largest this option holds");
+      if (base == "INT" && value < INT32_MIN)
+        return CLI::ValidationError(opt->get_name(),
+                                    text + " is below -2^31 = -2147483648, the smallest this option holds");
+    }
+  }
+  return std::nullopt;
 }
 
 // app.parse(argc, argv); throws CLI::ExtrasError naming the arguments not understood when there
 // are any, whatever else is wrong, and refuses empty values (refuse_empty_values) and integers
-// that are not plain decimal (require_decimal_integers).
+// that are not plain decimal (require_decimal_integers) or do not fit their option
+// (narrow_integer_error).
 inline void parse_naming_unknown_options(CLI::App& app, int argc, char** argv) {
   refuse_empty_values(app, argc, argv);
   require_decimal_integers(app);
@@ -69,6 +121,9 @@ inline void parse_naming_unknown_options(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::RequiredError&) {
     // The parse has already set aside what it did not understand: that is the first mistake.
     if (!app.remaining().empty()) throw CLI::ExtrasError(app.get_name(), app.remaining());
+    throw;
+  } catch (const CLI::ConversionError& e) {
+    if (auto narrow = narrow_integer_error(app, e.what())) throw *narrow;
     throw;
   }
   for (const CLI::Option* opt : app.get_options()) {

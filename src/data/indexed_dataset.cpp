@@ -11,8 +11,6 @@
 namespace echo::data {
 namespace {
 
-size_t bytes_per_token(TokenDtype dtype) { return dtype == TokenDtype::kUint16 ? sizeof(uint16_t) : sizeof(int32_t); }
-
 // 34 + 12*S + 8*D as text; the counts come from an untrusted header, so it may exceed 64 bits.
 std::string index_bytes_text(uint64_t num_sequences, uint64_t num_doc_indices) {
   const unsigned __int128 bytes = static_cast<unsigned __int128>(mmidx::kHeaderBytes) +

@@ -29,6 +29,11 @@ enum class TokenDtype : uint8_t {
 // "int32", "uint16", ... or "unknown" for a code outside the table.
 const char* token_dtype_name(uint8_t code);
 
+// Bytes per stored token of the two dtypes echo reads (kInt32, kUint16).
+inline size_t bytes_per_token(TokenDtype dtype) {
+  return dtype == TokenDtype::kUint16 ? sizeof(uint16_t) : sizeof(int32_t);
+}
+
 // Writes prefix.bin.tmp and prefix.idx.tmp; finalize() writes the index and renames both (the
 // .bin first, the .idx last, so a reader that finds the new .idx also finds its .bin). A sidecar
 // PREFIX.meta.json of the data it replaces (data/dataset_meta.h) is moved aside before and
@@ -115,11 +120,5 @@ class IndexedDataset {
   size_t num_sequences_ = 0;
   std::vector<uint64_t> doc_offsets_{0};  // (num_documents + 1)
 };
-
-// Every token id must lie in [0, vocab_size): the model's true vocabulary (model.vocab_size), not
-// the padded embedding rows, which no tokenizer emits. Scans all tokens once (memory bandwidth
-// bound); throws echo::Error naming `name` (the role, e.g. "data.train"), the .bin file, the
-// document, the position in the document and the id of the first offending token.
-void check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name);
 
 }  // namespace echo::data

@@ -1,10 +1,12 @@
 // check_token_range: the start-up scan that every token id of a dataset lies in [0, vocab_size)
 // (docs/design.md §5: an id >= vocab_size in data is an error, never a silent embedding read).
+#include "data/token_range.h"
+
 #include <algorithm>
-#include <vector>
+#include <span>
 
 #include "core/error.h"
-#include "data/indexed_dataset.h"
+#include "data/content_hash.h"
 
 namespace echo::data {
 namespace {
@@ -21,26 +23,49 @@ size_t first_out_of_range(std::span<const T> tokens, int64_t vocab) {
   return tokens.size();
 }
 
+// Tokens per chunk: 1 MiB of int32 ids, small enough to stay in L2 between the check and the hash.
+constexpr size_t kChunkTokens = size_t{1} << 18;
+
+// The first out-of-range position in tokens [first, first + count) of the flat array, or count.
+size_t first_out_of_range_in(const IndexedDataset& ds, uint64_t first, size_t count, int64_t vocab, int64_t& id) {
+  const uint8_t* bytes = ds.token_bytes().data();
+  if (ds.dtype() == TokenDtype::kInt32) {
+    const std::span<const int32_t> tokens(reinterpret_cast<const int32_t*>(bytes) + first, count);
+    const size_t pos = first_out_of_range(tokens, vocab);
+    if (pos < count) id = tokens[pos];
+    return pos;
+  }
+  const std::span<const uint16_t> tokens(reinterpret_cast<const uint16_t*>(bytes) + first, count);
+  const size_t pos = first_out_of_range(tokens, vocab);
+  if (pos < count) id = tokens[pos];
+  return pos;
+}
+
 }  // namespace
 
-void check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name) {
+uint64_t check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name) {
   ECHO_CHECK(vocab_size > 0, "{} ({}): vocab_size must be positive, got {}", name, ds.bin_path(), vocab_size);
-  for (size_t doc = 0; doc < ds.num_documents(); ++doc) {
-    size_t pos;
+  ContentHasher hasher(ds);
+  const uint64_t num_tokens = ds.num_tokens();
+  const size_t item = bytes_per_token(ds.dtype());
+  for (uint64_t first = 0; first < num_tokens; first += kChunkTokens) {
+    const size_t count = static_cast<size_t>(std::min<uint64_t>(kChunkTokens, num_tokens - first));
     int64_t id = 0;
-    if (ds.dtype() == TokenDtype::kInt32) {
-      const auto tokens = ds.document(doc);
-      pos = first_out_of_range(tokens, vocab_size);
-      if (pos < tokens.size()) id = tokens[pos];
-    } else {
-      const auto tokens = ds.document_u16(doc);
-      pos = first_out_of_range(tokens, vocab_size);
-      if (pos < tokens.size()) id = tokens[pos];
+    const size_t pos = first_out_of_range_in(ds, first, count, vocab_size, id);
+    if (pos < count) {
+      // Documents tile the flat array (IndexedDataset::open checks it): the one holding the token
+      // is the last whose offset is <= its index (empty documents share the next one's offset).
+      const uint64_t token = first + pos;
+      const auto offsets = ds.document_offsets();
+      const size_t doc =
+          static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), token) - offsets.begin()) - 1;
+      ECHO_INPUT_FAIL(
+          "{} ({}): document {}, position {}: token id {} is out of range [0, {}) ('model.vocab_size' = {})", name,
+          ds.bin_path(), doc, token - offsets[doc], id, vocab_size, vocab_size);
     }
-    ECHO_INPUT_CHECK(pos == ds.document_length(doc),
-                     "{} ({}): document {}, position {}: token id {} is out of range [0, {}) ('model.vocab_size' = {})",
-                     name, ds.bin_path(), doc, pos, id, vocab_size, vocab_size);
+    hasher.add_tokens(ds.token_bytes().subspan(first * item, count * item));
   }
+  return hasher.digest();
 }
 
 }  // namespace echo::data

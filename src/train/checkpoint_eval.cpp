@@ -25,6 +25,7 @@
 #include "data/dataset_meta.h"
 #include "data/indexed_dataset.h"
 #include "data/stored_eos.h"
+#include "data/token_range.h"
 #include "dist/agreement.h"
 #include "dist/world.h"
 #include "model/qwen3_model.h"

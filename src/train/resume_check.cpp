@@ -83,18 +83,18 @@ std::vector<std::string> check_resume_config(const std::optional<config::Config>
   std::string refused;
   std::vector<std::string> changed;
   const std::string old_train = saved ? saved->data.train : std::string("(not recorded)");
-  if (data.recorded) {
+  if (data.recorded && data.now) {
     // The same file under another spelling (data/./train) is data rewritten in place, not moved.
     const bool same_place = old_train == now.data.train || same_file(old_train + ".bin", now.data.train + ".bin");
     const std::string hashes =
-        fmt::format("content hash {} -> {}", checksum_hex(*data.recorded), checksum_hex(data.now));
-    if (*data.recorded != data.now)
+        fmt::format("content hash {} -> {}", checksum_hex(*data.recorded), checksum_hex(*data.now));
+    if (*data.recorded != *data.now)
       refused = same_place ? fmt::format("'data.train': {} holds other data than when the checkpoint was saved ({})",
                                          now.data.train, hashes)
                            : fmt::format("'data.train': {} -> {} ({})", old_train, now.data.train, hashes);
     else if (old_train != now.data.train)
       changed.push_back(fmt::format("'data.train': {} -> {} (the same data: its content hash {} is the checkpoint's)",
-                                    old_train, now.data.train, checksum_hex(data.now)));
+                                    old_train, now.data.train, checksum_hex(*data.now)));
   }
   if (!saved) {
     ECHO_INPUT_CHECK(refused.empty(), "cannot resume from '{}': the run was trained with other data ({})", ckpt_dir,

@@ -17,10 +17,12 @@ namespace echo::train {
 std::optional<config::Config> recorded_config(const std::string& saved_yaml, const std::string& ckpt_dir);
 
 // The training data's content hash (data/content_hash.h): the one the checkpoint recorded
-// (nullopt in one written before 2026-12-06) and the one data.train has now.
+// (nullopt in one written before 2026-12-06) and the one data.train has now (nullopt before the
+// data is read: then a recorded hash's data.train is not compared, so a changed model is refused
+// before a scan of the whole dataset).
 struct TrainDataHashes {
   std::optional<uint64_t> recorded;
-  uint64_t now = 0;
+  std::optional<uint64_t> now;
 };
 
 // Compares the effective config `now` with the one a checkpoint recorded (`saved`, from

@@ -17,9 +17,9 @@
 #include "core/log.h"
 #include "core/same_file.h"
 #include "core/text_file.h"
-#include "data/content_hash.h"
 #include "data/dataset_meta.h"
 #include "data/stored_eos.h"
+#include "data/token_range.h"
 #include "dist/agreement.h"
 #include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
@@ -208,6 +208,10 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     if (recorded && !cfg.run.init_from.empty())
       cfg_.model.max_position_embeddings = recorded->model.max_position_embeddings;
   }
+  // The model must be the checkpoint's: checked before open_data hashes the whole dataset, so a
+  // changed model key is refused at once. A recorded data hash is compared after.
+  if (resume_from)
+    check_resume_config(recorded, cfg_, resume_from->dir, {resume_from->meta.train_data_hash, std::nullopt});
   open_data();
   if (resume_from) {
     // The model and data must be the checkpoint's (the data by its content hash, taken in open_data).
@@ -366,8 +370,8 @@ void Trainer::open_data() {
   const data::TokenSettings tokens{cfg.data.eos_id, "data.eos_id of the config", cfg.model.vocab_size};
   const auto train_meta = data::check_dataset_meta(*train_data_, "data.train", tokens);
   // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
-  data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
-  train_data_hash_ = data::content_hash(*train_data_);
+  // One pass over the tokens: the range check and the content hash a checkpoint records.
+  train_data_hash_ = data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
   check_same_data_everywhere(train_data_hash_, cfg.data.train, world_.world);
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",

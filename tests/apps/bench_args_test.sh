@@ -119,6 +119,16 @@ runs "echo_s3r_bench machine" "$work/s3r.json" "${s3r[@]}" --shapes 16x32 --mode
 shape_words="--shapes takes HIDDENxFFN items of two whole numbers from 1 to 16777216"
 refused "echo_s3r_bench shape without ffn" "$shape_words, e.g. 512x2048 (got '128x')" "${s3r[@]}" --shapes 128x
 refused "echo_s3r_bench seed past 2^64 - 1" "--seed: 18446744073709551616 is above 2^64 - 1" "${s3r[@]}" --seed 18446744073709551616
+# Every unsigned option refuses a minus (strtoull read -1 as 2^64 - 1), every signed one a value
+# past int64 (strtoll clamped it to 2^63 - 1 without a word).
+refused "echo_s3r_bench negative seed" "--seed: -1 is not a whole number >= 0" "${s3r[@]}" --seed -1
+refused "echo_s3r_bench blas threads past int64" \
+  "--blas-threads: 9223372036854775808 is outside [-2^63, 2^63 - 1] = [-9223372036854775808, 9223372036854775807]" \
+  "${s3r[@]}" --shapes 16x32 --modes fp32 --blas-threads 9223372036854775808
+# A value within 64 bits that the option's 32-bit variable cannot hold ("Could not convert").
+refused "echo_s3r_bench blas threads past int" \
+  "--blas-threads: 3000000000 is above 2^31 - 1 = 2147483647, the largest this option holds" \
+  "${s3r[@]}" --shapes 16x32 --modes fp32 --blas-threads 3000000000
 refused "echo_s3r_bench shape 0x0" "$shape_words, e.g. 512x2048 (got '0x0')" "${s3r[@]}" --shapes 0x0
 refused "echo_s3r_bench shape with sign" "$shape_words, e.g. 512x2048 (got '-16x32')" "${s3r[@]}" --shapes=-16x32
 refused "echo_s3r_bench shape too large" \

@@ -7,6 +7,7 @@
 
 #include <numeric>
 
+#include "data/token_range.h"
 #include "data_test_util.h"
 
 namespace echo::data {
