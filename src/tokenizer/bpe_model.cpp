@@ -111,6 +111,11 @@ BpeModel::~BpeModel() = default;
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  // merge_word indexes symbols with int32 (half the memory of size_t per byte of a long word).
+  ECHO_INPUT_CHECK(word.size() <= static_cast<std::size_t>(INT32_MAX),
+                   "{}: a pre-token of {} bytes (2 GiB or more without a space, digit or punctuation that the "
+                   "pre-tokenizer splits at) is longer than BPE encodes, 2^31 - 1 bytes: split the document",
+                   what_, word.size());
   if (cache_->lookup(word, out)) return;
   const std::size_t start = out.size();
   if (options_.ignore_merges) {

@@ -1,10 +1,12 @@
 // Tests of the tokenizer.json BPE tokenizer on a hand-written tiny vocabulary whose ids are
 // worked out by hand below: merge order and ties, Qwen's digit split, NFC, added tokens (never
-// split, longest first, lstrip/rstrip, normalized), GPT-2's layout, and load errors.
+// split, longest first, lstrip/rstrip, normalized), GPT-2's layout, and load errors; BpeModel's
+// bound on one pre-token.
 #include "tokenizer/hf_tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <filesystem>
 #include <functional>
@@ -14,6 +16,7 @@
 #include "../support/scratch_dir.h"
 #include "../support/test_util.h"
 #include "core/error.h"
+#include "tokenizer/bpe_model.h"
 
 namespace echo::tokenizer {
 
@@ -177,6 +180,22 @@ TEST(HfTokenizer, ByteMissingFromVocabIsAnErrorWithoutUnk) {
   Json j = qwen_like();
   j["model"]["unk_token"] = "!";
   EXPECT_THAT(ids_of(*make(j), "hz"), ElementsAre(0, 20));
+}
+
+// A pre-token of 2^31 bytes is refused by name before any of it is read (merge_word's int32
+// indices would wrap). The word is a view of untouched, unreserved pages: no 2 GiB is allocated.
+TEST(BpeModel, APreTokenOf2GiBIsRefusedByName) {
+  const std::size_t size = std::size_t{1} << 31;
+  void* pages = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(pages, MAP_FAILED);
+  const BpeModel model({{"a", 0}}, {}, BpeOptions{}, "tokenizer.json");
+  std::vector<int32_t> ids;
+  EXPECT_THAT(error_of([&] { model.encode_word(std::string_view(static_cast<const char*>(pages), size), ids); }),
+              HasSubstr("tokenizer.json: a pre-token of 2147483648 bytes (2 GiB or more without a space"));
+  EXPECT_TRUE(ids.empty());
+  munmap(pages, size);
+  model.encode_word("a", ids);
+  EXPECT_THAT(ids, ElementsAre(0));
 }
 
 TEST(HfTokenizer, DecodeRejectsUnknownIds) {
