@@ -1,7 +1,9 @@
 #include "model/memory_plan.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
 
 #include "core/tensor.h"
 
@@ -34,9 +36,29 @@ struct ProjectionDims {
   int64_t in, out;
 };
 
-std::vector<ProjectionDims> projection_dims(const ModelShape& s) {
+// Those of the projections named in `int8` (linear.projections under linear.mode: int8).
+std::vector<ProjectionDims> int8_projection_dims(const ModelShape& s, const std::vector<std::string>& int8) {
   const int64_t H = s.hidden, F = s.ffn_local(), q = s.q_dim_local(), kv = s.kv_dim_local();
-  return {{"q", H, q}, {"k", H, kv}, {"v", H, kv}, {"o", q, H}, {"gate", H, F}, {"up", H, F}, {"down", F, H}};
+  std::vector<ProjectionDims> dims;
+  for (const ProjectionDims& d :
+       {ProjectionDims{"q", H, q}, ProjectionDims{"k", H, kv}, ProjectionDims{"v", H, kv}, ProjectionDims{"o", q, H},
+        ProjectionDims{"gate", H, F}, ProjectionDims{"up", H, F}, ProjectionDims{"down", F, H}})
+    if (std::find(int8.begin(), int8.end(), d.name) != int8.end()) dims.push_back(d);
+  return dims;
+}
+
+// The backend's INT8 scratch beyond the saved operands: one call at a time, so the largest
+// transient plus the largest kept.
+size_t int8_scratch_bytes(const std::vector<ProjectionDims>& dims, int64_t n,
+                          const std::function<quant::Int8LinearScratch(int64_t, int64_t, int64_t)>& scratch) {
+  if (!scratch) return 0;
+  size_t transient = 0, kept = 0;
+  for (const ProjectionDims& d : dims) {
+    const quant::Int8LinearScratch s = scratch(n, d.in, d.out);
+    transient = std::max(transient, s.transient);
+    kept = std::max(kept, s.kept);
+  }
+  return transient + kept;
 }
 }  // namespace
 
@@ -48,36 +70,41 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
   p.weights = np * m;
   p.gradients = np * m;
   p.compute_copies = in.activation == in.master ? 0 : np * a;
-  p.optimizer = in.optimizer ? 2 * np * dtype_size(DType::f32) : 0;
+  p.optimizer = in.pass == Pass::training ? 2 * np * dtype_size(DType::f32) : 0;
 
   const int64_t n = in.micro_batch * in.seq, H = shape.hidden, V = shape.vocab_local();
   const ActivationCounts c = count_activations(shape, n);
-  // Alive through backward: the step's loss accumulator (one f64), the batch (tokens, targets,
-  // positions), the residual stream (kept as the final hidden state), every layer's saved
-  // tensors, the final norm's output and rstd, the logits and their log-sum-exps.
-  const size_t held = dtype_size(DType::f64) + static_cast<size_t>(3 * n) * dtype_size(DType::i32) +
-                      static_cast<size_t>(n * H + shape.layers * c.per_layer_act + n * H + n * V) * a +
+  const std::vector<ProjectionDims> int8_dims = int8_projection_dims(shape, in.int8_projections);
+  p.workspace = in.workspace + int8_scratch_bytes(int8_dims, n, in.int8_scratch);
+  // The pass's loss accumulator (one f64) and the batch (tokens, targets, positions).
+  const size_t batch = dtype_size(DType::f64) + static_cast<size_t>(3 * n) * dtype_size(DType::i32);
+  if (in.pass == Pass::evaluation) {
+    // Inside a layer, at its end: the residual stream, the layer's saved tensors (its INT8
+    // projections' operands among them) and the o and down outputs not yet added in. After the
+    // last layer: the residual stream (the final hidden state), the final norm's output and rstd,
+    // the logits and their log-sum-exps.
+    size_t layer_int8 = 0;
+    for (const ProjectionDims& d : int8_dims) layer_int8 += quant::int8_saved_bytes(n, d.in, d.out);
+    const size_t in_layer =
+        static_cast<size_t>(3 * n * H + c.per_layer_act) * a + static_cast<size_t>(c.per_layer_stat) * st + layer_int8;
+    const size_t at_head = static_cast<size_t>(2 * n * H + n * V) * a + static_cast<size_t>(2 * n) * st;
+    p.activations = batch + std::max(in_layer, at_head);
+    return p;
+  }
+  // Alive through backward: the loss accumulator and the batch, the residual stream (kept as the
+  // final hidden state), every layer's saved tensors, the final norm's output and rstd, the logits
+  // and their log-sum-exps.
+  const size_t held = batch + static_cast<size_t>(n * H + shape.layers * c.per_layer_act + n * H + n * V) * a +
                       static_cast<size_t>(shape.layers * c.per_layer_stat + 2 * n) * st;
   // The backward peak, in its first (top) layer: dlogits, dh, dx, the per-layer q/k-norm
   // gradients (master dtype) and one layer's scratch. It exceeds the forward's in every shape.
   p.activations = held + static_cast<size_t>(n * V + 2 * n * H + c.backward_transient) * a +
                   static_cast<size_t>(2 * shape.layers * shape.head_dim) * m;
-  p.workspace = in.workspace;
 
   // INT8 projections save X̂, Ŵ and their scales in forward until their layer's backward ends, so
-  // every layer's are alive at the backward peak; the scratch of one call at a time comes on top.
-  size_t transient = 0, kept = 0;
-  for (const ProjectionDims& d : projection_dims(shape)) {
-    if (std::find(in.int8_projections.begin(), in.int8_projections.end(), d.name) == in.int8_projections.end())
-      continue;
+  // every layer's are alive at the backward peak.
+  for (const ProjectionDims& d : int8_dims)
     p.int8_operands += static_cast<size_t>(shape.layers) * quant::int8_saved_bytes(n, d.in, d.out);
-    if (in.int8_scratch) {
-      const quant::Int8LinearScratch s = in.int8_scratch(n, d.in, d.out);
-      transient = std::max(transient, s.transient);
-      kept = std::max(kept, s.kept);
-    }
-  }
-  p.workspace += transient + kept;
   return p;
 }
 

@@ -2,9 +2,9 @@
 // §2.1, Memory): the trainer checks it against the device's free memory before anything is
 // allocated, so a model that cannot fit is refused at start-up, naming the bytes, instead of
 // failing in the middle of step 1. The activation term is the exact peak of the live tensors
-// of one micro-batch's forward + backward as Qwen3Model allocates them, INT8 linears' saved
-// operands included; memory_plan_test measures the CPU backend's real peak and asserts it equals
-// this.
+// of one micro-batch's forward + backward as Qwen3Model allocates them (or of an evaluation's
+// forward), INT8 linears' saved operands included; memory_plan_test measures the CPU backend's
+// real peak and asserts it equals this.
 #pragma once
 
 #include <cstddef>
@@ -26,8 +26,9 @@ struct MemoryPlan {
   size_t gradients = 0;
   size_t compute_copies = 0;     // weights in the activation dtype; 0 when they alias the masters
   size_t optimizer = 0;          // AdamW first and second moments (f32)
-  size_t activations = 0;        // peak of one micro-batch's forward + backward
+  size_t activations = 0;        // peak of one micro-batch's forward + backward (evaluation: forward)
   size_t int8_operands = 0;      // X̂, Ŵ and their scales, saved by every INT8 projection's forward
+                                 // (evaluation: one layer's, inside activations, so 0 here)
   size_t workspace = 0;          // the backend's own scratch (CUDA: attention scores, INT8 scratch)
   size_t total() const {
     return weights + gradients + compute_copies + optimizer + activations + int8_operands + workspace;
@@ -36,10 +37,15 @@ struct MemoryPlan {
   std::string describe() const;
 };
 
+// What a rank runs: training steps (forward + backward, AdamW moments), or evaluation forwards,
+// which keep one layer's saved tensors at a time (Qwen3Model::forward without keep_activations)
+// and no moments.
+enum class Pass { training, evaluation };
+
 struct MemoryPlanInput {
   DType master = DType::f32, activation = DType::f32, statistic = DType::f32;
   int64_t micro_batch = 1, seq = 1;
-  bool optimizer = true;   // training (AdamW moments); false for evaluation
+  Pass pass = Pass::training;
   size_t workspace = 0;    // from Backend::workspace_bytes
   // The block projections that run in INT8 (linear.projections under linear.mode: int8; empty:
   // none), and the backend's scratch for one of them beyond its saved operands

@@ -96,8 +96,17 @@ void Qwen3Model<T>::forward(const Batch& b, bool keep_activations, Tensor& loss_
   tp_.edge_sum(x, {0, Direction::forward});
 
   tp_.begin_pass(Direction::forward);
-  acts_.assign(shape_.layers, {});
-  for (int64_t l = 0; l < shape_.layers; ++l) layer_forward(l, x, acts_[l]);
+  // Without a backward to come (an evaluation), each layer's saved tensors go when the layer
+  // ends: one layer's are alive at a time, not every layer's (model/memory_plan.h, Pass).
+  acts_.assign(keep_activations ? shape_.layers : 0, {});
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    if (keep_activations) {
+      layer_forward(l, x, acts_[l]);
+    } else {
+      LayerActs layer;
+      layer_forward(l, x, layer);
+    }
+  }
 
   final_hidden_ = x;
   final_norm_out_ = act({n, H});
@@ -112,7 +121,6 @@ void Qwen3Model<T>::forward(const Batch& b, bool keep_activations, Tensor& loss_
   count_ = 0;
   for (int64_t i = 0; i < n; ++i) count_ += b.targets[i] != kIgnoreIndex;
   have_acts_ = keep_activations;
-  if (!keep_activations) acts_.clear();
 }
 
 template <class T>

@@ -409,7 +409,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                                        {node.local_rank, node.local_size});
   // Before the first tensor, as the trainer does: a model or batch one rank cannot hold is refused
   // with the plan's parts (it ended in std::bad_alloc). No optimizer state: nothing is trained.
-  reserve_step_memory(cfg, shape, *backend, /*optimizer=*/false, "evaluating this model");
+  reserve_step_memory(cfg, shape, *backend, model::Pass::evaluation, "evaluating this model");
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, world.tp);
   model::CommTpOps tp_ops(world.tp, *blocks, edge.get(), cfg.run.device,

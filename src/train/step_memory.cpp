@@ -8,14 +8,14 @@
 namespace echo::train {
 
 model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::ModelShape& shape, backend::Backend& backend,
-                                   bool optimizer) {
+                                   model::Pass pass) {
   model::MemoryPlanInput in;
   in.master = DType::f32;
   in.activation = backend.activation_dtype(DType::f32);
   in.statistic = backend.statistic_dtype(DType::f32);
   in.micro_batch = cfg.train.micro_batch;
   in.seq = cfg.data.seq_len;
-  in.optimizer = optimizer;
+  in.pass = pass;
   in.workspace = backend.workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape.heads_local(),
                                          shape.kv_heads_local(), shape.head_dim);
   const auto int8 = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
@@ -30,8 +30,8 @@ model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::Model
 }
 
 model::MemoryPlan reserve_step_memory(const config::Config& cfg, const model::ModelShape& shape,
-                                      backend::Backend& backend, bool optimizer, const std::string& what) {
-  model::MemoryPlan plan = plan_step_memory(cfg, shape, backend, optimizer);
+                                      backend::Backend& backend, model::Pass pass, const std::string& what) {
+  model::MemoryPlan plan = plan_step_memory(cfg, shape, backend, pass);
   backend.reserve(plan.total(), fmt::format("{} (per rank: {})", what, plan.describe()));
   return plan;
 }

@@ -12,13 +12,13 @@ namespace echo::train {
 
 // micro_batch sequences of seq_len tokens (cfg.train.micro_batch, cfg.data.seq_len), fp32
 // masters, the backend's activation and statistic dtypes and scratch, the INT8 projections of
-// cfg.linear; with AdamW moments when `optimizer`.
+// cfg.linear; training steps (with AdamW moments) or evaluation forwards (`pass`).
 model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::ModelShape& shape, backend::Backend& backend,
-                                   bool optimizer);
+                                   model::Pass pass);
 
 // plan_step_memory, then Backend::reserve of its total: a RunError naming `what` and the plan's
 // parts when one rank's share does not fit.
 model::MemoryPlan reserve_step_memory(const config::Config& cfg, const model::ModelShape& shape,
-                                      backend::Backend& backend, bool optimizer, const std::string& what);
+                                      backend::Backend& backend, model::Pass pass, const std::string& what);
 
 }  // namespace echo::train

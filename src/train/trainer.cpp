@@ -253,7 +253,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
                                                comm::transport_options_from(cfg.comm));
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
-  memory_plan_ = reserve_step_memory(cfg, shape_, *backend_, /*optimizer=*/true, "training this model");
+  memory_plan_ = reserve_step_memory(cfg, shape_, *backend_, model::Pass::training, "training this model");
   const auto int8_cfg = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_, backend_.get());
   model_->set_int8_linear(int8_cfg, cfg.linear.projection_list());

@@ -1,7 +1,8 @@
 // model::plan_memory against what the CPU backend really allocates: the parameter and gradient
 // bytes, and the peak of live tensor bytes over a forward + backward, measured with the
 // host allocation counter, must equal the plan exactly, in several shapes (GQA, tied and untied
-// embeddings, batch and sequence). This is what the CUDA start-up check relies on.
+// embeddings, batch and sequence), and so must an evaluation forward's peak. This is what the
+// CUDA start-up check relies on.
 #include "model/memory_plan.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@ struct Case {
   int layers, heads, kv_heads, hidden, ffn;
   bool tied;
   int64_t batch, seq;
+  int vocab = 32;
 };
 
 class MemoryPlanMatchesTheCpuBackend : public ::testing::TestWithParam<Case> {};
@@ -26,6 +28,7 @@ TEST_P(MemoryPlanMatchesTheCpuBackend, ParametersAndPeakActivations) {
   cfg.hidden = c.hidden;
   cfg.ffn = c.ffn;
   cfg.tie_embeddings = c.tied;
+  cfg.vocab_size = c.vocab;
   const ModelShape shape = make_model_shape(cfg, 1, 0);
   ExactTpOps<float> solo;
   auto cpu = backend::make_backend(Device::cpu);
@@ -54,19 +57,30 @@ TEST_P(MemoryPlanMatchesTheCpuBackend, ParametersAndPeakActivations) {
     EXPECT_EQ(after.peak - idle, plan.activations) << "step " << step << ": " << plan.describe();
     EXPECT_EQ(after.live, idle + final_hidden) << "after backward only the final hidden state stays";
   }
-  // An evaluation forward (no backward) holds no more than a training pass.
+  // An evaluation forward (no backward) keeps one layer's saved tensors at a time: its peak is
+  // the evaluation plan's, and below a training pass's.
+  in.pass = Pass::evaluation;
+  const MemoryPlan eval = plan_memory(shape, make_qwen3_plan(shape), in);
+  EXPECT_EQ(eval.optimizer, 0u);
+  EXPECT_EQ(eval.weights + eval.gradients, plan.weights + plan.gradients) << "the model is the same";
   const auto batch = testing::random_batch(c.batch, c.seq, shape.vocab, 99);
   reset_host_memory_peak();
   const size_t idle = host_memory_stats().live - final_hidden;
-  model.forward(batch.view(), false);
-  EXPECT_LT(host_memory_stats().peak - idle, plan.activations);
+  const double loss = model.forward(batch.view(), false);
+  EXPECT_EQ(host_memory_stats().peak - idle, eval.activations) << eval.describe();
+  EXPECT_LT(eval.activations, plan.activations);
+  // The same loss as a forward that keeps every layer's tensors for a backward.
+  EXPECT_EQ(model.forward(batch.view(), true), loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanMatchesTheCpuBackend,
                          ::testing::Values(Case{2, 4, 2, 16, 24, false, 2, 8},   // GQA, FFN wider
                                            Case{3, 2, 2, 32, 40, true, 3, 5},    // MHA, tied, odd seq
                                            Case{1, 4, 1, 16, 64, false, 1, 16},  // MQA, FFN-heavy
-                                           Case{2, 8, 4, 16, 16, true, 2, 7}));  // attention-heavy
+                                           Case{2, 8, 4, 16, 16, true, 2, 7},    // attention-heavy
+                                           // The logits outweigh a layer, as in real models: an
+                                           // evaluation's peak is at the head.
+                                           Case{2, 4, 2, 16, 24, false, 2, 8, 1000}));
 
 // INT8 linears save X̂, Ŵ and their scales from forward to their layer's backward: with some or all
 // projections in int8 the CPU's peak must still equal the plan, activations plus INT8 operands.
@@ -107,6 +121,14 @@ TEST(MemoryPlan, Int8OperandsAreCountedExactly) {
     reset_host_memory_peak();
     model.forward_backward(testing::random_batch(batch, seq, shape.vocab, 41).view());
     EXPECT_EQ(host_memory_stats().peak - idle, plan.activations + plan.int8_operands) << plan.describe();
+    // An evaluation forward holds one layer's operands at a time, counted inside its activations.
+    in.pass = Pass::evaluation;
+    const MemoryPlan eval = plan_memory(shape, make_qwen3_plan(shape), in);
+    EXPECT_EQ(eval.int8_operands, 0u);
+    const size_t eval_idle = host_memory_stats().live - static_cast<size_t>(n * H) * sizeof(float);
+    reset_host_memory_peak();
+    model.forward(testing::random_batch(batch, seq, shape.vocab, 42).view(), false);
+    EXPECT_EQ(host_memory_stats().peak - eval_idle, eval.activations) << eval.describe();
   }
   // The backend's scratch enters the workspace: the largest transient plus the largest kept.
   MemoryPlanInput in;
@@ -134,7 +156,7 @@ TEST(MemoryPlan, DevicePrecisionAndWorkspaceAddUp) {
   EXPECT_EQ(p.compute_copies, 2 * np) << "bf16 copies of the fp32 masters";
   EXPECT_EQ(p.optimizer, 8 * np);
   EXPECT_EQ(p.total(), p.weights + p.gradients + p.compute_copies + p.optimizer + p.activations + 1000);
-  in.optimizer = false;
+  in.pass = Pass::evaluation;
   EXPECT_EQ(plan_memory(shape, make_qwen3_plan(shape), in).optimizer, 0u);
   EXPECT_EQ(echo::format_bytes(512), "512 B");
   EXPECT_EQ(echo::format_bytes(3 * 1024), "3.00 KiB");
