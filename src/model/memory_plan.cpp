@@ -68,7 +68,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
   const size_t np = static_cast<size_t>(p.local_parameters);
   const size_t m = dtype_size(in.master), a = dtype_size(in.activation), st = dtype_size(in.statistic);
   p.weights = np * m;
-  p.gradients = np * m;
+  p.gradients = in.pass == Pass::training ? np * m : 0;
   p.compute_copies = in.activation == in.master ? 0 : np * a;
   p.optimizer = in.pass == Pass::training ? 2 * np * dtype_size(DType::f32) : 0;
 

@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "model/model_shape.h"
+#include "model/pass.h"
 #include "model/tp_plan.h"
 #include "quant/int8_linear.h"
 
@@ -23,7 +24,7 @@ namespace echo::model {
 struct MemoryPlan {
   int64_t local_parameters = 0;  // this rank's shard of every parameter (tied weights once)
   size_t weights = 0;            // master weights
-  size_t gradients = 0;
+  size_t gradients = 0;          // 0 for evaluation: the model allocates none
   size_t compute_copies = 0;     // weights in the activation dtype; 0 when they alias the masters
   size_t optimizer = 0;          // AdamW first and second moments (f32)
   size_t activations = 0;        // peak of one micro-batch's forward + backward (evaluation: forward)
@@ -36,11 +37,6 @@ struct MemoryPlan {
   // "weights 1.2 GiB, gradients ..., total 9.8 GiB"
   std::string describe() const;
 };
-
-// What a rank runs: training steps (forward + backward, AdamW moments), or evaluation forwards,
-// which keep one layer's saved tensors at a time (Qwen3Model::forward without keep_activations)
-// and no moments.
-enum class Pass { training, evaluation };
 
 struct MemoryPlanInput {
   DType master = DType::f32, activation = DType::f32, statistic = DType::f32;

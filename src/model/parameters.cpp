@@ -23,13 +23,13 @@ double init_normal(uint64_t seed, uint64_t param_index, uint64_t global_index) {
 }
 
 template <class T>
-ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, backend::Backend& backend)
+ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, backend::Backend& backend, Pass pass)
     : shape_(&shape), backend_(&backend) {
   constexpr DType dtype = master_dtype<T>();
   const DType compute_dtype = backend.activation_dtype(dtype);
   const int64_t total = local_parameter_count(plan, shape.tp);
   values_ = backend.zeros({total}, dtype);
-  grads_ = backend.zeros({total}, dtype);
+  if (pass == Pass::training) grads_ = backend.zeros({total}, dtype);
   if (compute_dtype != dtype) compute_values_ = backend.zeros({total}, compute_dtype);
   params_.resize(plan.params.size());
   int64_t at = 0;
@@ -39,7 +39,7 @@ ParameterSet<T>::ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, ba
     p.shape = p.spec->local_shape(shape.tp);
     const int64_t n = p.spec->local_numel(shape.tp);
     p.value = values_.slice(0, at, at + n).view(p.shape);
-    p.grad = grads_.slice(0, at, at + n).view(p.shape);
+    if (grads_.defined()) p.grad = grads_.slice(0, at, at + n).view(p.shape);
     p.compute = compute_values_.defined() ? compute_values_.slice(0, at, at + n).view(p.shape) : p.value;
     at += n;
   }
@@ -92,6 +92,7 @@ void ParameterSet<T>::init(uint64_t seed, int threads) {
 
 template <class T>
 void ParameterSet<T>::zero_grads() {
+  ECHO_CHECK(grads_.defined(), "zero_grads() of parameters built for evaluation, which have no gradients");
   backend_->fill(grads_, 0.0);
 }
 

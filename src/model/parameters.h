@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/pass.h"
 #include "model/tp_plan.h"
 
 namespace echo::model {
@@ -38,7 +39,8 @@ struct Parameter {
 template <class T>
 class ParameterSet {
  public:
-  ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, backend::Backend& backend);
+  // Pass::evaluation allocates no gradients (grad(i) and grads() are undefined tensors).
+  ParameterSet(const Qwen3Plan& plan, const ModelShape& shape, backend::Backend& backend, Pass pass = Pass::training);
   ParameterSet(const ParameterSet&) = delete;
   ParameterSet& operator=(const ParameterSet&) = delete;
 

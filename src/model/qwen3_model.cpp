@@ -36,15 +36,16 @@ Tensor host_ints(const int32_t* p, int64_t n) { return Tensor::from_blob(const_c
 }  // namespace
 
 template <class T>
-Qwen3Model<T>::Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backend* backend)
+Qwen3Model<T>::Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backend* backend, Pass pass)
     : owned_backend_(cpu_backend_unless(backend)),
       be_(backend ? *backend : *owned_backend_),
       act_dtype_(be_.activation_dtype(master_dtype<T>())),
       stat_dtype_(be_.statistic_dtype(master_dtype<T>())),
       shape_(shape),
       plan_(make_qwen3_plan(shape_)),
-      params_(plan_, shape_, be_),
-      tp_(tp) {
+      params_(plan_, shape_, be_, pass),
+      tp_(tp),
+      pass_(pass) {
   ECHO_CHECK(tp.size() == shape.tp && tp.rank() == shape.tp_rank,
              "the model shape is for tp rank {} of {}, but its TP group has rank {} of {}", shape.tp_rank, shape.tp,
              tp.rank(), tp.size());
@@ -178,6 +179,7 @@ void Qwen3Model<T>::layer_forward(int64_t l, Tensor& x, LayerActs& a) {
 
 template <class T>
 void Qwen3Model<T>::backward(T loss_scale) {
+  ECHO_CHECK(pass_ == Pass::training, "backward() of a model built for evaluation, which has no gradients");
   ECHO_CHECK(have_acts_, "backward() needs a forward(keep_activations = true) before it");
   const int64_t n = batch_.num_tokens(), H = shape_.hidden, V = shape_.vocab_local();
 

@@ -36,7 +36,8 @@ template <class T>
 class Qwen3Model {
  public:
   // backend == nullptr: the model owns a CPU backend (tests, tools). `backend` must outlive it.
-  Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backend* backend = nullptr);
+  // Pass::evaluation: no gradients are allocated and backward() is refused.
+  Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backend* backend = nullptr, Pass pass = Pass::training);
 
   void init_weights(uint64_t seed) { params_.init(seed); }
   ParameterSet<T>& params() { return params_; }
@@ -126,6 +127,7 @@ class Qwen3Model {
   Qwen3Plan plan_;
   ParameterSet<T> params_;
   TpOps<T>& tp_;
+  Pass pass_;
 
   // Saved by forward for backward.
   Batch batch_;

@@ -414,7 +414,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   auto edge = comm::make_edge_all_reduce(cfg.comm, world.tp);
   model::CommTpOps tp_ops(world.tp, *blocks, edge.get(), cfg.run.device,
                           comm::transport_options_from(cfg.comm));
-  model::Qwen3Model<float> model(shape, tp_ops, backend.get());
+  model::Qwen3Model<float> model(shape, tp_ops, backend.get(), model::Pass::evaluation);
   model.set_int8_linear(quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed), cfg.linear.projection_list());
   if (ckpt.ours)
     load_checkpoint(ckpt.path, model.params(), nullptr, world);

@@ -5,10 +5,12 @@
 // CUDA start-up check relies on.
 #include "model/memory_plan.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "model_test_util.h"
+#include "../support/test_util.h"
 #include "model/tp_ops.h"
+#include "model_test_util.h"
 
 namespace echo::model {
 namespace {
@@ -58,11 +60,13 @@ TEST_P(MemoryPlanMatchesTheCpuBackend, ParametersAndPeakActivations) {
     EXPECT_EQ(after.live, idle + final_hidden) << "after backward only the final hidden state stays";
   }
   // An evaluation forward (no backward) keeps one layer's saved tensors at a time: its peak is
-  // the evaluation plan's, and below a training pass's.
+  // the evaluation plan's, and below a training pass's; a model built for evaluation holds no
+  // gradients.
   in.pass = Pass::evaluation;
   const MemoryPlan eval = plan_memory(shape, make_qwen3_plan(shape), in);
   EXPECT_EQ(eval.optimizer, 0u);
-  EXPECT_EQ(eval.weights + eval.gradients, plan.weights + plan.gradients) << "the model is the same";
+  EXPECT_EQ(eval.gradients, 0u);
+  EXPECT_EQ(eval.weights, plan.weights);
   const auto batch = testing::random_batch(c.batch, c.seq, shape.vocab, 99);
   reset_host_memory_peak();
   const size_t idle = host_memory_stats().live - final_hidden;
@@ -71,6 +75,19 @@ TEST_P(MemoryPlanMatchesTheCpuBackend, ParametersAndPeakActivations) {
   EXPECT_LT(eval.activations, plan.activations);
   // The same loss as a forward that keeps every layer's tensors for a backward.
   EXPECT_EQ(model.forward(batch.view(), true), loss);
+
+  const size_t before_eval_model = host_memory_stats().live;
+  Qwen3Model<float> evaluator(shape, solo, cpu.get(), Pass::evaluation);
+  evaluator.init_weights(3);
+  const size_t eval_idle = host_memory_stats().live;
+  EXPECT_EQ(eval_idle - before_eval_model, eval.weights + eval.gradients + eval.compute_copies);
+  reset_host_memory_peak();
+  EXPECT_EQ(evaluator.forward(batch.view(), false), loss) << "the same weights give the same loss";
+  EXPECT_EQ(host_memory_stats().peak - eval_idle, eval.activations) << eval.describe();
+  EXPECT_THAT(echo::testing::error_of([&] { evaluator.forward_backward(batch.view()); }),
+              ::testing::HasSubstr("backward() of a model built for evaluation, which has no gradients"));
+  EXPECT_THAT(echo::testing::error_of([&] { evaluator.params().zero_grads(); }),
+              ::testing::HasSubstr("parameters built for evaluation, which have no gradients"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MemoryPlanMatchesTheCpuBackend,
