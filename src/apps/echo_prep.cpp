@@ -45,6 +45,7 @@
 #include "apps/parse_command_line.h"
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "core/json_guard.h"
 #include "core/log.h"
 #include "core/remove_on_signal.h"
 #include "core/same_file.h"
@@ -262,7 +263,7 @@ class DocumentReader {
             value = Json::parse(line);
           } catch (const Json::exception& e) {
             // parse_error, and out_of_range for a number past double's range (1e400).
-            ECHO_INPUT_FAIL("{}: malformed JSON line: {}", where, e.what());
+            ECHO_INPUT_FAIL("{}: malformed JSON line: {}", where, json_error_text(e));
           }
           return text_of(value, o_.json_key, where);
         }
@@ -302,10 +303,10 @@ class DocumentReader {
         try {
           array = Json::parse(text);
         } catch (const Json::parse_error& e) {
-          ECHO_INPUT_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), e.what());
+          ECHO_INPUT_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), json_error_text(e));
         } catch (const Json::exception& e) {
           // out_of_range (a number past double's range) carries no position.
-          ECHO_INPUT_FAIL("{}: malformed JSON array: {}", path, e.what());
+          ECHO_INPUT_FAIL("{}: malformed JSON array: {}", path, json_error_text(e));
         }
         for (size_t i = 0; i < array.size(); ++i)
           pending_.push_back(text_of(array[i], o_.json_key, fmt::format("{}: element {}", path, i)));

@@ -63,8 +63,11 @@ class Backend {
   // device's free memory, else an InputError names both; the CUDA backend then keeps that much
   // in its memory pool, so step 1 allocates from it. CPU: the ranks on the node share its memory,
   // so `bytes` times their count, plus headroom, must fit in MemAvailable (core/host_memory.h);
-  // nothing is set aside, and an unreadable MemAvailable is a warning, not a refusal.
-  virtual void reserve(size_t bytes, const std::string& what) = 0;
+  // nothing is set aside, and an unreadable MemAvailable is a warning, not a refusal. `levers`
+  // says what the user can lower in their program's own terms ("a smaller train.micro_batch ..."
+  // for echo_train, "a smaller --micro-batch ..." for echo_eval), for this refusal and for a
+  // later out-of-memory error (CUDA).
+  virtual void reserve(size_t bytes, const std::string& what, const std::string& levers) = 0;
   // The most bytes of this backend's tensors in use at once so far (for the log against the plan).
   virtual size_t peak_bytes_in_use() const = 0;
   // For that log line: whether the tensors so far came from what reserve() set aside ("" when the

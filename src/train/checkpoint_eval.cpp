@@ -319,6 +319,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   // The check below names the command line's values as their source, not the config they
   // replaced ('data.seq_len' = 100000000 was blamed on the checkpoint's recorded config).
   std::vector<std::string> given;
+  if (req.tp > 0) given.push_back(fmt::format("--tp {}", req.tp));
   if (req.seq_len > 0) {
     cfg.data.seq_len = req.seq_len;
     given.push_back(fmt::format("--seq-len {}", req.seq_len));
@@ -341,6 +342,24 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   if (req.batches > 0) {
     cfg.train.eval_batches = req.batches;
     given.push_back(fmt::format("--batches {}", req.batches));
+  }
+  // A recorded micro-batch that does not split the recorded global batch at this dp (a run
+  // trained at another layout) is cut to one that does: the micro-batch only sets how many
+  // sequences a forward holds, not which ones are evaluated.
+  const bool batch_given = req.micro_batch > 0 || req.global_batch > 0 ||
+                           config::overrides_set(req.overrides, "train.micro_batch") ||
+                           config::overrides_set(req.overrides, "train.global_batch");
+  if (!batch_given && cfg.train.global_batch % dp == 0 &&
+      cfg.train.global_batch % (static_cast<int64_t>(cfg.train.micro_batch) * dp) != 0) {
+    const int per_rank = cfg.train.global_batch / dp;
+    int fit = std::min(cfg.train.micro_batch, per_rank);
+    while (per_rank % fit != 0) --fit;
+    if (rank == 0)
+      logger->info(
+          "micro-batch {} instead of the config's {}: {} x dp {} does not split its global batch of {} "
+          "(--micro-batch sets it)",
+          fit, cfg.train.micro_batch, cfg.train.micro_batch, dp, cfg.train.global_batch);
+    cfg.train.micro_batch = fit;
   }
   if (!req.data.empty()) cfg.data.valid = req.data;
   if (!given.empty()) cfg.source = fmt::format("{} with echo_eval {}", cfg.source, fmt::join(given, " "));
@@ -375,8 +394,8 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   // Past the data's end the batches wrap around and count sequences twice. Asked for with
   // --batches, that is refused; the config's train.eval_batches is what the trainer evaluated
   // (with the same warning), so its val_loss is still reproduced. A Hugging Face folder has no
-  // such setting, only echo's defaults: those are cut to what the data holds (they read the
-  // demo's 115 validation sequences about 67 times over).
+  // such setting, only echo's defaults: those are cut to what the data holds (their 7680
+  // sequences read data/demo-bytes' 55 validation sequences of 2048 tokens about 140 times over).
   if (const EvalCoverage coverage = eval_coverage(loader, spec, dp); coverage.repeats()) {
     const std::string what = fmt::format(
         "{} global batches of {} sequences read {} sequences of {} tokens, but the evaluation data '{}' holds {}: "
@@ -409,7 +428,8 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
                                        {node.local_rank, node.local_size});
   // Before the first tensor, as the trainer does: a model or batch one rank cannot hold is refused
   // with the plan's parts (it ended in std::bad_alloc). No optimizer state: nothing is trained.
-  reserve_step_memory(cfg, shape, *backend, model::Pass::evaluation, "evaluating this model");
+  reserve_step_memory(cfg, shape, *backend, model::Pass::evaluation, "evaluating this model",
+                      "a smaller --micro-batch or --seq-len, or a larger --tp");
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, world.tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, world.tp);
   model::CommTpOps tp_ops(world.tp, *blocks, edge.get(), cfg.run.device,

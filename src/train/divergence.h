@@ -26,4 +26,20 @@ double max_abs_weight(const model::ParameterSet<float>& params, const dist::Comm
 // and `kept` (what the message says about the last good checkpoint).
 void check_weights(double max_abs, int64_t step, const std::string& kept);
 
+// What a run that goes on is told when it does not learn or has diverged below the weight bound
+// (optim.lr = 10 drove the loss to 5244, 880x a uniform prediction's, and ended "done" with exit
+// 0; a model.norm_eps of 1e30 kept the gradient norm at 0): each warning once per run.
+class DivergenceWarnings {
+ public:
+  // vocab: the logits' width (the padded vocabulary), whose uniform prediction's loss is ln(vocab).
+  explicit DivergenceWarnings(int64_t vocab);
+  // The warning after step `step` (1-based) with its loss and global gradient norm (before
+  // clipping), or "" when there is none (or it was already given).
+  std::string after_step(int64_t step, double loss, double grad_norm);
+
+ private:
+  int64_t vocab_;
+  bool zero_norm_said_ = false, loss_said_ = false;
+};
+
 }  // namespace echo::train

@@ -30,9 +30,10 @@ model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::Model
 }
 
 model::MemoryPlan reserve_step_memory(const config::Config& cfg, const model::ModelShape& shape,
-                                      backend::Backend& backend, model::Pass pass, const std::string& what) {
+                                      backend::Backend& backend, model::Pass pass, const std::string& what,
+                                      const std::string& levers) {
   model::MemoryPlan plan = plan_step_memory(cfg, shape, backend, pass);
-  backend.reserve(plan.total(), fmt::format("{} (per rank: {})", what, plan.describe()));
+  backend.reserve(plan.total(), fmt::format("{} (per rank: {})", what, plan.describe()), levers);
   return plan;
 }
 

@@ -16,9 +16,11 @@ namespace echo::train {
 model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::ModelShape& shape, backend::Backend& backend,
                                    model::Pass pass);
 
-// plan_step_memory, then Backend::reserve of its total: a RunError naming `what` and the plan's
-// parts when one rank's share does not fit.
+// plan_step_memory, then Backend::reserve of its total: an InputError naming `what`, the plan's
+// parts and `levers` (what the user can lower, in the program's own terms) when one rank's share
+// does not fit.
 model::MemoryPlan reserve_step_memory(const config::Config& cfg, const model::ModelShape& shape,
-                                      backend::Backend& backend, model::Pass pass, const std::string& what);
+                                      backend::Backend& backend, model::Pass pass, const std::string& what,
+                                      const std::string& levers);
 
 }  // namespace echo::train

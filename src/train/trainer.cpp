@@ -253,7 +253,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   tp_ops_ = std::make_unique<model::CommTpOps>(world.tp, *blocks_, edge_.get(), cfg.run.device,
                                                comm::transport_options_from(cfg.comm));
   // Before the first tensor: does one rank's training state fit (model/memory_plan.h)?
-  memory_plan_ = reserve_step_memory(cfg, shape_, *backend_, model::Pass::training, "training this model");
+  memory_plan_ = reserve_step_memory(cfg, shape_, *backend_, model::Pass::training, "training this model",
+                                     "a smaller train.micro_batch, data.seq_len or model, or a larger parallel.tp");
   const auto int8_cfg = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
   model_ = std::make_unique<model::Qwen3Model<float>>(shape_, *tp_ops_, backend_.get());
   model_->set_int8_linear(int8_cfg, cfg.linear.projection_list());
@@ -382,6 +383,18 @@ void Trainer::open_data() {
   opts.vocab_size = cfg.model.vocab_size;
   opts.eos_stored = data::decide_eos_stored(*train_data_, train_meta, cfg.data.eos_id, "data.train");
   train_loader_.emplace(*train_data_, opts);
+  // A step longer than an epoch reads every sequence several times in one gradient (a global
+  // batch of 10^6 over 17k sequences took hours a step, with nothing said).
+  if (const uint64_t epoch = train_loader_->samples_per_epoch();
+      static_cast<uint64_t>(cfg.train.global_batch) > epoch && L.rank == 0)
+    log::get("train")->warn(
+        "train.global_batch = {} sequences, but data.train holds {} of {} tokens: each step reads every sequence "
+        "about {:.1f} times",
+        cfg.train.global_batch, epoch, cfg.data.seq_len,
+        static_cast<double>(cfg.train.global_batch) / static_cast<double>(std::max<uint64_t>(epoch, 1)));
+  if (cfg.data.valid.empty() && cfg.train.eval_interval > 0 && L.rank == 0)
+    log::get("train")->info("no evaluations: data.valid is empty, so train.eval_interval = {} applies to nothing",
+                            cfg.train.eval_interval);
   if (!cfg.data.valid.empty() && cfg.train.eval_interval > 0) {
     valid_data_.emplace(open_dataset("data.valid", cfg.data.valid));
     if (L.rank == 0 && same_file(cfg.data.valid + ".bin", cfg.data.train + ".bin"))
@@ -539,6 +552,7 @@ TrainResult Trainer::run(int64_t stop_after) {
   struct StepForWatchdog {
     ~StepForWatchdog() { dist::set_collective_step(0); }
   } step_for_watchdog;
+  DivergenceWarnings divergence_warnings(shape_.vocab);
   for (int64_t step = start_step_; step < total; ++step) {
     dist::set_collective_step(step + 1);
     const auto t0 = std::chrono::steady_clock::now();
@@ -568,6 +582,9 @@ TrainResult Trainer::run(int64_t stop_after) {
     optimizer_->step(model_->params(), lr, cfg_.optim);
     consumed_samples_ += static_cast<uint64_t>(cfg_.train.global_batch);
     check_weights(max_abs_weight(model_->params(), world_.world), step + 1, kept_checkpoint());
+    if (const std::string warning = divergence_warnings.after_step(step + 1, loss, norm);
+        !warning.empty() && world_.layout.rank == 0)
+      logger->warn("{}", warning);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     elapsed += secs;
     result.steps_done = step + 1;
@@ -595,7 +612,14 @@ TrainResult Trainer::run(int64_t stop_after) {
       if (telemetry) log_telemetry(step + 1);
     }
     if (cfg_.train.eval_interval > 0 && (step + 1) % cfg_.train.eval_interval == 0 && valid_loader_) {
-      const std::optional<double> val = evaluate(stop);
+      std::optional<double> val;
+      try {
+        val = evaluate(stop);
+      } catch (const Error& e) {
+        // An error inside the evaluation's forward (non-finite activations of diverged weights)
+        // named its site only.
+        rethrow_with_context(e, fmt::format("in the evaluation after step {}: ", step + 1), "; " + kept_checkpoint());
+      }
       if (val) record_eval(step + 1, *val);
     }
     const bool last = step + 1 == total;

@@ -37,16 +37,18 @@ TEST(CpuReserve, TheNeedIsThePlanPlusHeadroomTimesTheRanks) {
 
 TEST(CpuReserve, TheRefusalNamesTheNumbersAndWhatToLower) {
   // 2 x (1000 MiB + 256 MiB) = 2512 MiB = 2634022912 bytes against 2 GiB.
-  const std::string got =
-      kind_and_what_of([] { check_fits_host_memory(1000 * kMiB, 2, 2 * kGiB, "training this model (per rank: X)"); });
+  const std::string got = kind_and_what_of([] {
+    check_fits_host_memory(1000 * kMiB, 2, 2 * kGiB, "training this model (per rank: X)",
+                           "a smaller --lever-a, or a larger --lever-b");
+  });
   expect_contains(got, {"input: ", "training this model (per rank: X) does not fit in this host's memory",
                         "2 rank(s) on this node need 2 x (1000.0 MiB + 256.0 MiB headroom",
                         "= 2.45 GiB (2634022912 bytes)", "MemAvailable is 2.00 GiB (2147483648 bytes)",
-                        "train.micro_batch", "data.seq_len", "model", "parallel.tp", "fewer ranks per node"});
+                        "; a smaller --lever-a, or a larger --lever-b, or fewer ranks per node, needs less"});
   EXPECT_EQ(got.find("[at "), std::string::npos) << "an input error reads as a plain message: " << got;
   // Exactly full fits; one byte more does not.
-  EXPECT_NO_THROW(check_fits_host_memory(1000 * kMiB, 2, 2512 * kMiB, "x"));
-  EXPECT_THROW(check_fits_host_memory(1000 * kMiB, 2, 2512 * kMiB - 1, "x"), InputError);
+  EXPECT_NO_THROW(check_fits_host_memory(1000 * kMiB, 2, 2512 * kMiB, "x", "y"));
+  EXPECT_THROW(check_fits_host_memory(1000 * kMiB, 2, 2512 * kMiB - 1, "x", "y"), InputError);
 }
 
 // reserve() against this host's MemAvailable, read by the same reader.
@@ -64,19 +66,20 @@ class CpuReserveOnThisHost : public ::testing::Test {
 TEST_F(CpuReserveOnThisHost, FarAboveMemAvailableIsRefusedAndASmallPlanPasses) {
   auto cpu = make_backend(Device::cpu);
   const size_t pib = size_t{1} << 50;
-  const std::string got = kind_and_what_of([&] { cpu->reserve(pib, "a plan of 1 PiB"); });
+  const std::string got = kind_and_what_of([&] { cpu->reserve(pib, "a plan of 1 PiB", "less"); });
   EXPECT_EQ(host_bytes_needed(pib, 1), size_t{1125900175278080});  // 2^50 + 2^28
   expect_contains(got, {"input: ", "a plan of 1 PiB does not fit", "1 rank(s) on this node need 1 x (1024.0 TiB",
                         "(1125900175278080 bytes)", "MemAvailable is"});
-  EXPECT_NO_THROW(cpu->reserve(kMiB, "a plan of 1 MiB"));
+  EXPECT_NO_THROW(cpu->reserve(kMiB, "a plan of 1 MiB", "less"));
 }
 
 TEST_F(CpuReserveOnThisHost, TheRanksOnTheNodeMultiplyThePlan) {
   // Half of MemAvailable plus 64 MiB: one rank fits (with its 256 MiB headroom); three do not.
   const size_t plan = *available_ / 2 + 64 * kMiB;
-  EXPECT_NO_THROW(make_backend(Device::cpu, {0, 1})->reserve(plan, "half the host"));
-  const std::string got =
-      kind_and_what_of([&] { make_backend(Device::cpu, {0, 3})->reserve(plan, "half the host"); });
+  EXPECT_NO_THROW(make_backend(Device::cpu, {0, 1})->reserve(plan, "half the host", "less"));
+  const std::string got = kind_and_what_of([&] {
+    make_backend(Device::cpu, {0, 3})->reserve(plan, "half the host", "less");
+  });
   expect_contains(got, {"input: ", "half the host does not fit", "3 rank(s) on this node need 3 x (",
                         std::to_string(host_bytes_needed(plan, 3)) + " bytes"});
 }

@@ -586,11 +586,27 @@ TEST_F(ConfigFile, EveryRangeIsEnforced) {
       {"comm: {compensator: {beta1: 0.99999999}}", "'comm.compensator.beta1' = 0.99999999 rounds to 1 in fp32"},
       {"comm: {compensator: {beta2: 0.999999999}}", "'comm.compensator.beta2' = 0.999999999 rounds to 1 in fp32"},
       {"optim: {weight_decay: -0.1}", "'optim.weight_decay' = -0.1 must be >= 0"},
-      {"optim: {grad_clip: -1}", "'optim.grad_clip' = -1.0 must be >= 0"},
+      {"optim: {grad_clip: -1}", "'optim.grad_clip' = -1.0 must be >= 0 (0 = off)"},
+      // Values that train nothing with exit 0: 0 only in fp32 (all weights 0; every update
+      // clipped to 0, where 0 means off), or an epsilon that outweighs what it guards.
+      {"model: {init_std: 1e-50}", "'model.init_std' = 1.0e-50 is 0 in fp32"},
+      {"optim: {grad_clip: 1e-50}",
+       "'optim.grad_clip' = 1.0e-50 is 0 in fp32, which the update computes in, but "
+       "is not 0 = off"},
+      {"model: {norm_eps: 1e30}",
+       "'model.norm_eps' = 1.0e+30 must be <= 1 (an epsilon above 1 outweighs the mean "
+       "square of the activations"},
+      {"model: {norm_eps: 1e-50}", "'model.norm_eps' = 1.0e-50 is 0 in fp32"},
+      {"optim: {eps: 1e38}", "'optim.eps' = 1.0e+38 must be <= 1 (an epsilon above 1 outweighs sqrt(v)"},
       {"schedule: {warmup_steps: -1}", "'schedule.warmup_steps' = -1 must be >= 0"},
       {"data: {seq_len: 0}", "'data.seq_len' = 0 must be >= 1"},
       {"data: {train: ''}", "'data.train' must not be empty"},
       {"run: {out_dir: ''}", "'run.out_dir' must not be empty"},
+      // No shell expands '~' in a config: it made a folder named '~' in the working directory.
+      {"run: {out_dir: ~/runs/x}", "'run.out_dir' = ~/runs/x starts with '~', which only a shell expands"},
+      {"data: {train: ~alice/data/train}", "'data.train' = ~alice/data/train starts with '~'"},
+      {"data: {valid: ~/v}", "'data.valid' = ~/v starts with '~'"},
+      {"run: {init_from: ~/hf}", "'run.init_from' = ~/hf starts with '~'"},
       {"train: {steps: 0}", "'train.steps' = 0 must be >= 1"},
       {"train: {keep_checkpoints: 0}", "'train.keep_checkpoints' = 0 must be >= 1"},
       {"train: {micro_batch: 0}", "'train.micro_batch' = 0 must be >= 1"},

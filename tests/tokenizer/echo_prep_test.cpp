@@ -207,6 +207,11 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   refused("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n", ":2: malformed JSON line");
   refused("huge.json", "[{\"text\": \"b\", \"n\": -1e400}]", ": malformed JSON array");
   refused("arr.json", "[\"a\",\n\"b\",\n]", ":3: malformed JSON array");
+  // Ill-formed UTF-8 quoted by the parser reaches the terminal escaped, without the library's tag.
+  refused("utf8.jsonl", "{\"text\":\"a\xff\x9b b\"}\n", ":1: malformed JSON line: parse error at line 1");
+  EXPECT_THAT(err_, HasSubstr("\\xff"));
+  EXPECT_THAT(err_, ::testing::Not(HasSubstr("\xff")));
+  EXPECT_THAT(err_, ::testing::Not(HasSubstr("[json.exception")));
   // The JSON parser stops at a NUL byte: the rest of the line, or of the whole array, was dropped.
   refused("nul.jsonl", std::string("{\"text\": \"kept\"}\n{\"text\":\"a\"}\0{\"text\": \"lost\"}\n", 47),
           ":2: a NUL byte at column 13: JSON text cannot hold one");

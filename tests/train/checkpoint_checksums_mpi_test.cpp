@@ -242,6 +242,25 @@ TEST_F(ChecksumsTest, AnEditedConfigJsonStillLoadsWithAWarning) {
 
 TEST_F(ChecksumsTest, ACheckpointWithoutChecksumsLoads) { EXPECT_EQ(load_without_checksums(), ""); }
 
+// A state that records consumed_samples (2026-12-06) was written by a trainer that writes checksums
+// (2026-12-02): without checksums.json the file was removed, and the tensors cannot be verified.
+TEST_F(ChecksumsTest, ACurrentCheckpointWhoseChecksumsWereRemovedIsRefused) {
+  const fs::path state = ckpt_ / "trainer" / "trainer_state.json";
+  const std::string text = read_file(state);
+  const size_t at = text.find("\"data_position\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    std::ofstream(state, std::ios::trunc) << text.substr(0, at) + "\"consumed_samples\": 1003, " + text.substr(at);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string msg = load_without_checksums(/*corrupted=*/true);
+  EXPECT_NE(msg.find("has no trainer/checksums.json, but its trainer state records consumed_samples, which only "
+                     "trainers that write checksums record"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(ChecksumsTest, MalformedOrIncompleteChecksumsAreRefused) {
   const fs::path path = ckpt_ / "trainer" / "checksums.json";
   const std::string good = read_file(path);

@@ -317,8 +317,8 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   req.global_batch = 0;
   req.micro_batch = 1 << 30;
   expect_input_error([&] { evaluate_checkpoint(req); }, "'train.micro_batch' = 1073741824 must be <= 65536");
-  // A batch one rank cannot hold (65536 x 16384 tokens: the plan counts about 3.7 TiB of
-  // activations per rank, where the config's own estimate stays under its 1 TiB bound) is refused
+  // A batch one rank cannot hold (65536 x 16384 tokens: the evaluation plan counts about 2.2 TiB
+  // of activations per rank, where the config's own estimate stays under its 1 TiB bound) is refused
   // before the first tensor with the memory plan, as the trainer refuses it; it ended in
   // std::bad_alloc. No host has that much memory to spare, so the refusal does not depend on it.
   const std::string long_data =
@@ -331,6 +331,9 @@ TEST(Eval, BadInputsAreRefusedInWords) {
   req.data = long_data + "/data/valid";
   req.batches = 0;  // the recorded train.eval_batches: a repeat is warned about, not refused
   expect_input_error([&] { evaluate_checkpoint(req); }, "evaluating this model");
+  // In echo_eval's terms: its options, not the config keys it refuses (--set parallel.tp).
+  expect_input_error([&] { evaluate_checkpoint(req); },
+                     "; a smaller --micro-batch or --seq-len, or a larger --tp, or fewer ranks per node, needs less");
 }
 
 // --config's parallel.tp is not the layout (--tp is): a file whose parallel.tp does not divide the
@@ -550,6 +553,37 @@ TEST(Eval, AnUnchosenEosIsTheDatasThenTheCheckpoints) {
                      "'data.eos_id' = 63 (data.eos_id of the config '" + with_eos + "') is not the EOS the data");
   expect_input_error([&] { eval_with(ckpt, "", {}); }, "(data.eos_id of the checkpoint's recorded config)");
   expect_input_error([&] { eval_with(hf, "", {"data.eos_id=63", "data.seq_len=16"}); }, "(--set data.eos_id)");
+}
+
+// A run trained at dp = 1 with micro-batch = global batch (8), evaluated at tp = 1 over every rank:
+// 8 x dp does not split the global batch, so the micro-batch is cut to 8 / dp (the sequences are
+// the same, so is the loss); named options keep their refusal.
+TEST(Eval, ARecordedMicroBatchThatDoesNotSplitAtThisDpIsCut) {
+  if (world_size() < 2) GTEST_SKIP() << "needs dp > 1";
+  const std::string dir = echo::testing::make_scratch_datasets("echo_eval", "whole", 43, {"train", "valid"});
+  const config::Config cfg = config::parse_config(
+      config_text(dir), "eval_test.yaml",
+      {"parallel.tp=" + std::to_string(world_size()), "train.micro_batch=8", "train.eval_interval=0"}, world_size());
+  {
+    const dist::World world = dist::World::create(cfg.parallel.tp);
+    Trainer trainer(cfg, world, RunDirMode::fresh);
+    trainer.run();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string ckpt = checkpoint_dir(dir + "/run", 6);
+  const EvalReport whole = eval(ckpt, world_size(), {"comm.allreduce=exact_fp32"});
+  EXPECT_EQ(whole.micro_batch, 8);
+  const EvalReport cut = eval(ckpt, 1, {"comm.allreduce=exact_fp32"});
+  EXPECT_EQ(cut.dp, world_size());
+  EXPECT_EQ(cut.micro_batch, 8 / world_size());
+  EXPECT_EQ(cut.tokens, whole.tokens);
+  EXPECT_NEAR(cut.loss, whole.loss, 1e-5 * whole.loss);
+  EvalRequest req;
+  req.checkpoint = ckpt;
+  req.tp = 1;
+  req.micro_batch = 8;
+  req.global_batch = 8;
+  expect_input_error([&] { evaluate_checkpoint(req); }, "'train.global_batch' = 8 is not a multiple of");
 }
 
 }  // namespace

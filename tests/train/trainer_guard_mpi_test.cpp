@@ -4,6 +4,7 @@
 // --resume, what a --resume may change, metrics after a resume, a stop signal that arrives during
 // start-up or during a checkpoint save, and a plan beyond the host's memory.
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <sys/stat.h>
@@ -79,6 +80,21 @@ using echo::testing::read_file;
 
 // Every rank must have finished with the run directory before rank 0 changes it.
 void sync() { MPI_Barrier(MPI_COMM_WORLD); }
+
+// Makes the checkpoint at `ckpt` one from before checksums existed (rank 0 writes; the caller
+// syncs): no trainer/checksums.json, and its trainer state `state_text` (read by every rank before
+// any rank writes) without the fields written only since (consumed_samples, train_data_xxh3),
+// which tell a removed checksums file. Returns the state as written.
+std::string as_written_before_checksums(const std::string& ckpt, const std::string& state_text) {
+  auto state = nlohmann::json::parse(state_text);
+  state.erase("consumed_samples");
+  state.erase("train_data_xxh3");
+  if (world_rank() == 0) {
+    fs::remove(ckpt + "/trainer/checksums.json");
+    std::ofstream(ckpt + "/trainer/trainer_state.json") << state.dump(2);
+  }
+  return state.dump(2);
+}
 
 // Ids in [vocab_size, padded rows) are rows of the embedding that no tokenizer emits.
 TEST(TrainerGuard, TokenIdsAreCheckedAgainstTheTrueVocabulary) {
@@ -254,6 +270,22 @@ TEST(TrainerGuard, TheDatasetSidecarIsChecked) {
   EXPECT_GE(bare_losses.size(), 6u);  // 4 steps, 2 validations
   EXPECT_EQ(losses(read_file(stored + "/run/metrics.jsonl")), bare_losses);
   EXPECT_EQ(losses(detected_metrics), bare_losses) << "without sidecars";
+}
+
+// Below the weight bound a run goes on, but is told once when it learns nothing (a zero gradient
+// norm) and once when its loss passes twice a uniform prediction's, ln(vocab).
+TEST(TrainerGuard, DivergenceWarningsAreGivenOnceEach) {
+  DivergenceWarnings w(384);  // ln(384) = 5.9506
+  EXPECT_EQ(w.after_step(1, 5.99, 4.2), "");
+  EXPECT_EQ(w.after_step(2, 11.90, 3.0), "") << "just below 2 ln(384) = 11.9013";
+  EXPECT_THAT(w.after_step(3, 2246.5, 130.0),
+              ::testing::StartsWith("the loss 2246.5000 at step 3 is more than twice ln(384) = 5.9506, the loss of a "
+                                    "uniform prediction"));
+  EXPECT_EQ(w.after_step(4, 7432.0, 250.0), "") << "said once";
+  EXPECT_THAT(w.after_step(5, 5.95, 0.0), ::testing::StartsWith("the gradient norm is exactly 0 at step 5"));
+  EXPECT_EQ(w.after_step(6, 5.95, 0.0), "") << "said once";
+  DivergenceWarnings fresh(384);
+  EXPECT_EQ(fresh.after_step(1, 5.95, 1e-300), "") << "tiny is not zero";
 }
 
 // optim.lr = 100 (the run, exact all-reduce): decay multiplies the weights by -9 a step
@@ -589,7 +621,7 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
   train(cfg, RunDirMode::fresh);
   sync();
   const std::string ckpt = checkpoint_dir(cfg.run.out_dir, 2), state_path = ckpt + "/trainer/trainer_state.json";
-  const std::string good_state = read_file(state_path);
+  std::string good_state = read_file(state_path);
   const auto resume = [&] {
     return echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
   };
@@ -608,7 +640,7 @@ TEST(TrainerGuard, ABrokenCheckpointIsRefusedAsAnInputError) {
             0u);
   // Without them (a checkpoint from before they existed) the values themselves are checked.
   sync();
-  if (world_rank() == 0) fs::remove(ckpt + "/trainer/checksums.json");
+  good_state = as_written_before_checksums(ckpt, good_state);
   const std::string malformed = "input: trainer state '" + state_path + "' is malformed: ";
   EXPECT_EQ(resume_with("step", -5), malformed + "'step' = -5 is negative");
   EXPECT_EQ(resume_with("optimizer_step", -7), malformed + "'optimizer_step' = -7 is negative");
@@ -790,6 +822,8 @@ TEST(TrainerGuard, ACheckpointHoldingImpossibleValuesIsRefused) {
     return echo::testing::kind_and_what_of([&] { train(make_config(dir, {"train.steps=3"}), RunDirMode::resume); });
   };
   const std::string model_bytes = read_file(model);
+  const std::string state_text = read_file(ckpt + "/trainer/trainer_state.json");
+  sync();
   if (world_rank() == 0) poison_first_value(model, "model.embed_tokens.weight", NAN);
   sync();
   std::string got = resume();
@@ -799,7 +833,7 @@ TEST(TrainerGuard, ACheckpointHoldingImpossibleValuesIsRefused) {
             std::string::npos)
       << got;
   sync();
-  if (world_rank() == 0) fs::remove(ckpt + "/trainer/checksums.json");
+  as_written_before_checksums(ckpt, state_text);
   sync();
   got = resume();
   EXPECT_EQ(got.rfind("input: cannot load checkpoint: '" + model + "': tensor 'model.embed_tokens.weight' holds a NaN" +

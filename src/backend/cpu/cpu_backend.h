@@ -28,7 +28,7 @@ class CpuBackend final : public Backend {
                          int64_t head_dim) const override;
   quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
                                               int64_t out, int64_t seq_len) const override;
-  void reserve(size_t bytes, const std::string& what) override;
+  void reserve(size_t bytes, const std::string& what, const std::string& levers) override;
   size_t peak_bytes_in_use() const override { return host_memory_stats().peak; }
 
   void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,

@@ -33,7 +33,7 @@ quant::Int8LinearScratch CpuBackend::int8_scratch_bytes(const quant::Int8LinearC
   return {per_output * r * o + sizeof(int32_t) * std::max(r, o) * i + sizeof(float) * (r + o), 0};
 }
 
-void CpuBackend::reserve(size_t bytes, const std::string& what) {
+void CpuBackend::reserve(size_t bytes, const std::string& what, const std::string& levers) {
   const std::optional<size_t> available = host_memory_available_bytes();
   if (!available) {
     // NOTE: never refuse on unknown: a container without /proc/meminfo must still train.
@@ -41,7 +41,7 @@ void CpuBackend::reserve(size_t bytes, const std::string& what) {
                               "this node) fits in host memory", what, ranks_on_node_);
     return;
   }
-  check_fits_host_memory(bytes, ranks_on_node_, *available, what);
+  check_fits_host_memory(bytes, ranks_on_node_, *available, what, levers);
 }
 
 }  // namespace echo::backend

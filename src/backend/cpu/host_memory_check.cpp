@@ -17,14 +17,15 @@ size_t host_bytes_needed(size_t plan_bytes, int ranks_on_node) {
   return per_rank > most / ranks ? most : per_rank * ranks;
 }
 
-void check_fits_host_memory(size_t plan_bytes, int ranks_on_node, size_t mem_available, const std::string& what) {
+void check_fits_host_memory(size_t plan_bytes, int ranks_on_node, size_t mem_available, const std::string& what,
+                            const std::string& levers) {
   const size_t need = host_bytes_needed(plan_bytes, ranks_on_node);
   ECHO_INPUT_CHECK(need <= mem_available,
                    "{} does not fit in this host's memory: {} rank(s) on this node need {} x ({} + {} headroom for "
-                   "the runtime) = {} ({} bytes), but MemAvailable is {} ({} bytes); a smaller train.micro_batch, "
-                   "data.seq_len or model, a larger parallel.tp, or fewer ranks per node needs less",
+                   "the runtime) = {} ({} bytes), but MemAvailable is {} ({} bytes); {}, or fewer ranks per node, "
+                   "needs less",
                    what, ranks_on_node, ranks_on_node, format_bytes(plan_bytes), format_bytes(kHostHeadroomPerRank),
-                   format_bytes(need), need, format_bytes(mem_available), mem_available);
+                   format_bytes(need), need, format_bytes(mem_available), mem_available, levers);
 }
 
 }  // namespace echo::backend

@@ -16,7 +16,9 @@ inline constexpr size_t kHostHeadroomPerRank = size_t{256} << 20;
 size_t host_bytes_needed(size_t plan_bytes, int ranks_on_node);
 
 // Throws an echo::InputError, naming the per-rank plan (`what` describes it), the rank count,
-// the total and MemAvailable and what to lower, unless host_bytes_needed() <= mem_available.
-void check_fits_host_memory(size_t plan_bytes, int ranks_on_node, size_t mem_available, const std::string& what);
+// the total and MemAvailable and what to lower (`levers`, then fewer ranks per node), unless
+// host_bytes_needed() <= mem_available.
+void check_fits_host_memory(size_t plan_bytes, int ranks_on_node, size_t mem_available, const std::string& what,
+                            const std::string& levers);
 
 }  // namespace echo::backend

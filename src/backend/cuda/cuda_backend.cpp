@@ -83,10 +83,8 @@ class CudaBackend final : public Backend {
       cudaGetLastError();  // clear the runtime's last-error slot before raising our own
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
-      ECHO_FAIL(
-          "out of GPU memory on {}: a {} tensor {} needs {} bytes, {} of {} are free (a smaller "
-          "train.micro_batch or data.seq_len, or a larger parallel.tp, needs less)",
-          name(), dtype, format_shape(shape), bytes, free_bytes, total_bytes);
+      ECHO_FAIL("out of GPU memory on {}: a {} tensor {} needs {} bytes, {} of {} are free ({} needs less)", name(),
+                dtype, format_shape(shape), bytes, free_bytes, total_bytes, levers_);
     }
     CUDA_CHECK(status);
     // NOTE: freed on the legacy default stream, which orders after this backend's blocking stream
@@ -115,14 +113,15 @@ class CudaBackend final : public Backend {
                                               int64_t out, int64_t seq_len) const override {
     return cuda::int8_linear_scratch_bytes(cfg, rows, in, out, seq_len);
   }
-  void reserve(size_t bytes, const std::string& what) override {
+  void reserve(size_t bytes, const std::string& what, const std::string& levers) override {
+    levers_ = levers;
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     ECHO_INPUT_CHECK(bytes + kHeadroom <= free_bytes,
                      "{} does not fit on {}: it needs {} bytes ({}) plus {} for cuBLASLt, NCCL and the "
-                     "runtime, and {} of {} bytes are free; a smaller train.micro_batch or data.seq_len, or a "
-                     "larger parallel.tp, needs less",
-                     what, name(), bytes, format_bytes(bytes), format_bytes(kHeadroom), free_bytes, total_bytes);
+                     "runtime, and {} of {} bytes are free; {} needs less",
+                     what, name(), bytes, format_bytes(bytes), format_bytes(kHeadroom), free_bytes, total_bytes,
+                     levers);
     // One allocation of the whole plan, freed at once: with the release threshold raised the
     // pool keeps it, and the tensors of step 1 are carved from it (peak_bytes_in_use and the
     // pool's reserved size in the log show whether it had to grow).
@@ -307,6 +306,8 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   uint64_t reserved_ = 0;  // the pool's reserved bytes after reserve(), 0 before
+  // What lowers the memory a run needs, in its program's terms (reserve()'s `levers`).
+  std::string levers_ = "a smaller batch or sequence length, or a larger tensor-parallel size";
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<cuda::DeferredFaults> faults_;  // the INT8 linears' NaN/Inf record, read once per step
   Tensor attention_ws_;

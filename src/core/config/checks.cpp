@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -18,6 +19,21 @@ namespace echo::config {
 namespace {
 
 using schema::dotted;
+
+// A path starting with '~': YAML and --set take it as written (only a shell expands ~, and not
+// after `key=`), so the run made a folder named '~' in the working directory, a trap for a later
+// `rm -rf ~...`.
+std::string tilde_path_problem(const std::string& key, const std::string& value) {
+  const char* home = std::getenv("HOME");
+  const bool own_home = value == "~" || value.starts_with("~/");
+  const std::string suggestion = own_home && home != nullptr && home[0] != '\0'
+                                     ? fmt::format(": write {}{}", home, value.substr(1))
+                                     : ": write the full path";
+  return fmt::format(
+      "'{}' = {} starts with '~', which only a shell expands (a config or --set value is taken as written, so a "
+      "folder named '~' would be made in the working directory){}",
+      key, value, suggestion);
+}
 
 // Walks the key table and applies each key's rule to its typed value.
 class RangeChecker {
@@ -39,6 +55,7 @@ class RangeChecker {
     }
     if constexpr (std::is_same_v<T, std::string>) {
       if (check.non_empty && value.empty()) fail_at(origins_.where(full), fmt::format("'{}' must not be empty", full));
+      if (check.path && value.starts_with("~")) fail_at(origins_.where(full), tilde_path_problem(full, value));
     }
   }
 

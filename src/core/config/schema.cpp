@@ -50,6 +50,25 @@ Check fp32_positive() {
   }};
 }
 
+Check fp32_positive_at_most(double hi, std::string why) {
+  return {[positive = fp32_positive(), hi, why = std::move(why)](double v) {
+    if (std::string bad = positive.number(v); !bad.empty()) return bad;
+    if (v > hi) return fmt::format("must be <= {} ({})", hi, why);
+    return std::string();
+  }};
+}
+
+Check fp32_off_or_positive() {
+  return {[](double v) {
+    if (v == 0) return std::string();
+    if (!(v > 0)) return std::string("must be >= 0 (0 = off)");
+    if (!(static_cast<float>(v) > 0.0f))
+      return std::string(
+          "is 0 in fp32, which the update computes in, but is not 0 = off; the smallest usable value is 1.4e-45");
+    return std::string();
+  }};
+}
+
 Check power_of_two(double lo, double hi) {
   return {[lo, hi](double v) {
     const auto n = static_cast<std::int64_t>(v);
@@ -94,15 +113,9 @@ Check even_between(double lo, double hi, std::string why_even, std::string why_h
   }};
 }
 
-Check positive_at_most(double hi, std::string why) {
-  return {[hi, why = std::move(why)](double v) {
-    if (!(v > 0)) return std::string("must be > 0");
-    if (v > hi) return fmt::format("must be <= {} ({})", hi, why);
-    return std::string();
-  }};
-}
-
 Check non_empty() { return {nullptr, true}; }
+
+Check path(bool required) { return {nullptr, required, true}; }
 
 std::string dotted(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;

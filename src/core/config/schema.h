@@ -16,6 +16,7 @@ namespace echo::config::schema {
 struct Check {
   std::function<std::string(double)> number;
   bool non_empty = false;  // for strings
+  bool path = false;       // a file or folder path: a leading '~' is refused (no shell expands it)
 };
 
 Check at_least(double lo);
@@ -24,15 +25,20 @@ Check in_closed(double lo, double hi);
 Check in_half_open(double lo, double hi);  // [lo, hi)
 Check fp32_decay();                        // [0, 1) and below 1 once rounded to fp32
 Check fp32_positive();                     // > 0 and above 0 once rounded to fp32
+// fp32_positive, and "must be <= hi (why)" above hi.
+Check fp32_positive_at_most(double hi, std::string why);
+// 0 (a setting that is off), or fp32_positive: a value that is 0 only once rounded to fp32 is
+// neither.
+Check fp32_off_or_positive();
 Check power_of_two(double lo, double hi);
 Check one_of(std::vector<int> allowed);
 Check even_at_least(double lo, std::string why);
 // [lo, hi]: "must be >= lo" below, "must be <= hi (why)" above.
 Check between(double lo, double hi, std::string why);
 Check even_between(double lo, double hi, std::string why_even, std::string why_hi);
-// (0, hi]: "must be > 0" at or below zero, "must be <= hi (why)" above.
-Check positive_at_most(double hi, std::string why);
 Check non_empty();
+// A path key: `required` ones must not be empty; no value may start with '~'.
+Check path(bool required);
 
 // "a.b" from prefix "a" and key "b"; the key alone at the top level.
 std::string dotted(const std::string& prefix, const std::string& key);
@@ -58,8 +64,9 @@ template <class V>
 void visit(RunConfig& c, V& v) {
   v.field("seed", c.seed, "seeds init, data order and the S3R thresholds");
   v.field("device", c.device, "cpu | cuda: the backend that runs the ops");
-  v.field("out_dir", c.out_dir, "checkpoints, metrics and the effective config go here", non_empty());
-  v.field("init_from", c.init_from, "Hugging Face Qwen3 safetensors file, index json or directory to start from");
+  v.field("out_dir", c.out_dir, "checkpoints, metrics and the effective config go here", path(true));
+  v.field("init_from", c.init_from, "Hugging Face Qwen3 safetensors file, index json or directory to start from",
+          path(false));
 }
 
 template <class V>
@@ -81,10 +88,14 @@ void visit(ModelConfig& c, V& v) {
           even_between(2, 1024, "RoPE pairs element i with i + head_dim/2",
                        "layers x heads x head_dim must fit an int"));
   v.field("rope_base", c.rope_base, "RoPE theta", greater_than(0));
-  v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0));
+  v.field("norm_eps", c.norm_eps, "RMSNorm epsilon",
+          fp32_positive_at_most(1,
+                                "an epsilon above 1 outweighs the mean square of the activations, so every "
+                                "norm's output and the model's logits are about 0; published models use 1e-6 or "
+                                "1e-5"));
   v.field("tie_embeddings", c.tie_embeddings, "the LM head reuses the embedding matrix");
   v.field("init_std", c.init_std, "std of the normal weight init",
-          positive_at_most(1, "published models use 0.006 to 0.02; at 10 the first forward pass overflows"));
+          fp32_positive_at_most(1, "published models use 0.006 to 0.02; at 10 the first forward pass overflows"));
   v.field("scale_output_init", c.scale_output_init, "o_proj/down_proj start at init_std / sqrt(2 * layers)");
   v.field("max_position_embeddings", c.max_position_embeddings,
           "context length in the checkpoints' config.json (run.init_from's value when it has one)", at_least(1));
@@ -157,10 +168,13 @@ void visit(OptimConfig& c, V& v) {
   v.field("min_lr", c.min_lr, "learning rate at the end of the decay, <= lr", at_least(0));
   v.field("beta1", c.beta1, "AdamW first-moment decay", fp32_decay());
   v.field("beta2", c.beta2, "AdamW second-moment decay", fp32_decay());
-  v.field("eps", c.eps, "AdamW epsilon", fp32_positive());
+  v.field("eps", c.eps, "AdamW epsilon",
+          fp32_positive_at_most(1,
+                                "an epsilon above 1 outweighs sqrt(v) of every gradient below 1, so the "
+                                "updates shrink to nothing; published values are 1e-8 to 1e-15"));
   v.field("weight_decay", c.weight_decay,
           "decoupled weight decay (the matrices except the embedding; an untied LM head decays)", at_least(0));
-  v.field("grad_clip", c.grad_clip, "clip of the global gradient norm; 0 = off", at_least(0));
+  v.field("grad_clip", c.grad_clip, "clip of the global gradient norm; 0 = off", fp32_off_or_positive());
 }
 
 template <class V>
@@ -172,8 +186,8 @@ void visit(ScheduleConfig& c, V& v) {
 template <class V>
 void visit(DataConfig& c, V& v) {
   v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on; relative to the working directory",
-          non_empty());
-  v.field("valid", c.valid, "indexed dataset prefix to evaluate on; relative to the working directory");
+          path(true));
+  v.field("valid", c.valid, "indexed dataset prefix to evaluate on; relative to the working directory", path(false));
   v.field("seq_len", c.seq_len, "tokens per sequence", between(1, 1 << 20, "far above any training context"));
   v.field("eos_id", c.eos_id, "end-of-document token packed between documents (Qwen3 <|endoftext|>)", at_least(0));
 }

@@ -563,6 +563,15 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
       verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
     }
     meta = parse_state(trainer_dir / kStateFile, state_text, optimizer_step);
+    // Checksums came first (2026-12-02): a state with a field of 2026-12-06 was written with them,
+    // so a missing checksums.json was removed, and with it every check of the tensors (a swapped
+    // or edited tensor loaded with a warning calling the checkpoint old).
+    ECHO_INPUT_CHECK(sums || (!meta.consumed_samples && !meta.train_data_hash),
+                     "checkpoint '{}' has no {}/{}, but its trainer state records {}, which only trainers that write "
+                     "checksums record: the file was removed, and without it nothing verifies the tensors; put it "
+                     "back, or use another checkpoint",
+                     ckpt_dir, kTrainerDir, kChecksumsFile,
+                     meta.consumed_samples ? "consumed_samples" : "train_data_xxh3");
     model_file.emplace((dir / kModelFile).string());
     if (sums) share.first_item += verify_safetensors(*sums, ckpt_dir, kModelFile, *model_file, share);
     model_index = index_of(*model_file);
