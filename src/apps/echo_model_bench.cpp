@@ -79,7 +79,7 @@ int bench_main(int argc, char** argv) {
   auto be = backend::make_backend(device, {node.local_rank, node.local_size});  // chooses the rank's GPU first
   train::reserve_step_memory(cfg, shape, *be, model::Pass::training,
                              fmt::format("echo_model_bench --batch {} --seq {}", batch, seq),
-                             "a smaller --batch, --seq or model, or more ranks");
+                             "a smaller --batch, --seq or model");
   auto blocks = comm::make_all_reduce(cfg.comm, cfg.run.device, tp, static_cast<int>(shape.layers));
   auto edge = comm::make_edge_all_reduce(cfg.comm, tp);
   model::CommTpOps ops(tp, *blocks, edge.get(), cfg.run.device, comm::transport_options_from(cfg.comm));

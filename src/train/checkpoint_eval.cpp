@@ -345,8 +345,9 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   }
   // A recorded micro-batch that does not split the recorded global batch at this dp (a run
   // trained at another layout) is cut to one that does: the micro-batch only sets how many
-  // sequences a forward holds, not which ones are evaluated.
-  const bool batch_given = req.micro_batch > 0 || req.global_batch > 0 ||
+  // sequences a forward holds, not which ones are evaluated. Batches the user gave (options,
+  // --set, a --config file) are taken as given.
+  const bool batch_given = req.micro_batch > 0 || req.global_batch > 0 || !req.config_path.empty() ||
                            config::overrides_set(req.overrides, "train.micro_batch") ||
                            config::overrides_set(req.overrides, "train.global_batch");
   if (!batch_given && cfg.train.global_batch % dp == 0 &&
@@ -364,6 +365,7 @@ EvalReport evaluate_checkpoint(const EvalRequest& req) {
   if (!req.data.empty()) cfg.data.valid = req.data;
   if (!given.empty()) cfg.source = fmt::format("{} with echo_eval {}", cfg.source, fmt::join(given, " "));
   ECHO_INPUT_CHECK(!cfg.data.valid.empty(), "no evaluation data: pass --data PREFIX (the config has no data.valid)");
+  config::refuse_unexpanded_home(req.data.empty() ? "data.valid" : "--data", cfg.data.valid);
   // Refuses a global batch that does not split into micro_batch x dp, naming the flags given.
   config::validate(cfg, world_size);
   int mb = cfg.train.micro_batch;  // cut by fit_default_batches below for a Hugging Face folder

@@ -34,26 +34,28 @@ void check_weights(double max_abs, int64_t step, const std::string& kept) {
 
 DivergenceWarnings::DivergenceWarnings(int64_t vocab) : vocab_(vocab) {}
 
-std::string DivergenceWarnings::after_step(int64_t step, double loss, double grad_norm) {
+std::vector<std::string> DivergenceWarnings::after_step(int64_t step, double loss, double grad_norm) {
+  std::vector<std::string> warnings;
   if (grad_norm == 0 && !zero_norm_said_) {
     zero_norm_said_ = true;
-    return fmt::format(
+    warnings.push_back(fmt::format(
         "the gradient norm is exactly 0 at step {}: no weight moves, so nothing trains (weights that are all 0, or "
         "norms whose output is 0)",
-        step);
+        step));
   }
   // A uniform prediction scores ln(vocab); a model that has learned anything scores less. Twice
   // that is no loss spike of a healthy run.
   const double uniform = std::log(static_cast<double>(vocab_));
   if (loss > 2 * uniform && !loss_said_) {
     loss_said_ = true;
-    return fmt::format(
+    warnings.push_back(fmt::format(
         "the loss {:.4f} at step {} is more than twice ln({}) = {:.4f}, the loss of a uniform prediction over the "
-        "vocabulary: training has diverged (a smaller optim.lr, more schedule.warmup_steps or an optim.grad_clip "
-        "help); the run goes on",
-        loss, step, vocab_, uniform);
+        "vocabulary: the model predicts worse than guessing (diverged: a smaller optim.lr, more "
+        "schedule.warmup_steps or an optim.grad_clip help; or, at the first steps, a large model.init_std); the run "
+        "goes on",
+        loss, step, vocab_, uniform));
   }
-  return {};
+  return warnings;
 }
 
 }  // namespace echo::train

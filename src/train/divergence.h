@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "model/parameters.h"
@@ -33,9 +34,9 @@ class DivergenceWarnings {
  public:
   // vocab: the logits' width (the padded vocabulary), whose uniform prediction's loss is ln(vocab).
   explicit DivergenceWarnings(int64_t vocab);
-  // The warning after step `step` (1-based) with its loss and global gradient norm (before
-  // clipping), or "" when there is none (or it was already given).
-  std::string after_step(int64_t step, double loss, double grad_norm);
+  // The warnings after step `step` (1-based) with its loss and global gradient norm (before
+  // clipping): none, or those not given before.
+  std::vector<std::string> after_step(int64_t step, double loss, double grad_norm);
 
  private:
   int64_t vocab_;

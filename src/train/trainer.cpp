@@ -167,6 +167,11 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   const auto& L = world.layout;
   ECHO_INPUT_CHECK(cfg.parallel.tp == L.tp, "the config's parallel.tp = {} differs from the world's tp = {}",
                    cfg.parallel.tp, L.tp);
+  for (const auto& [key, path] : {std::pair<const char*, const std::string&>{"run.out_dir", cfg.run.out_dir},
+                                  {"run.init_from", cfg.run.init_from},
+                                  {"data.train", cfg.data.train},
+                                  {"data.valid", cfg.data.valid}})
+    config::refuse_unexpanded_home(key, path);
   // From its first collective on, this rank ends the job (dist/collective_watchdog.h) when a peer
   // stops arriving: a step's collectives after comm.peer_timeout_s, start-up's, a resume's and a
   // checkpoint save's (slow scopes, where a healthy peer may be busy far longer) after
@@ -388,7 +393,8 @@ void Trainer::open_data() {
   if (const uint64_t epoch = train_loader_->samples_per_epoch();
       static_cast<uint64_t>(cfg.train.global_batch) > epoch && L.rank == 0)
     log::get("train")->warn(
-        "train.global_batch = {} sequences, but data.train holds {} of {} tokens: each step reads every sequence "
+        "train.global_batch = {} sequences, but data.train holds {} sequences of {} tokens: each step reads every "
+        "sequence "
         "about {:.1f} times",
         cfg.train.global_batch, epoch, cfg.data.seq_len,
         static_cast<double>(cfg.train.global_batch) / static_cast<double>(std::max<uint64_t>(epoch, 1)));
@@ -582,9 +588,8 @@ TrainResult Trainer::run(int64_t stop_after) {
     optimizer_->step(model_->params(), lr, cfg_.optim);
     consumed_samples_ += static_cast<uint64_t>(cfg_.train.global_batch);
     check_weights(max_abs_weight(model_->params(), world_.world), step + 1, kept_checkpoint());
-    if (const std::string warning = divergence_warnings.after_step(step + 1, loss, norm);
-        !warning.empty() && world_.layout.rank == 0)
-      logger->warn("{}", warning);
+    for (const std::string& warning : divergence_warnings.after_step(step + 1, loss, norm))
+      if (world_.layout.rank == 0) logger->warn("{}", warning);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     elapsed += secs;
     result.steps_done = step + 1;

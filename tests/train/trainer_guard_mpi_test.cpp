@@ -272,20 +272,35 @@ TEST(TrainerGuard, TheDatasetSidecarIsChecked) {
   EXPECT_EQ(losses(detected_metrics), bare_losses) << "without sidecars";
 }
 
+// run.out_dir: ~/x made a folder named '~' in the working directory; refused before anything is made.
+TEST(TrainerGuard, AnOutDirStartingWithTildeIsRefused) {
+  const std::string dir = scratch_dir("tilde");
+  const std::string out = "~/echo_tilde_" + std::to_string(::getpid());
+  expect_error([&] { train(make_config(dir, {"run.out_dir=" + out}), RunDirMode::fresh); },
+               "'run.out_dir' = " + out + " starts with '~'");
+  EXPECT_FALSE(fs::exists("~")) << "no folder named '~' in the working directory";
+}
+
 // Below the weight bound a run goes on, but is told once when it learns nothing (a zero gradient
 // norm) and once when its loss passes twice a uniform prediction's, ln(vocab).
 TEST(TrainerGuard, DivergenceWarningsAreGivenOnceEach) {
+  using ::testing::ElementsAre;
+  using ::testing::IsEmpty;
+  using ::testing::StartsWith;
   DivergenceWarnings w(384);  // ln(384) = 5.9506
-  EXPECT_EQ(w.after_step(1, 5.99, 4.2), "");
-  EXPECT_EQ(w.after_step(2, 11.90, 3.0), "") << "just below 2 ln(384) = 11.9013";
+  EXPECT_THAT(w.after_step(1, 5.99, 4.2), IsEmpty());
+  EXPECT_THAT(w.after_step(2, 11.90, 3.0), IsEmpty()) << "just below 2 ln(384) = 11.9013";
   EXPECT_THAT(w.after_step(3, 2246.5, 130.0),
-              ::testing::StartsWith("the loss 2246.5000 at step 3 is more than twice ln(384) = 5.9506, the loss of a "
-                                    "uniform prediction"));
-  EXPECT_EQ(w.after_step(4, 7432.0, 250.0), "") << "said once";
-  EXPECT_THAT(w.after_step(5, 5.95, 0.0), ::testing::StartsWith("the gradient norm is exactly 0 at step 5"));
-  EXPECT_EQ(w.after_step(6, 5.95, 0.0), "") << "said once";
+              ElementsAre(StartsWith("the loss 2246.5000 at step 3 is more than twice ln(384) = 5.9506, the loss of a "
+                                     "uniform prediction")));
+  EXPECT_THAT(w.after_step(4, 7432.0, 250.0), IsEmpty()) << "said once";
+  EXPECT_THAT(w.after_step(5, 5.95, 0.0), ElementsAre(StartsWith("the gradient norm is exactly 0 at step 5")));
+  EXPECT_THAT(w.after_step(6, 5.95, 0.0), IsEmpty()) << "said once";
   DivergenceWarnings fresh(384);
-  EXPECT_EQ(fresh.after_step(1, 5.95, 1e-300), "") << "tiny is not zero";
+  EXPECT_THAT(fresh.after_step(1, 5.95, 1e-300), IsEmpty()) << "tiny is not zero";
+  // Both in one step: both are said.
+  EXPECT_THAT(fresh.after_step(2, 100.0, 0.0),
+              ElementsAre(StartsWith("the gradient norm is exactly 0"), StartsWith("the loss 100.0000 at step 2")));
 }
 
 // optim.lr = 100 (the run, exact all-reduce): decay multiplies the weights by -9 a step

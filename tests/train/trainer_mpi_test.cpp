@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -16,6 +17,7 @@
 #include "data/indexed_dataset.h"
 #include "dist/world.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checksums.h"
 #include "train/trainer.h"
 #include "trainer_test_util.h"
 
@@ -175,17 +177,29 @@ TEST(Trainer, AResumeWithAnotherGlobalBatchGoesOnFromTheSamplesConsumed) {
   };
   train(cfg("ref", 8, 6), RunDirMode::fresh);
   EXPECT_EQ(train(cfg("grown", 8, 6), RunDirMode::fresh, 2).steps_done, 2);
-  // The same step-2 checkpoint as written before consumed_samples was recorded (its position
-  // then was step x the recorded batch 8), checksums dropped with the edit.
-  const auto edited_copy = [&](const std::string& run, const std::function<void(nlohmann::ordered_json&)>& edit) {
+  // The same step-2 checkpoint with its trainer state edited: checksums dropped with the edit (a
+  // checkpoint from before either existed), or re-hashed (a forged state that passes them).
+  enum class Sums { dropped, rehashed };
+  const auto edited_copy = [&](const std::string& run, const std::function<void(nlohmann::ordered_json&)>& edit,
+                               Sums sums = Sums::dropped) {
     if (world_rank() == 0) {
       fs::copy(dir + "/grown", dir + "/" + run, fs::copy_options::recursive);
       const std::string ckpt = checkpoint_dir(dir + "/" + run, 2), state_path = ckpt + "/trainer/trainer_state.json";
       std::ifstream in(state_path);
       auto state = nlohmann::ordered_json::parse(in);
       edit(state);
-      std::ofstream(state_path) << state.dump(2);
-      fs::remove(ckpt + "/trainer/checksums.json");
+      const std::string text = state.dump(2);
+      std::ofstream(state_path) << text;
+      const std::string sums_path = ckpt + "/trainer/checksums.json";
+      if (sums == Sums::dropped) {
+        fs::remove(sums_path);
+      } else {
+        std::ifstream sums_in(sums_path);
+        const std::string sums_text((std::istreambuf_iterator<char>(sums_in)), std::istreambuf_iterator<char>());
+        CheckpointChecksums parsed = parse_checksums(sums_text, sums_path);
+        parsed.files.at("trainer/trainer_state.json") = xxh3_64(text);
+        std::ofstream(sums_path, std::ios::trunc) << checksums_json(parsed);
+      }
     }
     MPI_Barrier(MPI_COMM_WORLD);
   };
@@ -195,7 +209,8 @@ TEST(Trainer, AResumeWithAnotherGlobalBatchGoesOnFromTheSamplesConsumed) {
     state.erase("train_data_xxh3");  // as old: both came after checksums, which tell their removal
   });
   // A state that says 1 sample was consumed in 2 steps is refused.
-  edited_copy("forged", [](nlohmann::ordered_json& state) { state["consumed_samples"] = 1; });
+  edited_copy(
+      "forged", [](nlohmann::ordered_json& state) { state["consumed_samples"] = 1; }, Sums::rehashed);
   expect_error([&] { train(cfg("forged", 16, 4), RunDirMode::resume); },
                "its trainer state's 'consumed_samples' = 1 cannot be read in 'step' = 2 steps");
   EXPECT_EQ(train(cfg("grown", 16, 4), RunDirMode::resume).steps_done, 4);

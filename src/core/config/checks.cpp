@@ -11,29 +11,16 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/config/config.h"
 #include "core/config/schema.h"
 #include "core/config/stages.h"
+#include "core/error.h"
 #include "core/int8_limits.h"
 
 namespace echo::config {
 namespace {
 
 using schema::dotted;
-
-// A path starting with '~': YAML and --set take it as written (only a shell expands ~, and not
-// after `key=`), so the run made a folder named '~' in the working directory, a trap for a later
-// `rm -rf ~...`.
-std::string tilde_path_problem(const std::string& key, const std::string& value) {
-  const char* home = std::getenv("HOME");
-  const bool own_home = value == "~" || value.starts_with("~/");
-  const std::string suggestion = own_home && home != nullptr && home[0] != '\0'
-                                     ? fmt::format(": write {}{}", home, value.substr(1))
-                                     : ": write the full path";
-  return fmt::format(
-      "'{}' = {} starts with '~', which only a shell expands (a config or --set value is taken as written, so a "
-      "folder named '~' would be made in the working directory){}",
-      key, value, suggestion);
-}
 
 // Walks the key table and applies each key's rule to its typed value.
 class RangeChecker {
@@ -55,7 +42,6 @@ class RangeChecker {
     }
     if constexpr (std::is_same_v<T, std::string>) {
       if (check.non_empty && value.empty()) fail_at(origins_.where(full), fmt::format("'{}' must not be empty", full));
-      if (check.path && value.starts_with("~")) fail_at(origins_.where(full), tilde_path_problem(full, value));
     }
   }
 
@@ -251,6 +237,21 @@ void check_config(const Config& config, const Origins& origins, int world_size, 
   check_linear(config, origins);
   check_memory(config, origins);
   check_p2p(config, origins);
+}
+
+void refuse_unexpanded_home(const std::string& key, const std::string& path) {
+  if (!path.starts_with("~")) return;
+  // YAML and --set take a value as written (only a shell expands ~, and not after `key=`), so the
+  // run made a folder named '~' in the working directory, a trap for a later `rm -rf ~...`.
+  const char* home = std::getenv("HOME");
+  const bool own_home = path == "~" || path.starts_with("~/");
+  const std::string suggestion = own_home && home != nullptr && home[0] != '\0'
+                                     ? fmt::format(": write {}{}", home, path.substr(1))
+                                     : ": write the full path";
+  ECHO_INPUT_FAIL(
+      "'{}' = {} starts with '~', which only a shell expands (a config or --set value is taken as written, so a "
+      "folder named '~' would be made in the working directory){}",
+      key, path, suggestion);
 }
 
 }  // namespace echo::config

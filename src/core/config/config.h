@@ -273,6 +273,12 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 // The key ranges and cross-key checks of load_config, for a Config built or edited in code.
 void validate(const Config& config, int world_size = 0);
 
+// Throws echo::InputError naming `key` when `path` starts with '~' (no shell expanded it), with
+// the expanded path as the suggestion. Called where a path is about to be used (the trainer's
+// run.out_dir, run.init_from and data.*; echo_eval's data), not when a config is read: a
+// checkpoint's recorded config may hold such a value from before 2026-12-07.
+void refuse_unexpanded_home(const std::string& key, const std::string& path);
+
 // Every key, fully resolved (defaults included), one documented line each; load_config reads
 // it back to an equal Config.
 std::string to_yaml(const Config& config);

@@ -45,7 +45,7 @@ Check fp32_positive() {
     if (!(v > 0)) return std::string("must be > 0");
     // The update runs in fp32: 1e-46 is > 0 as a double but 0 there (eps 0 divides 0 by 0).
     if (!(static_cast<float>(v) > 0.0f))
-      return std::string("is 0 in fp32, which the update computes in; the smallest usable value is 1.4e-45");
+      return std::string("is 0 in fp32, the precision it is used in; the smallest usable value is 1.4e-45");
     return std::string();
   }};
 }
@@ -64,7 +64,7 @@ Check fp32_off_or_positive() {
     if (!(v > 0)) return std::string("must be >= 0 (0 = off)");
     if (!(static_cast<float>(v) > 0.0f))
       return std::string(
-          "is 0 in fp32, which the update computes in, but is not 0 = off; the smallest usable value is 1.4e-45");
+          "is 0 in fp32, the precision it is used in, but is not 0 = off; the smallest usable value is 1.4e-45");
     return std::string();
   }};
 }
@@ -114,8 +114,6 @@ Check even_between(double lo, double hi, std::string why_even, std::string why_h
 }
 
 Check non_empty() { return {nullptr, true}; }
-
-Check path(bool required) { return {nullptr, required, true}; }
 
 std::string dotted(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;

@@ -16,7 +16,6 @@ namespace echo::config::schema {
 struct Check {
   std::function<std::string(double)> number;
   bool non_empty = false;  // for strings
-  bool path = false;       // a file or folder path: a leading '~' is refused (no shell expands it)
 };
 
 Check at_least(double lo);
@@ -37,8 +36,6 @@ Check even_at_least(double lo, std::string why);
 Check between(double lo, double hi, std::string why);
 Check even_between(double lo, double hi, std::string why_even, std::string why_hi);
 Check non_empty();
-// A path key: `required` ones must not be empty; no value may start with '~'.
-Check path(bool required);
 
 // "a.b" from prefix "a" and key "b"; the key alone at the top level.
 std::string dotted(const std::string& prefix, const std::string& key);
@@ -64,9 +61,8 @@ template <class V>
 void visit(RunConfig& c, V& v) {
   v.field("seed", c.seed, "seeds init, data order and the S3R thresholds");
   v.field("device", c.device, "cpu | cuda: the backend that runs the ops");
-  v.field("out_dir", c.out_dir, "checkpoints, metrics and the effective config go here", path(true));
-  v.field("init_from", c.init_from, "Hugging Face Qwen3 safetensors file, index json or directory to start from",
-          path(false));
+  v.field("out_dir", c.out_dir, "checkpoints, metrics and the effective config go here", non_empty());
+  v.field("init_from", c.init_from, "Hugging Face Qwen3 safetensors file, index json or directory to start from");
 }
 
 template <class V>
@@ -186,8 +182,8 @@ void visit(ScheduleConfig& c, V& v) {
 template <class V>
 void visit(DataConfig& c, V& v) {
   v.field("train", c.train, "indexed dataset prefix (.bin + .idx) to train on; relative to the working directory",
-          path(true));
-  v.field("valid", c.valid, "indexed dataset prefix to evaluate on; relative to the working directory", path(false));
+          non_empty());
+  v.field("valid", c.valid, "indexed dataset prefix to evaluate on; relative to the working directory");
   v.field("seq_len", c.seq_len, "tokens per sequence", between(1, 1 << 20, "far above any training context"));
   v.field("eos_id", c.eos_id, "end-of-document token packed between documents (Qwen3 <|endoftext|>)", at_least(0));
 }

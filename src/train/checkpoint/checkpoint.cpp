@@ -519,6 +519,22 @@ std::vector<std::string> unfinished_checkpoints(const std::string& run_dir, int6
   return found;
 }
 
+namespace {
+
+// Checksums came first (2026-12-02): a state with a field of 2026-12-06 was written with them, so a
+// missing checksums.json was removed, and with it every check of the tensors (a swapped or edited
+// tensor loaded with a warning calling the checkpoint old).
+void refuse_removed_checksums(bool has_checksums, const CheckpointMeta& meta, const std::string& ckpt_dir) {
+  ECHO_INPUT_CHECK(has_checksums || (!meta.consumed_samples && !meta.train_data_hash),
+                   "checkpoint '{}' has no {}/{}, but its trainer state records {}, which only trainers that write "
+                   "checksums record: the file was removed, and without it nothing verifies the tensors; put it "
+                   "back, or use another checkpoint",
+                   ckpt_dir, kTrainerDir, kChecksumsFile,
+                   meta.consumed_samples ? "consumed_samples" : "train_data_xxh3");
+}
+
+}  // namespace
+
 CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   const fs::path dir(ckpt_dir);
   ECHO_INPUT_CHECK(is_complete(dir), "checkpoint '{}' is incomplete (no {} marker): it was not fully written", ckpt_dir,
@@ -526,9 +542,11 @@ CheckpointMeta read_checkpoint_meta(const std::string& ckpt_dir) {
   int64_t optimizer_step = 0;
   const fs::path state_path = trainer_files(dir) / kStateFile;
   const std::string state_text = read_text(state_path);
-  if (const auto sums = read_checkpoint_checksums(dir.string()))
-    verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
-  return parse_state(state_path, state_text, optimizer_step);
+  const auto sums = read_checkpoint_checksums(dir.string());
+  if (sums) verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
+  CheckpointMeta meta = parse_state(state_path, state_text, optimizer_step);
+  refuse_removed_checksums(sums.has_value(), meta, ckpt_dir);
+  return meta;
 }
 
 CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<float>& params, AdamW* opt,
@@ -563,15 +581,7 @@ CheckpointMeta load_checkpoint(const std::string& ckpt_dir, model::ParameterSet<
       verify_file(*sums, ckpt_dir, trainer_rel(kStateFile), state_text);
     }
     meta = parse_state(trainer_dir / kStateFile, state_text, optimizer_step);
-    // Checksums came first (2026-12-02): a state with a field of 2026-12-06 was written with them,
-    // so a missing checksums.json was removed, and with it every check of the tensors (a swapped
-    // or edited tensor loaded with a warning calling the checkpoint old).
-    ECHO_INPUT_CHECK(sums || (!meta.consumed_samples && !meta.train_data_hash),
-                     "checkpoint '{}' has no {}/{}, but its trainer state records {}, which only trainers that write "
-                     "checksums record: the file was removed, and without it nothing verifies the tensors; put it "
-                     "back, or use another checkpoint",
-                     ckpt_dir, kTrainerDir, kChecksumsFile,
-                     meta.consumed_samples ? "consumed_samples" : "train_data_xxh3");
+    refuse_removed_checksums(sums.has_value(), meta, ckpt_dir);
     model_file.emplace((dir / kModelFile).string());
     if (sums) share.first_item += verify_safetensors(*sums, ckpt_dir, kModelFile, *model_file, share);
     model_index = index_of(*model_file);
