@@ -285,19 +285,18 @@ TEST(TrainerGuard, AnOutDirStartingWithTildeIsRefused) {
 // norm) and once when its loss passes twice a uniform prediction's, ln(vocab).
 TEST(TrainerGuard, DivergenceWarningsAreGivenOnceEach) {
   using ::testing::ElementsAre;
-  using ::testing::IsEmpty;
   using ::testing::StartsWith;
   DivergenceWarnings w(384);  // ln(384) = 5.9506
-  EXPECT_THAT(w.after_step(1, 5.99, 4.2), IsEmpty());
-  EXPECT_THAT(w.after_step(2, 11.90, 3.0), IsEmpty()) << "just below 2 ln(384) = 11.9013";
+  EXPECT_TRUE(w.after_step(1, 5.99, 4.2).empty());
+  EXPECT_TRUE(w.after_step(2, 11.90, 3.0).empty()) << "just below 2 ln(384) = 11.9013";
   EXPECT_THAT(w.after_step(3, 2246.5, 130.0),
               ElementsAre(StartsWith("the loss 2246.5000 at step 3 is more than twice ln(384) = 5.9506, the loss of a "
                                      "uniform prediction")));
-  EXPECT_THAT(w.after_step(4, 7432.0, 250.0), IsEmpty()) << "said once";
+  EXPECT_TRUE(w.after_step(4, 7432.0, 250.0).empty()) << "said once";
   EXPECT_THAT(w.after_step(5, 5.95, 0.0), ElementsAre(StartsWith("the gradient norm is exactly 0 at step 5")));
-  EXPECT_THAT(w.after_step(6, 5.95, 0.0), IsEmpty()) << "said once";
+  EXPECT_TRUE(w.after_step(6, 5.95, 0.0).empty()) << "said once";
   DivergenceWarnings fresh(384);
-  EXPECT_THAT(fresh.after_step(1, 5.95, 1e-300), IsEmpty()) << "tiny is not zero";
+  EXPECT_TRUE(fresh.after_step(1, 5.95, 1e-300).empty()) << "tiny is not zero";
   // Both in one step: both are said.
   EXPECT_THAT(fresh.after_step(2, 100.0, 0.0),
               ElementsAre(StartsWith("the gradient norm is exactly 0"), StartsWith("the loss 100.0000 at step 2")));
