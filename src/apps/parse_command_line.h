@@ -46,6 +46,22 @@ inline void refuse_empty_values(CLI::App& app, int argc, char** argv) {
 // word. Every integer option (CLI11's type INT or UINT) takes decimal digits and no leading zero;
 // an INT a sign and a value in int64's range, a UINT no minus and a value up to 2^64 - 1. A
 // narrower type's range is CLI11's own check after this one.
+// Which integer an option holds, by CLI11's type name ("INT", "UINT", "INT:..." with a validator).
+enum class IntegerKind { none, signed_int, unsigned_int };
+inline IntegerKind integer_kind(const CLI::Option& opt) {
+  const std::string type = opt.get_type_name();
+  const std::string base = type.substr(0, type.find(':'));
+  return base == "INT" ? IntegerKind::signed_int : base == "UINT" ? IntegerKind::unsigned_int : IntegerKind::none;
+}
+
+// std::from_chars of a whole decimal `text`, which may start with '+' (from_chars takes a '-'
+// but not a '+'); the error code.
+template <class T>
+std::errc decimal_value(const std::string& text, T& value) {
+  const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+  return std::from_chars(first, text.data() + text.size(), value).ec;
+}
+
 inline std::string why_not_decimal_integer(const std::string& text, bool is_unsigned) {
   const bool minus = !text.empty() && text[0] == '-';
   const size_t digits = !text.empty() && (minus || text[0] == '+') ? 1 : 0;
@@ -54,16 +70,13 @@ inline std::string why_not_decimal_integer(const std::string& text, bool is_unsi
   if (!all_digits) return text + " is not a whole number in decimal digits";
   if (text[digits] == '0' && text.size() > digits + 1)
     return text + " has a leading zero, which would read it as octal: write it without";
-  // from_chars takes a '-' but not a '+'.
-  const char* first = text.data() + (text[0] == '+' ? 1 : 0);
-  const char* last = text.data() + text.size();
   if (is_unsigned) {
     std::uint64_t value = 0;
-    if (std::from_chars(first, last, value).ec == std::errc::result_out_of_range)
+    if (decimal_value(text, value) == std::errc::result_out_of_range)
       return text + " is above 2^64 - 1 = 18446744073709551615";
   } else {
     std::int64_t value = 0;
-    if (std::from_chars(first, last, value).ec == std::errc::result_out_of_range)
+    if (decimal_value(text, value) == std::errc::result_out_of_range)
       return text + " is outside [-2^63, 2^63 - 1] = [-9223372036854775808, 9223372036854775807]";
   }
   return std::string();
@@ -71,10 +84,9 @@ inline std::string why_not_decimal_integer(const std::string& text, bool is_unsi
 
 inline void require_decimal_integers(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
-    const std::string type = opt->get_type_name();
-    const std::string base = type.substr(0, type.find(':'));
-    if (base != "INT" && base != "UINT") continue;
-    const bool is_unsigned = base == "UINT";
+    const IntegerKind kind = integer_kind(*opt);
+    if (kind == IntegerKind::none) continue;
+    const bool is_unsigned = kind == IntegerKind::unsigned_int;
     opt->check(
         CLI::Validator([is_unsigned](std::string& text) { return why_not_decimal_integer(text, is_unsigned); }, ""));
   }
@@ -87,21 +99,20 @@ inline void require_decimal_integers(CLI::App& app) {
 inline std::optional<CLI::ValidationError> narrow_integer_error(const CLI::App& app, const std::string& what) {
   for (const CLI::Option* opt : app.get_options()) {
     if (what.find(": " + opt->get_name() + " = ") == std::string::npos) continue;
-    const std::string type = opt->get_type_name();
-    const std::string base = type.substr(0, type.find(':'));
-    if (base != "INT" && base != "UINT") continue;
+    const IntegerKind kind = integer_kind(*opt);
+    if (kind == IntegerKind::none) continue;
+    const bool is_unsigned = kind == IntegerKind::unsigned_int;
     for (const std::string& text : opt->results()) {
-      if (!why_not_decimal_integer(text, base == "UINT").empty()) continue;
-      const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+      if (!why_not_decimal_integer(text, is_unsigned).empty()) continue;
       std::int64_t value = 0;  // the check above bounds a UINT by 2^64 - 1 only
-      const bool beyond_int64 = std::from_chars(first, text.data() + text.size(), value).ec != std::errc();
-      if (base == "UINT" && (beyond_int64 || value > std::int64_t{UINT32_MAX}))
+      const bool beyond_int64 = decimal_value(text, value) != std::errc();
+      if (is_unsigned && (beyond_int64 || value > std::int64_t{UINT32_MAX}))
         return CLI::ValidationError(opt->get_name(),
                                     text + " is above 2^32 - 1 = 4294967295, the largest this option holds");
-      if (base == "INT" && value > INT32_MAX)
+      if (!is_unsigned && value > INT32_MAX)
         return CLI::ValidationError(opt->get_name(),
                                     text + " is above 2^31 - 1 = 2147483647, the largest this option holds");
-      if (base == "INT" && value < INT32_MIN)
+      if (!is_unsigned && value < INT32_MIN)
         return CLI::ValidationError(opt->get_name(),
                                     text + " is below -2^31 = -2147483648, the smallest this option holds");
     }

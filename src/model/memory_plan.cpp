@@ -76,6 +76,9 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
   const ActivationCounts c = count_activations(shape, n);
   const std::vector<ProjectionDims> int8_dims = int8_projection_dims(shape, in.int8_projections);
   p.workspace = in.workspace + int8_scratch_bytes(int8_dims, n, in.int8_scratch);
+  // X̂, Ŵ and their scales, saved by one layer's INT8 projections in forward.
+  size_t layer_int8 = 0;
+  for (const ProjectionDims& d : int8_dims) layer_int8 += quant::int8_saved_bytes(n, d.in, d.out);
   // The pass's loss accumulator (one f64) and the batch (tokens, targets, positions).
   const size_t batch = dtype_size(DType::f64) + static_cast<size_t>(3 * n) * dtype_size(DType::i32);
   if (in.pass == Pass::evaluation) {
@@ -83,8 +86,6 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
     // projections' operands among them) and the o and down outputs not yet added in. After the
     // last layer: the residual stream (the final hidden state), the final norm's output and rstd,
     // the logits and their log-sum-exps.
-    size_t layer_int8 = 0;
-    for (const ProjectionDims& d : int8_dims) layer_int8 += quant::int8_saved_bytes(n, d.in, d.out);
     const size_t in_layer =
         static_cast<size_t>(3 * n * H + c.per_layer_act) * a + static_cast<size_t>(c.per_layer_stat) * st + layer_int8;
     const size_t at_head = static_cast<size_t>(2 * n * H + n * V) * a + static_cast<size_t>(2 * n) * st;
@@ -101,10 +102,9 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
   p.activations = held + static_cast<size_t>(n * V + 2 * n * H + c.backward_transient) * a +
                   static_cast<size_t>(2 * shape.layers * shape.head_dim) * m;
 
-  // INT8 projections save X̂, Ŵ and their scales in forward until their layer's backward ends, so
-  // every layer's are alive at the backward peak.
-  for (const ProjectionDims& d : int8_dims)
-    p.int8_operands += static_cast<size_t>(shape.layers) * quant::int8_saved_bytes(n, d.in, d.out);
+  // INT8 projections keep their saved operands until their layer's backward ends, so every
+  // layer's are alive at the backward peak.
+  p.int8_operands = static_cast<size_t>(shape.layers) * layer_int8;
   return p;
 }
 

@@ -394,8 +394,7 @@ void Trainer::open_data() {
       static_cast<uint64_t>(cfg.train.global_batch) > epoch && L.rank == 0)
     log::get("train")->warn(
         "train.global_batch = {} sequences, but data.train holds {} sequences of {} tokens: each step reads every "
-        "sequence "
-        "about {:.1f} times",
+        "sequence about {:.1f} times",
         cfg.train.global_batch, epoch, cfg.data.seq_len,
         static_cast<double>(cfg.train.global_batch) / static_cast<double>(std::max<uint64_t>(epoch, 1)));
   if (cfg.data.valid.empty() && cfg.train.eval_interval > 0 && L.rank == 0)
