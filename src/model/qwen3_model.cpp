@@ -44,8 +44,7 @@ Qwen3Model<T>::Qwen3Model(const ModelShape& shape, TpOps<T>& tp, backend::Backen
       shape_(shape),
       plan_(make_qwen3_plan(shape_)),
       params_(plan_, shape_, be_, pass),
-      tp_(tp),
-      pass_(pass) {
+      tp_(tp) {
   ECHO_CHECK(tp.size() == shape.tp && tp.rank() == shape.tp_rank,
              "the model shape is for tp rank {} of {}, but its TP group has rank {} of {}", shape.tp_rank, shape.tp,
              tp.rank(), tp.size());
@@ -179,7 +178,7 @@ void Qwen3Model<T>::layer_forward(int64_t l, Tensor& x, LayerActs& a) {
 
 template <class T>
 void Qwen3Model<T>::backward(T loss_scale) {
-  ECHO_CHECK(pass_ == Pass::training, "backward() of a model built for evaluation, which has no gradients");
+  ECHO_CHECK(params_.grads().defined(), "backward() of a model built for evaluation, which has no gradients");
   ECHO_CHECK(have_acts_, "backward() needs a forward(keep_activations = true) before it");
   const int64_t n = batch_.num_tokens(), H = shape_.hidden, V = shape_.vocab_local();
 

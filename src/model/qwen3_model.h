@@ -127,7 +127,6 @@ class Qwen3Model {
   Qwen3Plan plan_;
   ParameterSet<T> params_;
   TpOps<T>& tp_;
-  Pass pass_;
 
   // Saved by forward for backward.
   Batch batch_;
