@@ -95,8 +95,6 @@ std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mo
   if (fs::exists(status) && !fs::is_directory(status))
     return fmt::format("'run.out_dir' = {} is a file, not a directory", out_dir);
   // Before anything is looked at: another echo_train may be writing this run right now.
-  fs::create_directories(dir, ec);
-  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   if (std::string error = lock.acquire(out_dir); !error.empty()) return error;
   has_run = holds_run(dir);
   if (has_run && mode == RunDirMode::fresh)
@@ -126,17 +124,35 @@ std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mo
 }  // namespace
 
 RunDirLock::~RunDirLock() {
+  // A start-up refused before the run wrote anything (a memory plan, a bad checkpoint) leaves the
+  // folder as it found it: an empty run directory with only a lock file looked like a run to clean.
+  if (!kept_ && made_file_ && dir_fd_ >= 0) ::unlinkat(dir_fd_, kRunLockFile, 0);
   for (const int fd : {file_fd_, dir_fd_})  // closing releases the flocks
     if (fd >= 0) ::close(fd);
+  if (!kept_)
+    for (const std::string& made : made_dirs_)
+      if (::rmdir(made.c_str()) != 0) break;  // not empty (someone else's file): it stays, and so do its parents
 }
 
 std::string RunDirLock::acquire(const std::string& out_dir) {
+  // The folders to make, so that a refused start-up can remove them again (~RunDirLock).
+  std::error_code ec;
+  for (fs::path missing(out_dir); !missing.empty() && !fs::exists(fs::symlink_status(missing, ec));
+       missing = missing.parent_path()) {
+    made_dirs_.push_back(missing.string());
+    if (missing == missing.parent_path()) break;
+  }
+  fs::create_directories(out_dir, ec);
+  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   const std::string path = (fs::path(out_dir) / kRunLockFile).string();
-  // NOTE: O_NOFOLLOW and no O_TRUNC: the pid is written into the file, and a link planted at the
-  // name (or a FIFO) would have its target overwritten or block the open.
   const int dir_fd = ::open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return fmt::format("cannot open the run directory {}: {}", out_dir, std::strerror(errno));
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  // NOTE: O_NOFOLLOW and no O_TRUNC: the pid is written into the file, and a link planted at the
+  // name (or a FIFO) would have its target overwritten or block the open. O_EXCL first tells
+  // whether this run made the file (a link at the name exists too, and is refused below).
+  int fd = ::openat(dir_fd, kRunLockFile, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  made_file_ = fd >= 0;
+  if (fd < 0 && errno == EEXIST) fd = ::openat(dir_fd, kRunLockFile, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   const int open_error = errno;
   struct stat st {};
   // A hard link planted at the name is a regular file too: its target would be truncated.
@@ -169,6 +185,7 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
     const ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
     holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
     holder = holder.substr(0, holder.find('\n'));
+    if (made_file_) ::unlinkat(dir_fd, kRunLockFile, 0);  // the holder's file was deleted: ours goes too
     ::close(std::exchange(dir_fd_, -1));  // none of this directory is ours
     ::close(std::exchange(file_fd_, -1));
     return fmt::format(

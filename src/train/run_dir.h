@@ -26,17 +26,21 @@ enum class RunDirMode { fresh, resume, overwrite };
 // the run's Trainer lives, so that a second echo_train on the same run directory (a scheduler's
 // requeue while the first still runs, a --resume typed twice) is refused instead of truncating the
 // first one's metrics.jsonl and pruning its checkpoints. The directory itself is locked too, so a
-// deleted lock file lets nobody in. The file stays (it holds the pid and host of the last holder);
-// only the locks matter. A lock file that is a link or not a regular file is refused, never followed.
+// deleted lock file lets nobody in. The file stays once the run wrote into the directory (it holds
+// the pid and host of the last holder; only the locks matter); a start-up refused before that
+// removes the lock file and the folders acquire made, so a refused run leaves no trace. A lock file
+// that is a link or not a regular file is refused, never followed.
 class RunDirLock {
  public:
   RunDirLock() = default;
   ~RunDirLock();
   RunDirLock(const RunDirLock&) = delete;
   RunDirLock& operator=(const RunDirLock&) = delete;
-  // "" when the lock is now held, else why not (another process holds it, or the file cannot be
-  // opened).
+  // "" when the lock is now held, else why not (another process holds it, or the folder or file
+  // cannot be made or opened). Makes out_dir and its missing parents.
   std::string acquire(const std::string& out_dir);
+  // The run wrote (or is about to write) into out_dir: the lock file and the folders stay.
+  void keep() { kept_ = true; }
   // "" while out_dir still names the directory locked by acquire (and when no lock is held: ranks
   // other than 0), else why not: it was deleted, or moved away (and perhaps made again). A run
   // that wrote on would recreate the folder without its lock, where a second echo_train --resume
@@ -46,6 +50,9 @@ class RunDirLock {
  private:
   int dir_fd_ = -1;   // out_dir, locked
   int file_fd_ = -1;  // out_dir/.echo_train.lock, locked
+  bool made_file_ = false;
+  std::vector<std::string> made_dirs_;  // by acquire, out_dir first, then its parents
+  bool kept_ = false;
 };
 
 // A file of the run directory: out_dir/name, one slash whatever out_dir ends with ("runs/a/" gave

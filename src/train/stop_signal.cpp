@@ -69,6 +69,11 @@ bool StopSignal::requested(const dist::Communicator& world) const {
   return any_signal(world, "the step's stop-signal check (MPI_Allreduce)", dist::Patience::step);
 }
 
+std::string StopSignal::what() const {
+  const int sig = received();
+  return sig != 0 ? "signal " + std::to_string(sig) : std::string("a signal to another rank");
+}
+
 bool StopSignal::requested_at_start_up(const dist::Communicator& world) const {
   return any_signal(world, "the start-up's stop-signal check (MPI_Allreduce)", dist::Patience::slow);
 }

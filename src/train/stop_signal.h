@@ -4,6 +4,8 @@
 // job), but it forwards SIGUSR1; schedulers (SLURM scancel) signal the ranks themselves.
 #pragma once
 
+#include <string>
+
 #include "dist/communicator.h"
 
 namespace echo::train {
@@ -25,6 +27,8 @@ class StopSignal {
   bool requested_at_start_up(const dist::Communicator& world) const;
   // The signal number received by this process (0 if none).
   int received() const;
+  // For the log: "signal N", or "a signal to another rank" when this process received none.
+  std::string what() const;
 };
 
 // Installs the handlers at once, before main(): called from the executable's ELF .preinit_array

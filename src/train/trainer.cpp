@@ -306,6 +306,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   std::string rank0_write_error;
   bool rank0_input_error = false;
   if (L.rank == 0 && !stopped_in_start_up_ && (start_step_ < cfg.train.steps || eval_due_at_resume)) {
+    run_lock_.keep();  // the run writes its directory from here on: the lock file and folders stay
     try {
       // --overwrite: the old run goes only now that start-up has succeeded.
       if (mode == RunDirMode::overwrite && has_run) clear_run_dir(cfg.run.out_dir);
@@ -422,7 +423,7 @@ void Trainer::open_data() {
   }
 }
 
-double Trainer::train_step(int64_t step, bool telemetry) {
+std::optional<double> Trainer::train_step(int64_t step, bool telemetry, const std::function<bool()>& abandon) {
   auto* echo = dynamic_cast<comm::EchoAllReduce*>(blocks_.get());
   if (echo) echo->set_telemetry(telemetry);
   auto& params = model_->params();
@@ -438,6 +439,11 @@ double Trainer::train_step(int64_t step, bool telemetry) {
     model_->set_position(static_cast<uint32_t>(step), first_sample * seq);
     const model::Batch batch{tokens_.data(), targets_.data(), mb, seq};
     model_->forward_backward(batch, 1.0f / static_cast<float>(num_micro_), loss, num_micro_);
+    if (after_micro_) after_micro_(step + 1, micro);
+    // NOTE: nothing a step changes before the optimizer persists (the gradients are zeroed at the
+    // next step's start, the compensator lives within one pass, S3R draws are keyed by the step),
+    // so a step dropped here is retrained identically by the resume.
+    if (micro + 1 < num_micro_ && abandon()) return std::nullopt;
   }
   return mean_over(world_.dp, model_->read_loss(loss));
 }
@@ -526,7 +532,7 @@ TrainResult Trainer::run(int64_t stop_after) {
   // A signal during start-up (echo_train installs the handler first): stop before any step;
   // there is nothing new to save.
   if (stopped_in_start_up_ || stop.requested(world_.world)) {
-    logger->warn("stopping before step {} on signal {}; nothing new to save{}", start_step_ + 1, stop.received(),
+    logger->warn("stopping before step {} on {}; nothing new to save{}", start_step_ + 1, stop.what(),
                  stopped_in_start_up_ ? ", and the run directory is as it was" : "");
     result.stopped_by_signal = true;
     return result;
@@ -536,8 +542,8 @@ TrainResult Trainer::run(int64_t stop_after) {
     // abandoned before saving the step (also a metrics file removed, or validation newly set).
     const std::optional<double> val = evaluate(stop);
     if (!val) {
-      logger->warn("stopping at step {} on signal {}; the evaluation of step {} is still owed to the next --resume",
-                   start_step_, stop.received(), start_step_);
+      logger->warn("stopping at step {} on {}; the evaluation of step {} is still owed to the next --resume",
+                   start_step_, stop.what(), start_step_);
       result.stopped_by_signal = true;
       return result;
     }
@@ -563,14 +569,31 @@ TrainResult Trainer::run(int64_t stop_after) {
     const auto t0 = std::chrono::steady_clock::now();
     const int interval = cfg_.comm.telemetry_interval;
     const bool telemetry = interval > 0 && (step + 1) % interval == 0;
-    double loss = 0;
+    std::optional<double> stepped;
     tp_ops_->take_traffic();  // what an evaluation sent is not the step's
     try {
-      loss = train_step(step, telemetry);
+      // A stop is looked for after each micro-batch too: a step can take longer than a
+      // scheduler's grace period (a large global batch on few ranks).
+      stepped = train_step(step, telemetry, [&] { return stop.requested(world_.world); });
     } catch (const Error& e) {
       // Name the step: the all-reduce knows its site, only the loop knows the step.
       rethrow_with_context(e, fmt::format("at step {}: ", step + 1), "; " + kept_checkpoint());
     }
+    if (!stepped) {
+      // Every rank agreed on the stop after the same micro-batch; the last finished step is what
+      // the checkpoint holds.
+      const bool save_now = step > start_step_ && last_saved_step_ != step;
+      if (save_now) save(step);
+      logger->warn("stopping in step {} on {}: the step is dropped before its optimizer update; {}", step + 1,
+                   stop.what(),
+                   save_now                   ? fmt::format("checkpoint of step {} saved", step)
+                   : last_saved_step_ == step ? fmt::format("the checkpoint of step {} is kept", step)
+                                              : std::string("nothing was trained to save"));
+      result.stopped_by_signal = true;
+      check_metrics_kept();
+      return result;
+    }
+    const double loss = *stepped;
     // Every check below gives the same verdict on every rank (the values are reduced), and all
     // come before this step can be saved: a diverged step never becomes a checkpoint.
     ECHO_RUN_CHECK(std::isfinite(loss), "non-finite training loss ({}) at step {}; {}", loss, step + 1,
@@ -631,10 +654,11 @@ TrainResult Trainer::run(int64_t stop_after) {
     // The periodic save comes before the stop check, so a signal that arrives while it is written
     // stops the run at this step (once it trained and saved one more).
     if (periodic || (last && cfg_.train.checkpoint_interval > 0)) save(step + 1);
-    if (stop.requested(world_.world) || (stop_after > 0 && step + 1 - start_step_ >= stop_after && !last)) {
+    const bool signalled = stop.requested(world_.world);
+    if (signalled || (stop_after > 0 && step + 1 - start_step_ >= stop_after && !last)) {
       if (last_saved_step_ != step + 1) save(step + 1);
-      if (stop.received() != 0)
-        logger->warn("stopping at step {} on signal {}; checkpoint saved", step + 1, stop.received());
+      if (signalled)
+        logger->warn("stopping at step {} on {}; checkpoint saved", step + 1, stop.what());
       else
         logger->info("stopping at step {} as asked; checkpoint saved", step + 1);
       result.stopped_by_signal = true;

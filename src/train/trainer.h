@@ -40,12 +40,17 @@ class Trainer {
   // Called on every rank after each checkpoint this run saves, with its step. Tests use it to
   // deliver a signal while a save is under way.
   void after_each_save(std::function<void(int64_t step)> hook) { after_save_ = std::move(hook); }
+  // Called on every rank after each micro-batch's forward and backward, with the step being
+  // trained (1-based) and the micro-batch (0-based). Tests use it to deliver a signal mid-step.
+  void after_each_micro_batch(std::function<void(int64_t step, int micro)> hook) { after_micro_ = std::move(hook); }
   // The step of the newest checkpoint in run.out_dir, this run's or the one it resumed from; -1
   // when there is none (train.checkpoint_interval 0 and no signal).
   int64_t last_checkpoint_step() const { return last_saved_step_; }
 
  private:
-  double train_step(int64_t step, bool telemetry);
+  // The step's mean loss over the DP ranks; none when `abandon` (asked after each micro-batch but
+  // the last) said to stop: the step is then dropped, weights and optimizer untouched.
+  std::optional<double> train_step(int64_t step, bool telemetry, const std::function<bool()>& abandon);
   // The validation loss (NaN without validation data); none when a stop was asked during it
   // (`stop`, checked after each batch).
   std::optional<double> evaluate(const StopSignal& stop);
@@ -90,6 +95,7 @@ class Trainer {
   int64_t num_params_ = 0;
   std::vector<int32_t> tokens_, targets_;
   std::function<void(int64_t)> after_save_;
+  std::function<void(int64_t, int)> after_micro_;
 };
 
 }  // namespace echo::train

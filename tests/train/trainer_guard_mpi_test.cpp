@@ -338,8 +338,33 @@ TEST(TrainerGuard, AFailedStartLeavesNothingThatBlocksTheRerun) {
   expect_error([&] { train(make_config(dir, {"data.train=" + dir + "/data/missing"}), RunDirMode::fresh); },
                "run `bash scripts/get_data.sh`");
   sync();
-  EXPECT_FALSE(fs::exists(good.run.out_dir + "/config.yaml"));
+  // Nothing at all is left: the folder the start-up made (with its lock file) goes again, and so
+  // do the missing parents it made; a folder that was there stays, with what it held.
+  EXPECT_FALSE(fs::exists(good.run.out_dir)) << "the refused start-up made the run directory";
+  const std::string missing_data = "data.train=" + dir + "/data/missing";
+  expect_error(
+      [&] {
+        train(make_config(dir, {"run.out_dir=" + dir + "/deep/er/run", missing_data}), RunDirMode::fresh);
+      },
+      "run `bash scripts/get_data.sh`");
+  sync();
+  EXPECT_FALSE(fs::exists(dir + "/deep")) << "the parents the start-up made";
+  if (world_rank() == 0) {
+    fs::create_directories(dir + "/own");
+    std::ofstream(dir + "/own/notes.txt") << "the user's";
+  }
+  sync();
+  expect_error(
+      [&] {
+        train(make_config(dir, {"run.out_dir=" + dir + "/own/", missing_data}), RunDirMode::fresh);
+      },
+      "run `bash scripts/get_data.sh`");
+  sync();
+  EXPECT_EQ(read_file(dir + "/own/notes.txt"), "the user's");
+  EXPECT_FALSE(fs::exists(dir + "/own/.echo_train.lock"));
   EXPECT_EQ(train(good, RunDirMode::fresh).steps_done, 4) << "the rerun is not refused";
+  sync();
+  EXPECT_TRUE(fs::exists(good.run.out_dir + "/.echo_train.lock")) << "a run that wrote its directory keeps the file";
   EXPECT_TRUE(fs::exists(good.run.out_dir + "/config.yaml"));
 }
 
@@ -1071,6 +1096,63 @@ TEST(TrainerGuard, ASignalDuringAPeriodicSaveStopsAtThatStep) {
   EXPECT_EQ(r.steps_done, 4);
   EXPECT_EQ(saved, (std::vector<int64_t>{2, 4}));
   sync();
+}
+
+// A signal that arrives inside a step (a step can outlast a scheduler's grace period) stops the
+// run after the micro-batch in progress: the step is dropped before its optimizer update, the last
+// finished step is saved (or its checkpoint kept), and the resume retrains the dropped step into
+// the curve of a run never stopped.
+TEST(TrainerGuard, ASignalInsideAStepDropsItAndTheResumeRetrainsIt) {
+  const auto curve = [](const std::string& out_dir) {
+    std::vector<std::string> lines;
+    std::ifstream in(out_dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      for (const char* timing : {"step_ms", "tokens_per_s", "mfu"}) j.erase(timing);
+      lines.push_back(j.dump());
+    }
+    return lines;
+  };
+  const auto interrupted = [](const config::Config& cfg, int64_t signal_step, std::vector<int64_t>& saved) {
+    const dist::World world = dist::World::create(cfg.parallel.tp);
+    Trainer trainer(cfg, world, RunDirMode::fresh);
+    trainer.after_each_save([&saved](int64_t step) { saved.push_back(step); });
+    trainer.after_each_micro_batch([signal_step](int64_t step, int micro) {
+      if (step == signal_step && micro == 0 && world_rank() == 0) std::raise(SIGUSR1);
+    });
+    return trainer.run();
+  };
+  const std::string dir = scratch_dir("signal_in_step");
+  // Step 4 of 4 is interrupted; step 3 was not saved (checkpoint_interval 2): it is saved now.
+  const auto cfg = make_config(dir);
+  std::vector<int64_t> saved;
+  TrainResult r = interrupted(cfg, 4, saved);
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps_done, 3);
+  EXPECT_EQ(saved, (std::vector<int64_t>{2, 3}));
+  sync();
+  EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), checkpoint_dir(cfg.run.out_dir, 3));
+  EXPECT_EQ(curve(cfg.run.out_dir).size(), 3u) << "the dropped step is not logged";
+  EXPECT_EQ(train(cfg, RunDirMode::resume).steps_done, 4);
+  sync();
+  const auto straight = make_config(dir, {"run.out_dir=" + dir + "/straight"});
+  EXPECT_EQ(train(straight, RunDirMode::fresh).steps_done, 4);
+  sync();
+  const auto expected = curve(straight.run.out_dir);
+  ASSERT_EQ(expected.size(), 4u);
+  EXPECT_EQ(curve(cfg.run.out_dir), expected) << "the resume retrains the dropped step bit for bit";
+  // Step 3 is interrupted right after the step-2 checkpoint: nothing new is saved, that one is kept.
+  const auto early = make_config(dir, {"run.out_dir=" + dir + "/early"});
+  saved.clear();
+  r = interrupted(early, 3, saved);
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps_done, 2);
+  EXPECT_EQ(saved, std::vector<int64_t>{2});
+  sync();
+  EXPECT_EQ(latest_checkpoint(early.run.out_dir), checkpoint_dir(early.run.out_dir, 2));
+  EXPECT_EQ(train(early, RunDirMode::resume).steps_done, 4);
+  sync();
+  EXPECT_EQ(curve(early.run.out_dir), expected);
 }
 
 // A --resume of a run already at train.steps trains nothing and changes nothing, saying so.
