@@ -41,11 +41,9 @@ size_t first_out_of_range_in(const IndexedDataset& ds, uint64_t first, size_t co
   return pos;
 }
 
-}  // namespace
-
-uint64_t check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name) {
+// The range check, chunk by chunk, handing each checked chunk to `hasher` when there is one.
+void scan(const IndexedDataset& ds, int64_t vocab_size, const std::string& name, ContentHasher* hasher) {
   ECHO_CHECK(vocab_size > 0, "{} ({}): vocab_size must be positive, got {}", name, ds.bin_path(), vocab_size);
-  ContentHasher hasher(ds);
   const uint64_t num_tokens = ds.num_tokens();
   const size_t item = bytes_per_token(ds.dtype());
   for (uint64_t first = 0; first < num_tokens; first += kChunkTokens) {
@@ -63,8 +61,19 @@ uint64_t check_token_range(const IndexedDataset& ds, int64_t vocab_size, const s
           "{} ({}): document {}, position {}: token id {} is out of range [0, {}) ('model.vocab_size' = {})", name,
           ds.bin_path(), doc, token - offsets[doc], id, vocab_size, vocab_size);
     }
-    hasher.add_tokens(ds.token_bytes().subspan(first * item, count * item));
+    if (hasher != nullptr) hasher->add_tokens(ds.token_bytes().subspan(first * item, count * item));
   }
+}
+
+}  // namespace
+
+void check_token_range(const IndexedDataset& ds, int64_t vocab_size, const std::string& name) {
+  scan(ds, vocab_size, name, nullptr);
+}
+
+uint64_t check_token_range_and_hash(const IndexedDataset& ds, int64_t vocab_size, const std::string& name) {
+  ContentHasher hasher(ds);
+  scan(ds, vocab_size, name, &hasher);
   return hasher.digest();
 }
 

@@ -378,7 +378,7 @@ void Trainer::open_data() {
   const auto train_meta = data::check_dataset_meta(*train_data_, "data.train", tokens);
   // Against the true vocabulary: ids in [vocab_size, padded rows) are rows no tokenizer emits.
   // One pass over the tokens: the range check and the content hash a checkpoint records.
-  train_data_hash_ = data::check_token_range(*train_data_, cfg.model.vocab_size, "data.train");
+  train_data_hash_ = data::check_token_range_and_hash(*train_data_, cfg.model.vocab_size, "data.train");
   check_same_data_everywhere(train_data_hash_, cfg.data.train, world_.world);
   // The EOS is packed between documents as an input id: it must be a row the tokenizer can emit.
   ECHO_INPUT_CHECK(cfg.data.eos_id < cfg.model.vocab_size, "'data.eos_id' = {} must be < 'model.vocab_size' = {}",

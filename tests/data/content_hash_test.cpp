@@ -55,7 +55,7 @@ TEST_F(ContentHashTest, IsTheXxh3OfDtypeOffsetsAndTokens) {
   EXPECT_EQ(hash_of("a", d), reference_hash(d));
 }
 
-// The trainer takes the hash on check_token_range's pass (data/token_range.h), chunk by chunk:
+// The trainer takes the hash on the range check's pass (data/token_range.h), chunk by chunk:
 // the same hash over data of several chunks with an empty document inside, and an id out of range
 // past the first chunk named by its own document and position.
 TEST_F(ContentHashTest, TheRangeScanTakesTheSameHashInOnePass) {
@@ -64,7 +64,7 @@ TEST_F(ContentHashTest, TheRangeScanTakesTheSameHashInOnePass) {
   lengths.insert(lengths.begin() + 2, 0);
   auto d = random_documents(lengths, 0, 50000, r.seed);
   write_dataset(dir.path("big"), d);
-  EXPECT_EQ(check_token_range(IndexedDataset::open(dir.path("big")), 50000, "data.train"), reference_hash(d));
+  EXPECT_EQ(check_token_range_and_hash(IndexedDataset::open(dir.path("big")), 50000, "data.train"), reference_hash(d));
 
   const size_t doc = d.size() - 1, pos = static_cast<size_t>(r.uniform(0, static_cast<int64_t>(d[doc].size()) - 1));
   d[doc][pos] = 50000 + static_cast<int32_t>(r.uniform(0, 9));
@@ -72,7 +72,7 @@ TEST_F(ContentHashTest, TheRangeScanTakesTheSameHashInOnePass) {
   const IndexedDataset bad = IndexedDataset::open(dir.path("bad"));
   ASSERT_GT(bad.document_offsets()[doc] + pos, size_t{1} << 18) << "the bad id must lie past the first chunk";
   EXPECT_THAT(
-      testing::error_of([&] { check_token_range(bad, 50000, "data.train"); }),
+      testing::error_of([&] { check_token_range_and_hash(bad, 50000, "data.train"); }),
       ::testing::HasSubstr(fmt::format("data.train ({}.bin): document {}, position {}: token id {} is out of range "
                                        "[0, 50000)",
                                        dir.path("bad"), doc, pos, d[doc][pos])));

@@ -4,9 +4,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <numeric>
 
+#include "data/content_hash.h"
 #include "data/token_range.h"
 #include "data_test_util.h"
 
@@ -139,6 +141,14 @@ TEST(IndexedDatasetTest, ReadsHandBuiltUint16Dataset) {
   EXPECT_THAT(all, ElementsAre(65535, 1, 2, 3, 40000, 500));  // zero-extended, never -1
   EXPECT_THAT(error_of([&] { ds.document(0); }), HasSubstr("document() reads int32 tokens, the dataset holds uint16"));
   EXPECT_NO_THROW(check_token_range(ds, 65536, "data.train"));
+  // The content hash of 2-byte tokens, on the range scan's pass and alone: XXH3-64 of the dtype
+  // code, the document boundaries in tokens (0, 5, 6) and the .bin's bytes, assembled here.
+  Bytes hashed;
+  hashed.put<uint8_t>(8).put<uint64_t>(0).put<uint64_t>(5).put<uint64_t>(6);
+  hashed.b.insert(hashed.b.end(), bin.b.begin(), bin.b.end());
+  const uint64_t expected_hash = XXH3_64bits(hashed.b.data(), hashed.b.size());
+  EXPECT_EQ(check_token_range_and_hash(ds, 65536, "data.train"), expected_hash);
+  EXPECT_EQ(content_hash(ds), expected_hash);
   EXPECT_THAT(error_of([&] { check_token_range(ds, 65535, "data.train"); }),
               HasSubstr("data.train (" + prefix +
                         ".bin): document 0, position 0: token id 65535 is out of range "
