@@ -33,6 +33,13 @@ void linear_dw(backend::Backend& be, const Tensor& dy, const Tensor& x, Tensor& 
 // A host int32 array as a tensor view (no copy).
 Tensor host_ints(const int32_t* p, int64_t n) { return Tensor::from_blob(const_cast<int32_t*>(p), {n}, DType::i32); }
 
+// What needs gradients (`what`: backward() and the forward that saves tensors for it) is refused
+// on a model built for evaluation (Pass::evaluation), before any work or allocation.
+template <class T>
+void require_gradients(const ParameterSet<T>& params, const char* what) {
+  ECHO_CHECK(params.grads().defined(), "{} of a model built for evaluation, which has no gradients", what);
+}
+
 }  // namespace
 
 template <class T>
@@ -72,6 +79,7 @@ double Qwen3Model<T>::forward(const Batch& b, bool keep_activations) {
 
 template <class T>
 void Qwen3Model<T>::forward(const Batch& b, bool keep_activations, Tensor& loss_acc, double divisor) {
+  if (keep_activations) require_gradients(params_, "a forward for backward()");
   check_batch(b);
   const int64_t n = b.num_tokens(), H = shape_.hidden;
   // The last forward's tensors go before this one allocates (an evaluation keeps them, as a
@@ -178,7 +186,7 @@ void Qwen3Model<T>::layer_forward(int64_t l, Tensor& x, LayerActs& a) {
 
 template <class T>
 void Qwen3Model<T>::backward(T loss_scale) {
-  ECHO_CHECK(params_.grads().defined(), "backward() of a model built for evaluation, which has no gradients");
+  require_gradients(params_, "backward()");
   ECHO_CHECK(have_acts_, "backward() needs a forward(keep_activations = true) before it");
   const int64_t n = batch_.num_tokens(), H = shape_.hidden, V = shape_.vocab_local();
 
@@ -323,6 +331,7 @@ void Qwen3Model<T>::project_backward(int64_t l, Proj proj, const Tensor& dy, con
 
 template <class T>
 double Qwen3Model<T>::forward_backward(const Batch& b, T loss_scale) {
+  require_gradients(params_, "forward_backward()");
   Tensor loss = loss_accumulator();
   forward_backward(b, loss_scale, loss, 1.0);
   return read_loss(loss);  // after backward: a fault noted there is raised here too

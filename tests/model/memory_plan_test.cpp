@@ -84,7 +84,15 @@ TEST_P(MemoryPlanMatchesTheCpuBackend, ParametersAndPeakActivations) {
   reset_host_memory_peak();
   EXPECT_EQ(evaluator.forward(batch.view(), false), loss) << "the same weights give the same loss";
   EXPECT_EQ(host_memory_stats().peak - eval_idle, eval.activations) << eval.describe();
+  // Refused before the forward allocates anything.
+  const size_t before_refusal = host_memory_stats().live;
+  reset_host_memory_peak();
   EXPECT_THAT(echo::testing::error_of([&] { evaluator.forward_backward(batch.view()); }),
+              ::testing::HasSubstr("forward_backward() of a model built for evaluation, which has no gradients"));
+  EXPECT_EQ(host_memory_stats().peak, before_refusal);
+  EXPECT_THAT(echo::testing::error_of([&] { evaluator.forward(batch.view(), true); }),
+              ::testing::HasSubstr("a forward for backward() of a model built for evaluation, which has no gradients"));
+  EXPECT_THAT(echo::testing::error_of([&] { evaluator.backward(); }),
               ::testing::HasSubstr("backward() of a model built for evaluation, which has no gradients"));
   EXPECT_THAT(echo::testing::error_of([&] { evaluator.params().zero_grads(); }),
               ::testing::HasSubstr("parameters built for evaluation, which have no gradients"));
