@@ -249,16 +249,21 @@ TEST_F(ChecksumsTest, ACurrentCheckpointWhoseChecksumsWereRemovedIsRefused) {
   const std::string text = read_file(state);
   const size_t at = text.find("\"data_position\"");
   ASSERT_NE(at, std::string::npos) << text;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) {
-    std::ofstream(state, std::ios::trunc) << text.substr(0, at) + "\"consumed_samples\": 1003, " + text.substr(at);
+  // Either field marks a current trainer's state; the refusal names the one recorded.
+  for (const auto& [field, entry] :
+       {std::pair<std::string, std::string>{"consumed_samples", "\"consumed_samples\": 1003, "},
+        {"train_data_xxh3", "\"train_data_xxh3\": \"0123456789abcdef\", "}}) {
+    SCOPED_TRACE(field);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) std::ofstream(state, std::ios::trunc) << text.substr(0, at) + entry + text.substr(at);
+    const std::string want = "checkpoint '" + ckpt_.string() + "' has no trainer/checksums.json, but its trainer " +
+                             "state records " + field + ", which only trainers that write checksums record";
+    const std::string msg = load_without_checksums(/*corrupted=*/true);
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    // The resume's first look at a checkpoint (before the data scan) refuses it too.
+    const std::string first_look = error_of([&] { read_checkpoint_meta(ckpt_.string()); });
+    EXPECT_NE(first_look.find(want), std::string::npos) << first_look;
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const std::string msg = load_without_checksums(/*corrupted=*/true);
-  EXPECT_NE(msg.find("has no trainer/checksums.json, but its trainer state records consumed_samples, which only "
-                     "trainers that write checksums record"),
-            std::string::npos)
-      << msg;
 }
 
 TEST_F(ChecksumsTest, MalformedOrIncompleteChecksumsAreRefused) {
