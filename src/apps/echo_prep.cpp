@@ -43,6 +43,7 @@
 #include <thread>
 
 #include "apps/parse_command_line.h"
+#include "apps/prep/json_array_stream.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/json_guard.h"
@@ -194,18 +195,19 @@ void refuse_utf16(std::string_view head, const std::string& path) {
                    path, utf32 ? "UTF-32" : "UTF-16", utf32 ? "UTF-32" : "UTF-16");
 }
 
-// --format text and JSON array files are read whole (then their documents queued): one larger
-// than the memory available ended in a bare std::bad_alloc naming no file.
-void refuse_larger_than_memory(const std::string& path, const char* read_whole) {
+// --format text files are read whole, and a JSON array file's texts are all queued before the
+// first is encoded: one larger than the memory available ended in a bare std::bad_alloc naming no
+// file. `held` says what is held.
+void refuse_larger_than_memory(const std::string& path, const char* held) {
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   const std::optional<size_t> available = host_memory_available_bytes();
   if (ec || !available || size <= *available) return;
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   ECHO_INPUT_FAIL(
-      "input '{}' is {:.1f} GiB, more than the {:.1f} GiB of memory available: {} is read whole; split it "
-      "into smaller files, or write it as JSONL (one JSON object a line), which is read line by line",
-      path, static_cast<double>(size) / kGiB, static_cast<double>(*available) / kGiB, read_whole);
+      "input '{}' is {:.1f} GiB, more than the {:.1f} GiB of memory available: {}; split it into smaller files, "
+      "or write it as JSONL (one JSON object a line), which is read line by line",
+      path, static_cast<double>(size) / kGiB, static_cast<double>(*available) / kGiB, held);
 }
 
 // `text` with each CRLF and each lone CR made an LF.
@@ -278,6 +280,44 @@ class DocumentReader {
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
+  // A JSON array file's documents, queued: the file is parsed as a stream (one element's value at
+  // a time), so it needs about its texts' size in memory, not the file's text and tree besides.
+  void read_json_array(const std::string& path) {
+    refuse_larger_than_memory(path, "a JSON array file's texts are all held in memory before they are encoded");
+    std::ifstream in(path, std::ios::binary);
+    ECHO_INPUT_CHECK(in.good(), "cannot read input '{}': {}", path, std::strerror(errno));
+    std::optional<Json::parse_error> malformed;
+    try {
+      prep::for_each_array_element(in, [&](Json&& element, size_t i) {
+        pending_.push_back(text_of(element, o_.json_key, fmt::format("{}: element {}", path, i)));
+      });
+    } catch (const Json::parse_error& e) {
+      malformed.emplace(e);
+    } catch (const Json::exception& e) {
+      // out_of_range (a number past double's range) carries no position.
+      ECHO_INPUT_FAIL("{}: malformed JSON array: {}", path, json_error_text(e));
+    }
+    ECHO_INPUT_CHECK(!in.bad(), "{}: read error: {}", path, std::strerror(errno));
+    // The parser ends at a NUL byte outside a string (as at the end of the input) and fails at one
+    // inside: either way the file is read again whole to name it (an error path only). A parse
+    // that succeeded stopped at a NUL when bytes are left, or when the file's last byte is one.
+    const auto last_byte_is_nul = [&] {
+      std::ifstream tail(path, std::ios::binary | std::ios::ate);
+      char last = 1;
+      return tail.seekg(-1, std::ios::end) && tail.get(last) && last == '\0';
+    };
+    const bool stopped_early = !malformed && (in.peek() != std::char_traits<char>::eof() || last_byte_is_nul());
+    if (malformed || stopped_early) {
+      const std::string text = read_file(path);
+      refuse_nul(text, path, 1);
+      ECHO_INPUT_CHECK(!stopped_early, "{}: the JSON array's parse ended before the end of the file", path);
+      ECHO_INPUT_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, malformed->byte),
+                      json_error_text(*malformed));
+    }
+    std::error_code ec;
+    bytes_read_ += std::filesystem::file_size(path, ec);
+  }
+
   void open(const std::string& path) {
     if (o_.format == "jsonl") {
       // Peek at the first non-space byte after a UTF-8 byte-order mark (which the JSON parser
@@ -295,21 +335,7 @@ class DocumentReader {
       }
       probe.close();
       if (c == '[') {
-        refuse_larger_than_memory(path, "a JSON array file");
-        const std::string text = read_file(path);
-        bytes_read_ += text.size();
-        refuse_nul(text, path, 1);
-        Json array;
-        try {
-          array = Json::parse(text);
-        } catch (const Json::parse_error& e) {
-          ECHO_INPUT_FAIL("{}:{}: malformed JSON array: {}", path, line_of(text, e.byte), json_error_text(e));
-        } catch (const Json::exception& e) {
-          // out_of_range (a number past double's range) carries no position.
-          ECHO_INPUT_FAIL("{}: malformed JSON array: {}", path, json_error_text(e));
-        }
-        for (size_t i = 0; i < array.size(); ++i)
-          pending_.push_back(text_of(array[i], o_.json_key, fmt::format("{}: element {}", path, i)));
+        read_json_array(path);
         return;
       }
       jsonl_.open(path, std::ios::binary);
@@ -317,7 +343,7 @@ class DocumentReader {
       line_no_ = 0;
       return;
     }
-    refuse_larger_than_memory(path, "--format text");
+    refuse_larger_than_memory(path, "--format text reads a file whole");
     std::string text = read_file(path);
     bytes_read_ += text.size();
     refuse_utf16(text, path);

@@ -128,6 +128,17 @@ TEST_F(EchoPrep, JsonArraysOfStringsOrObjects) {
   const std::string bom = dir_.write("bom.json", "\xEF\xBB\xBF [\"with a mark\",\n\"second\"]\n");
   ASSERT_EQ(run("--input " + bom + " --tokenizer byte --output-prefix " + dir_.path("bom")), 0) << err_;
   EXPECT_THAT(documents_of(dir_.path("bom")), ::testing::ElementsAre("with a mark", "second"));
+  // The array is parsed as a stream, one element at a time: elements with nested objects and
+  // arrays around the text, a repeated key (the last value, as a whole-file parse takes), an
+  // empty text (no document, as in JSONL), escapes and multi-byte UTF-8.
+  const std::string nested = dir_.write(
+      "nested.json",
+      R"([{"meta": {"x": [1, {"y": null}], "z": true}, "text": "a\u00e9\n"}, "b", {"text": "first", "text": "c"},)"
+      "\n"
+      R"( {"text": "", "more": [[], {}]}, {"tags": ["t"], "text": "\u4e2d\ud83d\ude00"}])");
+  ASSERT_EQ(run("--input " + nested + " --tokenizer byte --output-prefix " + dir_.path("nested")), 0) << err_;
+  EXPECT_THAT(documents_of(dir_.path("nested")),
+              ::testing::ElementsAre("a\xc3\xa9\n", "b", "c", "\xe4\xb8\xad\xf0\x9f\x98\x80"));
 }
 
 TEST_F(EchoPrep, TextFilesAndTheirSplits) {
@@ -207,6 +218,10 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   refused("huge.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 1e400}\n", ":2: malformed JSON line");
   refused("huge.json", "[{\"text\": \"b\", \"n\": -1e400}]", ": malformed JSON array");
   refused("arr.json", "[\"a\",\n\"b\",\n]", ":3: malformed JSON array");
+  refused("after.json", "[\"a\"]\n[\"b\"]", ":2: malformed JSON array");
+  refused("element.json", "[\"a\", {\"text\": \"b\"},\n 5]",
+          ": element 2: expected a JSON object with a \"text\" field");
+  refused("nested_bad.json", "[{\"text\": \"a\", \"m\": [1, 2}]", ":1: malformed JSON array");
   // Ill-formed UTF-8 quoted by the parser reaches the terminal escaped, without the library's tag.
   refused("utf8.jsonl", "{\"text\":\"a\xff\x9b b\"}\n", ":1: malformed JSON line: parse error at line 1");
   EXPECT_THAT(err_, HasSubstr("\\xff"));
@@ -216,6 +231,9 @@ TEST_F(EchoPrep, ErrorsNameTheFileAndLine) {
   refused("nul.jsonl", std::string("{\"text\": \"kept\"}\n{\"text\":\"a\"}\0{\"text\": \"lost\"}\n", 47),
           ":2: a NUL byte at column 13: JSON text cannot hold one");
   refused("nul.json", std::string("[\"first\",\n\"x\"]\0, \"lost\"]\n", 25), ":2: a NUL byte at column 5");
+  refused("nul_last.json", std::string("[\"a\"]\0", 6), ":1: a NUL byte at column 6");
+  refused("nul_inside.json", std::string("[\"a\", \"b\0c\"]", 13), ":1: a NUL byte at column 9");
+  refused("nul_between.json", std::string("[\"a\",\n\0 \"b\"]", 12), ":2: a NUL byte at column 1");
   refused("utf16.jsonl", std::string("\xFE\xFF\0{", 4), "' starts with a UTF-16 byte-order mark");
 
   EXPECT_NE(run("--input " + dir_.path("missing.jsonl") + " --tokenizer byte --output-prefix " + dir_.path("x")), 0);
@@ -277,8 +295,8 @@ TEST_F(EchoPrep, SeedMustBeAWholeNumberThatFits) {
   EXPECT_EQ(run(base + "18446744073709551615"), 0) << err_;
 }
 
-// A --format text input (read whole) larger than the memory available ended in a bare
-// std::bad_alloc naming no file. A sparse 1 TiB file stands for it: no byte of it is read.
+// A --format text input (read whole) or a JSON array file larger than the memory available ended
+// in a bare std::bad_alloc naming no file. A sparse 1 TiB file stands for it: no byte of it is read.
 TEST_F(EchoPrep, AnInputLargerThanMemoryIsNamed) {
   const std::string big = dir_.path("big.txt");
   std::ofstream(big).close();
@@ -287,9 +305,20 @@ TEST_F(EchoPrep, AnInputLargerThanMemoryIsNamed) {
   ASSERT_FALSE(ec) << "the scratch folder's file system cannot hold a sparse 1 TiB file: " << ec.message();
   EXPECT_EQ(run("--format text --input " + big + " --tokenizer byte --output-prefix " + dir_.path("b")), 1);
   EXPECT_THAT(err_, HasSubstr("input '" + big + "' is 1024.0 GiB, more than the "));
-  EXPECT_THAT(err_, HasSubstr("of memory available: --format text is read whole; split it into smaller files"));
+  EXPECT_THAT(err_, HasSubstr("of memory available: --format text reads a file whole; split it into smaller files"));
   EXPECT_FALSE(fs::exists(dir_.path("b.bin")));
   fs::remove(big);
+  // A JSON array file is parsed as a stream, but its texts are all held before they are encoded.
+  const std::string array = dir_.path("big.json");
+  std::ofstream(array) << "[";
+  fs::resize_file(array, uintmax_t{1} << 40, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(run("--input " + array + " --tokenizer byte --output-prefix " + dir_.path("b")), 1);
+  EXPECT_THAT(err_, HasSubstr("input '" + array + "' is 1024.0 GiB, more than the "));
+  EXPECT_THAT(err_, HasSubstr("of memory available: a JSON array file's texts are all held in memory before they are "
+                              "encoded; split it into smaller files"));
+  EXPECT_FALSE(fs::exists(dir_.path("b.bin")));
+  fs::remove(array);
 }
 
 // A dangling symbolic link where the output folder should be read as "File exists".
