@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "device_util.cuh"
 #include "int8_linear.cuh"
+#include "pool_tensor.cuh"
 #include "quant/s3r_math.h"
 
 namespace echo::cuda {
@@ -412,12 +413,15 @@ void max_over_tp(const backend::TpReducer& tp, float* values, int64_t n, cudaStr
 }
 
 // A contiguous cuda tensor of exactly this shape and dtype in `t`: kept when it already is one and
-// nothing else shares its storage (the previous step's saved codes), else a new one.
-void ensure_tensor(Tensor& t, std::vector<int64_t> shape, DType dtype) {
+// nothing else shares its storage (the previous step's saved codes), else a new one from the pool
+// on `stream`: the memory plan counts these operands in the start-up reservation, which only pool
+// allocations can use, and the model drops them after each layer's backward (a cudaFree there
+// waited for the whole device, 7 per layer).
+void ensure_tensor(Tensor& t, std::vector<int64_t> shape, DType dtype, cudaStream_t stream) {
   if (t.defined() && t.is_cuda() && t.dtype() == dtype && t.shape() == shape && t.is_contiguous() &&
       t.storage_offset() == 0 && t.storage_use_count() == 1)
     return;
-  t = Tensor::empty(std::move(shape), dtype, Device::cuda);
+  t = pool_tensor(std::move(shape), dtype, stream);
 }
 
 // A 2-D i8 / i32 Tensor view of scratch memory, for gemm_s8s32.
@@ -446,10 +450,10 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
   check_common(ctx, rows, in, out);
 
   saved.rows = rows, saved.in = in, saved.out = out;
-  ensure_tensor(saved.x_q, {rows, in}, DType::i8);
-  ensure_tensor(saved.s_x, {rows}, DType::f32);
-  ensure_tensor(saved.w_q, {out, in}, DType::i8);
-  ensure_tensor(saved.s_w, {out}, DType::f32);
+  ensure_tensor(saved.x_q, {rows, in}, DType::i8, stream);
+  ensure_tensor(saved.s_x, {rows}, DType::f32, stream);
+  ensure_tensor(saved.w_q, {out, in}, DType::i8, stream);
+  ensure_tensor(saved.s_w, {out}, DType::f32, stream);
 
   // Row maxima and the NaN/Inf flags ({x, w}): into the deferred record when there is one (no
   // wait), else into a per-call pair read back here.

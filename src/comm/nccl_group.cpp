@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "comm/nccl_check.h"
@@ -33,12 +34,17 @@ void* NcclGroup::raw() const { return impl_->comm; }
 
 std::shared_ptr<NcclGroup> NcclGroup::for_group(const dist::Communicator& group) {
   static std::mutex mutex;
-  static std::map<std::pair<MPI_Comm, int>, std::weak_ptr<NcclGroup>> registry;
+  // NOTE: the size and rank are in the key too: an MPI_Comm handle freed and given again to
+  // another communicator must not find the old group's NCCL communicator.
+  static std::map<std::tuple<MPI_Comm, int, int, int>, std::weak_ptr<NcclGroup>> registry;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = registry[{group.get(), device}];
-  if (auto live = slot.lock()) return live;
+  auto& slot = registry[{group.get(), group.size(), group.rank(), device}];
+  // The lookup is each rank's own: only a communicator every rank still holds is reused, so no
+  // rank returns here while the others go on to ncclCommInitRank (which would wait for it forever).
+  auto live = slot.lock();
+  if (group.all_ranks(live != nullptr)) return live;
   auto made = std::make_shared<NcclGroup>(group);
   slot = made;
   return made;

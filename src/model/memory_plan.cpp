@@ -76,6 +76,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
   const ActivationCounts c = count_activations(shape, n);
   const std::vector<ProjectionDims> int8_dims = int8_projection_dims(shape, in.int8_projections);
   p.workspace = in.workspace + int8_scratch_bytes(int8_dims, n, in.int8_scratch);
+  p.all_reduce_state = in.all_reduce_state;
   // X̂, Ŵ and their scales, saved by one layer's INT8 projections in forward.
   size_t layer_int8 = 0;
   for (const ProjectionDims& d : int8_dims) layer_int8 += quant::int8_saved_bytes(n, d.in, d.out);
@@ -109,12 +110,13 @@ MemoryPlan plan_memory(const ModelShape& shape, const Qwen3Plan& plan, const Mem
 }
 
 std::string MemoryPlan::describe() const {
-  return fmt::format("weights {}, gradients {}, {}optimizer {}, activations {}, {}workspace {}; total {}",
-                     format_bytes(weights), format_bytes(gradients),
-                     compute_copies ? fmt::format("compute copies {}, ", format_bytes(compute_copies)) : "",
-                     format_bytes(optimizer), format_bytes(activations),
-                     int8_operands ? fmt::format("INT8 operands {}, ", format_bytes(int8_operands)) : "",
-                     format_bytes(workspace), format_bytes(total()));
+  return fmt::format(
+      "weights {}, gradients {}, {}optimizer {}, activations {}, {}workspace {}{}; total {}", format_bytes(weights),
+      format_bytes(gradients), compute_copies ? fmt::format("compute copies {}, ", format_bytes(compute_copies)) : "",
+      format_bytes(optimizer), format_bytes(activations),
+      int8_operands ? fmt::format("INT8 operands {}, ", format_bytes(int8_operands)) : "", format_bytes(workspace),
+      all_reduce_state ? fmt::format(", all-reduce state {}", format_bytes(all_reduce_state)) : "",
+      format_bytes(total()));
 }
 
 }  // namespace echo::model

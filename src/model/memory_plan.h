@@ -31,8 +31,10 @@ struct MemoryPlan {
   size_t int8_operands = 0;      // X̂, Ŵ and their scales, saved by every INT8 projection's forward
                                  // (evaluation: one layer's, inside activations, so 0 here)
   size_t workspace = 0;          // the backend's own scratch (CUDA: attention scores, INT8 scratch)
+  size_t all_reduce_state = 0;   // the TP all-reduce's device state (MemoryPlanInput)
   size_t total() const {
-    return weights + gradients + compute_copies + optimizer + activations + int8_operands + workspace;
+    return weights + gradients + compute_copies + optimizer + activations + int8_operands + workspace +
+           all_reduce_state;
   }
   // "weights 1.2 GiB, gradients ..., total 9.8 GiB"
   std::string describe() const;
@@ -43,6 +45,9 @@ struct MemoryPlanInput {
   int64_t micro_batch = 1, seq = 1;
   Pass pass = Pass::training;
   size_t workspace = 0;    // from Backend::workspace_bytes
+  // What the block sites' all-reduce keeps on the device (comm/echo/device_state_bytes.h; 0 on the
+  // CPU backend, whose Echo state is host memory outside the backend's tensors).
+  size_t all_reduce_state = 0;
   // The block projections that run in INT8 (linear.projections under linear.mode: int8; empty:
   // none), and the backend's scratch for one of them beyond its saved operands
   // (Backend::int8_scratch_bytes; unset: none).

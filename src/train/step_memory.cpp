@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/echo/device_state_bytes.h"
 #include "model/tp_plan.h"
 #include "quant/int8_linear.h"
 
@@ -26,6 +27,10 @@ model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::Model
       return backend.int8_scratch_bytes(int8, rows, k, n, seq);
     };
   }
+  if (backend.device() == Device::cuda)
+    in.all_reduce_state = comm::device_echo_state_bytes(
+        cfg.comm, shape.tp, static_cast<size_t>(cfg.train.micro_batch) * cfg.data.seq_len * shape.hidden,
+        pass == model::Pass::evaluation);
   return model::plan_memory(shape, model::make_qwen3_plan(shape), in);
 }
 

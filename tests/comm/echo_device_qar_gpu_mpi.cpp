@@ -9,6 +9,7 @@
 // Needs MPI and a GPU (the ranks share one device; this path uses MPI, not NCCL): registered by
 // hand in tests/comm/CMakeLists.txt under labels mpi and gpu. Skips without a CUDA device on every
 // rank alike (one machine); fails instead under ECHO_REQUIRE_GPU=1.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -21,7 +22,9 @@
 
 #include "../support/gpu_test.h"
 #include "../support/test_data.h"
+#include "comm/echo/device_state_bytes.h"
 #include "comm/echo/echo_all_reduce.h"
+#include "comm/make_all_reduce.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -208,6 +211,46 @@ TEST(EchoDeviceQar, NonFiniteInputRaisesTheCpuError) {
     // The texts end with " [check ... at file:line]", which names each path's own source: compare the message.
     const auto message = [](const std::string& s) { return s.substr(0, s.rfind(" [")); };
     EXPECT_EQ(message(dev_error), message(cpu_error));
+  }
+}
+
+// The device state lives in the stream-ordered pool that the start-up reservation fills, and the
+// memory plan's bound for it (device_echo_state_bytes) holds: both directions' m1 and m2 at least
+// come from the pool, and the pool grows by no more than the bound over a forward and a backward
+// pass of the largest size.
+TEST(EchoDeviceQar, StateComesFromThePoolWithinThePlansBound) {
+  ECHO_REQUIRE_DEVICE();
+  const auto comm = world();
+  config::CommConfig cfg;
+  cfg.bits = 4;
+  cfg.group_size = 128;
+  const size_t n = 128 * static_cast<size_t>(comm.size()) * 40 + 3;
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaMemPool_t pool;
+  ASSERT_EQ(cudaDeviceGetDefaultMemPool(&pool, device), cudaSuccess);
+  const auto used = [&] {
+    uint64_t v = 0;
+    EXPECT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
+    return v;
+  };
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const uint64_t before = used();
+  {
+    EchoAllReduce dev(comm, echo_options_from(cfg, 4));
+    for (Direction d : {Direction::forward, Direction::backward}) {
+      dev.begin_pass(d);
+      for (int site = 0; site < 2; ++site) {
+        Tensor t =
+            Tensor::from_vector(contribution({n, d, 4, true, true}, 0, site, comm.rank()), {static_cast<int64_t>(n)})
+                .to(Device::cuda);
+        dev.all_reduce(t, {site, d});
+      }
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const uint64_t grown = used() - before;
+    EXPECT_GE(grown, 4 * n * sizeof(float)) << "m1 and m2 of both directions";
+    EXPECT_LE(grown, device_echo_state_bytes(cfg, comm.size(), n, false));
   }
 }
 

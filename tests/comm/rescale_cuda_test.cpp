@@ -16,6 +16,7 @@
 
 #include "../support/gpu_test.h"
 #include "../support/test_data.h"
+#include "../support/test_util.h"
 #include "comm/echo/compensator_math.h"
 #include "comm/echo/quantize.h"
 #include "comm/echo/rescale.h"
@@ -158,6 +159,19 @@ TEST(RescaleCuda, NoteIfPoisonedKeepsTheSmallestKeyOfPoisonedCalls) {
     cuda::note_if_poisoned(report.p, c.key, word.p, nullptr);
     EXPECT_EQ(word.get()[0], c.want) << "key " << c.key;
   }
+}
+
+// A bf16 out overlapping the f32 y races in the kernel (thread i writes into the float thread i/2
+// reads): refused before the launch, so this runs without a GPU (the pointers are never read).
+// An f32 out may alias y (each thread rewrites its own element).
+TEST(RescaleCuda, EchoFinishRefusesABf16OutOverlappingY) {
+  std::vector<float> y(64);
+  const size_t n = y.size();
+  for (void* out : {static_cast<void*>(y.data()), static_cast<void*>(y.data() + 10), static_cast<void*>(y.data() + 63)})
+    EXPECT_NE(testing::error_of([&] {
+                cuda::echo_finish(y.data(), n, 0, nullptr, 2.0f, nullptr, nullptr, nullptr, out, true, nullptr);
+              }).find("echo_finish of 64 values: a bf16 out overlapping the f32 y races"),
+              std::string::npos);
 }
 
 }  // namespace

@@ -526,5 +526,45 @@ TEST(Int8LinearCudaTest, CudaBackendRunsTheInt8Linear) {
   EXPECT_TRUE(same_bits(host_floats(dx2), host_floats(dx)));
 }
 
+// The saved operands come from the stream-ordered pool, which the start-up reservation fills:
+// allocated with cudaMalloc they needed their bytes a second time beside the reservation, and the
+// model's drop of them after each layer's backward was a cudaFree, a wait for the whole device.
+TEST(Int8LinearCudaTest, SavedOperandsComeFromThePool) {
+  ECHO_REQUIRE_DEVICE();
+  GemmContext gemm;
+  const Shape s{64, 16, 96, 80};
+  const Inputs in = make_inputs(s, DType::f32, 11);
+  const auto cfg = make_config({BackwardRounding::s3r, ThresholdMode::independent}, EcMode::none);
+  quant::LinearContext ctx;
+  ctx.seq_len = s.seq;
+  const Tensor x = device_tensor(in.x, {s.rows, s.in}, DType::f32);
+  const Tensor w = device_tensor(in.w, {s.out, s.in}, DType::f32);
+  Tensor y = Tensor::empty({s.rows, s.out}, DType::f32, Device::cuda);
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  const auto used = [&] {
+    uint64_t v = 0;
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v));
+    return v;
+  };
+  {
+    // The GemmContext keeps its grown scratch in the pool: warmed up first, it holds it already.
+    quant::Int8LinearSaved warm_up;
+    int8_linear_forward(gemm, cfg, ctx, x, w, y, warm_up, nullptr);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const uint64_t before = used();
+  quant::Int8LinearSaved saved;
+  int8_linear_forward(gemm, cfg, ctx, x, w, y, saved, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const uint64_t operands = saved.x_q.nbytes() + saved.s_x.nbytes() + saved.w_q.nbytes() + saved.s_w.nbytes();
+  EXPECT_GE(used() - before, operands) << "the forward's scratch is freed; the saved operands stay in the pool";
+  saved = {};
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(used(), before) << "dropped, they go back to the pool";
+}
+
 }  // namespace
 }  // namespace echo::cuda

@@ -181,8 +181,17 @@ TEST(MemoryPlan, DevicePrecisionAndWorkspaceAddUp) {
   EXPECT_EQ(p.compute_copies, 2 * np) << "bf16 copies of the fp32 masters";
   EXPECT_EQ(p.optimizer, 8 * np);
   EXPECT_EQ(p.total(), p.weights + p.gradients + p.compute_copies + p.optimizer + p.activations + 1000);
+  EXPECT_EQ(p.describe().find("all-reduce state"), std::string::npos) << "none: not named";
+  // The all-reduce's device state (CUDA Echo) adds up, in training and in an evaluation.
+  in.all_reduce_state = 3 * 1024;
+  const MemoryPlan with_state = plan_memory(shape, make_qwen3_plan(shape), in);
+  EXPECT_EQ(with_state.total(), p.total() + 3 * 1024);
+  EXPECT_NE(with_state.describe().find(", all-reduce state 3.00 KiB; total "), std::string::npos)
+      << with_state.describe();
   in.pass = Pass::evaluation;
-  EXPECT_EQ(plan_memory(shape, make_qwen3_plan(shape), in).optimizer, 0u);
+  const MemoryPlan eval = plan_memory(shape, make_qwen3_plan(shape), in);
+  EXPECT_EQ(eval.optimizer, 0u);
+  EXPECT_EQ(eval.all_reduce_state, 3u * 1024);
   EXPECT_EQ(echo::format_bytes(512), "512 B");
   EXPECT_EQ(echo::format_bytes(3 * 1024), "3.00 KiB");
   EXPECT_EQ(echo::format_bytes(size_t{5} << 30), "5.00 GiB");

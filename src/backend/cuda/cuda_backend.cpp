@@ -24,6 +24,7 @@
 #include "gemm.cuh"
 #include "int8_linear.cuh"
 #include "ops.cuh"
+#include "pool_tensor.cuh"
 
 namespace echo::backend {
 namespace {
@@ -71,26 +72,7 @@ class CudaBackend final : public Backend {
   }
 
   Tensor empty(std::vector<int64_t> shape, DType dtype) override {
-    int64_t numel = 1;
-    for (int64_t d : shape) {
-      ECHO_CHECK(d >= 0, "empty: negative dimension in {}", format_shape(shape));
-      numel *= d;
-    }
-    const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * dtype_size(dtype));
-    void* p = nullptr;
-    const cudaError_t status = cudaMallocAsync(&p, bytes, stream_);
-    if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear the runtime's last-error slot before raising our own
-      size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      ECHO_FAIL("out of GPU memory on {}: a {} tensor {} needs {} bytes, {} of {} are free ({} needs less)", name(),
-                dtype, format_shape(shape), bytes, free_bytes, total_bytes, levers_);
-    }
-    CUDA_CHECK(status);
-    // NOTE: freed on the legacy default stream, which orders after this backend's blocking stream
-    // and outlives it (a tensor may be dropped after its backend).
-    return Tensor::from_blob(p, std::move(shape), dtype, Device::cuda,
-                             [](void* q) { cudaFreeAsync(q, cudaStreamLegacy); });
+    return cuda::pool_tensor(std::move(shape), dtype, stream_, levers_);
   }
   void copy_from(Tensor& dst, const Tensor& src) override {
     // Small uploads (a batch's tokens) go without a wait; large ones (weights at start-up or after

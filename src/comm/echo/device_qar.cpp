@@ -14,15 +14,16 @@
 #include <limits>
 
 #include "comm/echo/quantize.h"
-#include "comm/p2p/cuda_ipc_reduce.h"
 #include "comm/echo/rescale.h"
 #include "comm/exact_all_reduce.h"
+#include "comm/p2p/cuda_ipc_reduce.h"
 #include "comm/two_phase_layout.h"
 #include "compensator.cuh"
 #include "core/error.h"
 #include "core/log.h"
 #include "cuda_check.h"
 #include "dist/mpi_check.h"
+#include "pool_tensor.cuh"
 #include "quantize.cuh"
 #ifdef ECHO_NCCL
 #include "comm/nccl_all_reduce.h"  // ranks_have_distinct_gpus
@@ -77,7 +78,9 @@ class DeviceBytes {
   uint8_t* get(size_t bytes) {
     if (capacity_ == 0 || bytes > capacity_) {
       capacity_ = std::max<size_t>(bytes, 1);
-      buffer_ = Tensor::empty({static_cast<int64_t>(capacity_)}, DType::u8, Device::cuda);
+      // From the pool, which the start-up reservation fills (the memory plan's all-reduce state,
+      // comm/echo/device_state_bytes.h, counts these buffers).
+      buffer_ = cuda::pool_tensor({static_cast<int64_t>(capacity_)}, DType::u8, kStream);
     }
     return static_cast<uint8_t*>(buffer_.raw());
   }
