@@ -10,10 +10,24 @@ namespace fs = std::filesystem;
 
 fs::path resolved(const fs::path& p) {
   std::error_code ec;
-  fs::path r = fs::weakly_canonical(p, ec);
-  if (!ec) return r;
-  r = fs::absolute(p, ec);
-  return (ec ? p : r).lexically_normal();
+  // NOTE: absolute first: libstdc++'s weakly_canonical leaves a relative path whose first element
+  // does not exist as it is, while "./x" comes back absolute, so the two spellings differed.
+  fs::path abs = fs::absolute(p, ec);
+  if (ec) return p.lexically_normal();
+  // A dangling symbolic link leads where a write through it creates its target; weakly_canonical
+  // stops at it (the target does not exist), so it is followed here (bounded, as the kernel does).
+  fs::path followed = abs;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(followed, ec)) && !fs::exists(followed, ec); ++hops) {
+    const fs::path target = fs::read_symlink(followed, ec);
+    if (ec || hops == 40) {  // a loop: compared by its own name
+      followed = abs;
+      break;
+    }
+    followed = target.is_absolute() ? target : followed.parent_path() / target;
+  }
+  abs = followed;
+  fs::path r = fs::weakly_canonical(abs, ec);
+  return (ec ? abs : r).lexically_normal();
 }
 
 }  // namespace

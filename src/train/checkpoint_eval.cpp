@@ -19,6 +19,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/needed_file.h"
 #include "core/same_file.h"
 #include "core/text_file.h"
 #include "data/data_loader.h"
@@ -178,35 +179,6 @@ void settle_eos(config::Config& cfg, EosChoice& eos, const Resolved& ckpt, const
                    prefix, ckpt.path);
   cfg.data.eos_id = config::parse_config(recorded, ckpt.path + " (its recorded config)").data.eos_id;
   eos.source = kRecordedEos;
-}
-
-// Why an existing file at `path` is one a run, a checkpoint or a dataset needs, or "": a weights
-// file (*.safetensors, a sharded index), a dataset's .bin, .idx or .meta.json (with its .bin and
-// .idx), or, in a run directory (a folder holding the lock file), its config.yaml, metrics.jsonl,
-// lock file or anything under checkpoints/. An output once replaced the newest checkpoint's
-// model.safetensors, a run's metrics and a training set's .bin, none of them what was evaluated.
-std::string needed_file(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return {};
-  const fs::path file = fs::weakly_canonical(fs::absolute(path), ec);  // where the write lands: links followed
-  if (ec) return {};
-  const std::string name = file.filename().string();
-  if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json")) return "a weights file";
-  for (const std::string_view ext : {".bin", ".idx", ".meta.json"}) {
-    if (!name.ends_with(ext)) continue;
-    const std::string prefix = file.string().substr(0, file.string().size() - ext.size());
-    if (fs::exists(prefix + ".bin", ec) && fs::exists(prefix + ".idx", ec))
-      return fmt::format("a file of the dataset '{}'", prefix);
-  }
-  for (fs::path dir = file.parent_path(); dir.has_relative_path(); dir = dir.parent_path()) {
-    if (!fs::exists(dir / kRunLockFile, ec)) continue;
-    const fs::path first = *file.lexically_relative(dir).begin();  // checkpoints/... counts as checkpoints
-    if (first == kRunLockFile ||
-        std::find(std::begin(kRunEntries), std::end(kRunEntries), first) != std::end(kRunEntries))
-      return fmt::format("a file of the training run in '{}'", dir.string());
-    break;
-  }
-  return {};
 }
 
 // The outputs (--json, --dump-batch) must not overwrite what is evaluated: an existing file in

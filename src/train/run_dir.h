@@ -6,15 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "core/needed_file.h"
 #include "dist/communicator.h"
 
 namespace echo::train {
 
-// The lock file rank 0 holds in a run directory while it trains (RunDirLock): what marks a folder
-// as a run directory.
-inline constexpr const char* kRunLockFile = ".echo_train.lock";
-// What a run writes beside its lock file, and what --overwrite clears (clear_run_dir).
-inline constexpr const char* kRunEntries[] = {"config.yaml", "metrics.jsonl", "checkpoints"};
+// kRunLockFile and kRunEntries, the names of a run directory's files, are in core/needed_file.h.
+using echo::kRunEntries;
+using echo::kRunLockFile;
 
 enum class RunDirMode { fresh, resume, overwrite };
 

@@ -150,6 +150,31 @@ refused "echo_s3r_bench empty --tokens" "--tokens: an empty value (an unset shel
 refused "echo_s3r_bench blas threads past OpenBLAS's maximum" "--blas-threads 100000: this OpenBLAS runs at most" \
   "${s3r[@]}" --shapes 16x32 --modes fp32 --blas-threads 100000
 
+# A --json or --csv that names a file a run, a checkpoint or a dataset needs is refused before the
+# measurement, the file untouched (a typo replaced a checkpoint's weights, or a live run's
+# metrics.jsonl, which stopped that run, with exit 0).
+needed="$work/needed"
+mkdir -p "$needed/run/checkpoints/step_00000002"
+for f in run/.echo_train.lock run/metrics.jsonl run/config.yaml run/checkpoints/step_00000002/model.safetensors \
+         data.bin data.idx data.meta.json; do echo "kept $f" >"$needed/$f"; done
+refused "echo_quant_bench --json a run's metrics" "$needed/run/metrics.jsonl is a file of the training run in '$needed/run': it would be overwritten" \
+  "$build/echo_quant_bench" --mib 1 --runs 1 --json "$needed/run/metrics.jsonl"
+refused "echo_s3r_bench --json a checkpoint's weights" "model.safetensors is a weights file: it would be overwritten" \
+  "$build/echo_s3r_bench" --shapes 16x32 --modes fp32 --json "$needed/run/checkpoints/step_00000002/model.safetensors"
+refused "echo_bench --json a dataset's .bin" "data.bin is a file of the dataset '$needed/data'" \
+  "${bench[@]}" --sizes 1K --iters 1 --warmup 0 --json "$needed/./data.bin"
+refused "echo_depth --csv a run's config" "config.yaml is a file of the training run" \
+  "${np1[@]}" "$build/echo_depth" --sites 8 --csv "$needed/run/config.yaml"
+refused "echo_depth --json a dataset's sidecar" "is a file of the dataset" \
+  "${np1[@]}" "$build/echo_depth" --sites 8 --json "$needed/data.meta.json"
+changed=""
+for f in run/.echo_train.lock run/metrics.jsonl run/config.yaml run/checkpoints/step_00000002/model.safetensors \
+         data.bin data.idx data.meta.json; do [[ $(cat "$needed/$f") == "kept $f" ]] || changed+=" $f"; done
+[[ -z $changed ]] && ok "refused outputs left every needed file as it was" || bad "needed files changed:$changed" ""
+# A new file beside them is fine.
+runs "echo_quant_bench --json beside a run's files" "$needed/run/quant.json" "$build/echo_quant_bench" --mib 1 --runs 1 \
+  --json "$needed/run/quant.json"
+
 # echo_checkpoint_bench given a directory that holds a training run writes into a new directory
 # inside it and removes only that: the run's files and checkpoints survive (it used to remove the
 # whole --dir). A --dir that does not exist is created and removed again, every level of it.

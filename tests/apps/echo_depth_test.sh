@@ -63,5 +63,12 @@ refused "bad coeffs" "β1 = 1 is out of range [0, 1)" --coeffs 1,0.3,0.35
 refused "beta2 that is 1 in fp32" "β2 = 0.99999999 rounds to 1 in fp32" --coeffs 0.7,0.99999999,0.35
 refused "bad bits" "must be 4 or 8" --bits 3
 refused "negative seed" "--seed: -1 is not a whole number >= 0" --seed -1
+# --json and --csv are one file under any spelling: a name not made yet, bare and with "./" (run in
+# the work folder, whose files do not exist yet), and a dangling link to the other.
+cd "$work" || exit 1
+refused "--json x and --csv ./x" "--json new.json and --csv ./new.json name one file" --sites 8 --json new.json --csv ./new.json
+ln -s "$work/target.json" "$work/link.json"
+refused "--csv through a dangling link to --json" "name one file" --sites 8 --json target.json --csv link.json
+[[ ! -e $work/new.json && ! -e $work/target.json ]] && ok "refused: nothing written" || bad "refused runs wrote files" "$(ls "$work")"
 
 finish

@@ -44,6 +44,27 @@ TEST_F(SameFileTest, PathsNotCreatedYet) {
   EXPECT_TRUE(same_file(path("nodir/sub/x"), path("nodir/./sub/x")));  // no directory exists yet
   EXPECT_FALSE(same_file(path("d/new.bin"), path("d/new.idx")));
   EXPECT_FALSE(same_file(path("d/new.bin"), path("d/a")));
+  // Relative names of files not created yet, in the working directory: "x" and "./x" (libstdc++'s
+  // weakly_canonical left the first relative and made the second absolute: echo_eval's --json and
+  // --dump-batch, echo_depth's --json and --csv wrote one file, losing the other).
+  const fs::path cwd = fs::current_path();
+  fs::current_path(path("d"));
+  EXPECT_TRUE(same_file("zz.json", "./zz.json"));
+  EXPECT_TRUE(same_file("zz.json", path("d/zz.json")));
+  EXPECT_TRUE(same_file("sub/zz.json", "./sub/../sub/zz.json"));
+  EXPECT_FALSE(same_file("zz.json", "./zz.csv"));
+  fs::current_path(cwd);
+}
+
+// A dangling symbolic link is where a write through it creates its target.
+TEST_F(SameFileTest, ADanglingLinkIsItsTarget) {
+  fs::create_symlink(path("d/target.json"), path("dangling"));
+  fs::create_symlink("target.json", path("d/relative_dangling"));
+  fs::create_symlink(path("dangling"), path("chain"));
+  EXPECT_TRUE(same_file(path("dangling"), path("d/target.json")));
+  EXPECT_TRUE(same_file(path("d/relative_dangling"), path("d/./target.json")));
+  EXPECT_TRUE(same_file(path("chain"), path("d/target.json")));
+  EXPECT_FALSE(same_file(path("dangling"), path("d/other.json")));
 }
 
 TEST_F(SameFileTest, SymlinksAndHardLinks) {
