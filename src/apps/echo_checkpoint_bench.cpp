@@ -10,6 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "apps/bench/bench_config.h"
 #include "apps/bench/machine.h"
@@ -19,6 +22,7 @@
 #include "backend/backend.h"
 #include "core/config/config.h"
 #include "core/error.h"
+#include "core/remove_on_signal.h"
 #include "dist/guarded_main.h"
 #include "dist/world.h"
 #include "model/model_shape.h"
@@ -58,6 +62,10 @@ int bench_main(int argc, char** argv) {
   // NOTE: save_checkpoint prunes every other checkpoint of its run directory, so that directory
   // must be one this program made: given a training run as --dir, it would delete the run's.
   const bench::ScratchDir scratch(dir, "echo_checkpoint_bench", "--dir", MPI_COMM_WORLD);
+  // A stop signal (Ctrl-C, kill, or scripts/mpirun.sh's SIGUSR1) ends the bench as before, but
+  // rank 0 first removes the scratch directory, which can hold gigabytes of checkpoints.
+  std::optional<RemoveOnSignal> remove_scratch_on_signal;
+  if (rank == 0) remove_scratch_on_signal.emplace(std::vector<std::string>{}, std::vector<std::string>{scratch.path()});
   const bench::MachineInfo machine = bench::describe_machine();
   dist::World world = dist::World::create(size);
   const model::ModelShape shape = model::make_model_shape(cfg.model, size, world.layout.tp_rank);

@@ -56,6 +56,8 @@ refused "echo_bench threads above tiles" "--threads must lie in [1, --tiles = 2]
 refused "echo_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
   "${bench[@]}" --sizes 1K --transport shm --bits 8 --group-size 4096 --slot-kib 1
 refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1
+refused "echo_bench unknown quantizer" "--quantizer 'foo': expected one of symmetric, asym_naive, asym_zero_aware" \
+  "${bench[@]}" --sizes 1K --quantizer foo
 refused "echo_bench bits 5" "--bits must be 4 or 8, as comm.bits (got 5)" "${bench[@]}" --sizes 1K --bits 5
 refused "echo_bench bits 32" "--bits must be 4 or 8, as comm.bits (got 32)" "${bench[@]}" --sizes 1K --bits 32
 group_words="must be a power of two from 2 to 1048576, as comm.group_size"
@@ -208,6 +210,26 @@ else ok "echo_checkpoint_bench in new nested directories removes every level it 
 refused "echo_checkpoint_bench dir is a file" "--dir '$run/metrics.jsonl' is not a directory" "${ckpt[@]}" \
   --dir "$run/metrics.jsonl"
 [[ $(cat "$run/metrics.jsonl" 2>/dev/null) == metrics ]] || bad "echo_checkpoint_bench --dir a file: it changed" ""
+# A stop signal removes the scratch directory (rank 0's handler): mpirun passes SIGUSR1 on (what
+# scripts/mpirun.sh turns a SIGTERM into); the bench dies of it as before, its checkpoints gone.
+mkdir -p "$work/sig"
+"${mpirun[@]}" -np 2 "$build/echo_checkpoint_bench" "$src/configs/model_bench.yaml" --set model.layers=1 --iters 100000 \
+  --warmup 0 --dir "$work/sig" >"$work/sig.log" 2>&1 </dev/null &
+pid=$!
+for _ in $(seq 1 300); do compgen -G "$work/sig/echo_checkpoint_bench.*/checkpoints/step_*" >/dev/null && break; sleep 0.1; done
+if ! compgen -G "$work/sig/echo_checkpoint_bench.*" >/dev/null; then
+  bad "echo_checkpoint_bench under a signal: no scratch directory within 30 s" "$(cat "$work/sig.log")"
+  kill -KILL $pid 2>/dev/null
+else
+  kill -USR1 $pid
+  for _ in $(seq 1 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  kill -0 $pid 2>/dev/null && { kill -KILL $pid; bad "echo_checkpoint_bench still runs 30 s after SIGUSR1" "$(cat "$work/sig.log")"; }
+  wait $pid 2>/dev/null
+  if compgen -G "$work/sig/echo_checkpoint_bench.*" >/dev/null; then
+    bad "echo_checkpoint_bench under a signal: its scratch directory stayed" "$(find "$work/sig" | head)"
+  else ok "echo_checkpoint_bench under SIGUSR1 removes its scratch directory"; fi
+fi
+
 # The TP size is the number of ranks: a layout the model cannot take names that, not a --set the
 # user never typed, and a --set of parallel.tp is refused; neither leaves a directory behind.
 refused "echo_checkpoint_bench at 3 ranks" "the number of ranks (3)" "${mpirun[@]}" -np 3 \

@@ -22,9 +22,10 @@ inline LatencyStats summarize(std::vector<double> us) {
 
 // prepare() runs untimed before every call (e.g. restoring the input), call() is timed.
 inline LatencyStats time_collective(MPI_Comm comm, int warmup, int iters, const std::function<void()>& prepare,
-                                    const std::function<void()>& call) {
+                                    const std::function<void()>& call, const std::function<void()>& after_warmup = {}) {
   std::vector<double> samples;
   for (int i = 0; i < warmup + iters; ++i) {
+    if (i == warmup && after_warmup) after_warmup();  // e.g. reset counters that should see the timed calls only
     prepare();
     MPI_Barrier(comm);
     const double t0 = MPI_Wtime();

@@ -47,6 +47,7 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
   if (value == expected) return 0.0;
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  bool long_wait = false;  // past 100 ms: the peer is far behind (or stopped)
   for (uint64_t polls = 1;; ++polls) {
     value = observe(flag);
     if (value == expected) break;
@@ -62,13 +63,15 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
                      "shm all-reduce at {}: timed out after {} s in the {} stage waiting for rank {} "
                      "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
                      ctx.site, seconds_text(waited), stage, peer, ctx.timeout_s);
+      long_wait = waited > 0.1;
     }
     // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:
-    // yield at once, and sleep once the wait is long.
+    // yield at once, and sleep once the wait is long. Past 100 ms, 1 ms sleeps (at most 1% more
+    // wait): a stopped peer kept 20 µs sleeps spinning at ~85% of a core until peer_timeout_s.
     if (polls < 4096)
       sched_yield();
     else
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      std::this_thread::sleep_for(std::chrono::microseconds(long_wait ? 1000 : 20));
   }
   return std::chrono::duration<double>(clock::now() - start).count();
 }
