@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cuda_pool.h"
 #include "../support/gpu_test.h"
 #include "../support/test_data.h"
 #include "comm/echo/device_state_bytes.h"
@@ -225,17 +226,9 @@ TEST(EchoDeviceQar, StateComesFromThePoolWithinThePlansBound) {
   cfg.bits = 4;
   cfg.group_size = 128;
   const size_t n = 128 * static_cast<size_t>(comm.size()) * 40 + 3;
-  int device = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  cudaMemPool_t pool;
-  ASSERT_EQ(cudaDeviceGetDefaultMemPool(&pool, device), cudaSuccess);
-  const auto used = [&] {
-    uint64_t v = 0;
-    EXPECT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v), cudaSuccess);
-    return v;
-  };
+  using echo::testing::cuda_pool_used_bytes;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const uint64_t before = used();
+  const uint64_t before = cuda_pool_used_bytes();
   {
     EchoAllReduce dev(comm, echo_options_from(cfg, 4));
     for (Direction d : {Direction::forward, Direction::backward}) {
@@ -248,7 +241,7 @@ TEST(EchoDeviceQar, StateComesFromThePoolWithinThePlansBound) {
       }
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const uint64_t grown = used() - before;
+    const uint64_t grown = cuda_pool_used_bytes() - before;
     EXPECT_GE(grown, 4 * n * sizeof(float)) << "m1 and m2 of both directions";
     EXPECT_LE(grown, device_echo_state_bytes(cfg, comm.size(), n, false));
   }

@@ -20,9 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "../support/staged_device_reduce.h"
-#include "../support/thread_tp_group.h"
+#include "../support/cuda_pool.h"
 #include "../support/gpu_test.h"
+#include "../support/staged_device_reduce.h"
+#include "../support/test_util.h"
+#include "../support/thread_tp_group.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -30,7 +32,6 @@
 #include "cuda_check.h"
 #include "gemm.cuh"
 #include "int8_linear.cuh"
-#include "../support/test_util.h"
 #include "ops_cuda_test_util.h"
 #include "quant/error_correction.h"
 #include "quant/int8_linear.h"
@@ -540,30 +541,23 @@ TEST(Int8LinearCudaTest, SavedOperandsComeFromThePool) {
   const Tensor x = device_tensor(in.x, {s.rows, s.in}, DType::f32);
   const Tensor w = device_tensor(in.w, {s.out, s.in}, DType::f32);
   Tensor y = Tensor::empty({s.rows, s.out}, DType::f32, Device::cuda);
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  cudaMemPool_t pool;
-  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  const auto used = [&] {
-    uint64_t v = 0;
-    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v));
-    return v;
-  };
+  using echo::testing::cuda_pool_used_bytes;
   {
     // The GemmContext keeps its grown scratch in the pool: warmed up first, it holds it already.
     quant::Int8LinearSaved warm_up;
     int8_linear_forward(gemm, cfg, ctx, x, w, y, warm_up, nullptr);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
-  const uint64_t before = used();
+  const uint64_t before = cuda_pool_used_bytes();
   quant::Int8LinearSaved saved;
   int8_linear_forward(gemm, cfg, ctx, x, w, y, saved, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   const uint64_t operands = saved.x_q.nbytes() + saved.s_x.nbytes() + saved.w_q.nbytes() + saved.s_w.nbytes();
-  EXPECT_GE(used() - before, operands) << "the forward's scratch is freed; the saved operands stay in the pool";
+  EXPECT_GE(cuda_pool_used_bytes() - before, operands)
+      << "the forward's scratch is freed; the saved operands stay in the pool";
   saved = {};
   CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(used(), before) << "dropped, they go back to the pool";
+  EXPECT_EQ(cuda_pool_used_bytes(), before) << "dropped, they go back to the pool";
 }
 
 }  // namespace
