@@ -22,7 +22,9 @@ temporary file and a rename, after the last row; before the first row, --out is 
 when PREFIX.md or PREFIX.json lies inside the run's checkpoints/, is one of --data's dataset files,
 or exists without being an earlier comm_eval.py output (which it replaces), when PREFIX is a
 folder (it is a prefix: DIR/comm-eval) or PREFIX.md / .json is one, and when PREFIX's folder is
-not writable or cannot be made (an existing file in its path, an ancestor not writable).
+not writable or cannot be made (an existing file in its path, an ancestor not writable), and
+when PREFIX.md or .json exists and is not a regular file (a FIFO). An --echo-eval that is no
+executable file is refused then too (exit 2).
 
 Ctrl-C (SIGINT) or SIGTERM during a row is forwarded to echo_eval as SIGUSR1 and nothing is
 written; a Ctrl-C while no row runs ends the script with one line. Either way it dies of the
@@ -36,6 +38,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,6 +120,9 @@ def refuse_out(prefix, checkpoint, data):
             return f"--out {prefix}: {target} is inside the checkpoints of {run}"
         if real in dataset:
             return f"--out {prefix}: {target} is a file of the dataset {data}"
+        if os.path.exists(target) and not os.path.isfile(target) and not os.path.isdir(target):
+            # Before is_own_output's open(): a FIFO there blocked it forever.
+            return f"--out {prefix}: {target}: not a regular file"
         if os.path.lexists(target) and not is_own_output(target):
             return f"--out {prefix}: {target} exists and is not an earlier comm_eval.py output; not overwriting it"
     return None
@@ -156,7 +162,9 @@ def write_atomic(path, text):
     """path written through a temporary file in its folder and a rename: never half written."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".comm_eval-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # surrogateescape: a checkpoint path that is not UTF-8 is written back as its bytes ("strict"
+        # lost the table to a UnicodeEncodeError after the last row).
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
         umask = os.umask(0)
         os.umask(umask)
@@ -218,6 +226,12 @@ def main(argv):
         mpirun = launcher(args.mpirun)
     except LaunchError as e:
         print(f"comm_eval: {e}", file=sys.stderr)
+        return 2
+    # As sweep.py's --echo-train: a missing binary failed the first row with mpirun's launch text.
+    if not (os.sep not in args.echo_eval and shutil.which(args.echo_eval)) and \
+            not (os.path.isfile(args.echo_eval) and os.access(args.echo_eval, os.X_OK)):
+        print(f"comm_eval: --echo-eval {args.echo_eval}: no executable file there (build it, or name it with "
+              "--echo-eval)", file=sys.stderr)
         return 2
     try:
         checkpoint, said = resolve_checkpoint(args.checkpoint)

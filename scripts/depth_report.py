@@ -12,8 +12,9 @@ tables: validation loss and gap, mean +- sample std over seeds) and OUT_ROOT/dep
 against depth, one line per setting, error bars one std). A run counts as finished when its
 last training step and its last validation are both at train.steps of its config.yaml (the
 effective config echo_train writes); unfinished runs, and runs whose metrics.jsonl or config.yaml
-cannot be read, are listed with the reason and left out: "final evaluation missing" for a run at
-its last step without the validation echo_train owes there (train.eval_interval divides
+cannot be read (not a regular file, such as a FIFO, included), are listed with the reason and
+left out: "final evaluation missing" for a run at its last step without the validation
+echo_train owes there (train.eval_interval divides
 train.steps: a stop signal during that evaluation; echo_train --resume runs it), "diverged" for
 a NaN or infinite loss. Finished runs of different train.steps are refused, naming the folders:
 give each length its own OUT_ROOT; so are two folders of one setting that are one layers and
@@ -62,6 +63,8 @@ def train_steps(point_dir):
     path = os.path.join(point_dir, "config.yaml")
     if not os.path.exists(path):
         raise ReportError("no config.yaml")
+    if not os.path.isfile(path):  # before open(): a FIFO blocked the report forever
+        raise ReportError(f"{path}: not a regular file")
     try:
         with open(path, encoding="utf-8") as f:
             train = (yaml.load(f, Loader=UniqueKeyLoader) or {}).get("train", {})
@@ -70,6 +73,9 @@ def train_steps(point_dir):
         raise ReportError("config.yaml unreadable: not UTF-8 text")
     except (OSError, yaml.YAMLError, AttributeError) as e:
         raise ReportError(f"config.yaml unreadable: {e}")
+    except RecursionError:  # PyYAML recurses per level: 5000 nested lists were a traceback
+        raise ReportError("config.yaml unreadable: YAML nesting too deep (echo_train's yaml-cpp reads at most "
+                          "500 levels)")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ReportError(f"config.yaml has no train.steps (got {steps!r})")
     if not isinstance(interval, int) or isinstance(interval, bool):
@@ -200,7 +206,9 @@ def report(out_root, baseline):
     if unfinished:
         lines += ["", "Not finished (left out): " + ", ".join(unfinished)]
     md = os.path.join(out_root, "depth-gap.md")
-    with open(md, "w", encoding="utf-8") as f:
+    # surrogateescape: an OUT_ROOT that is not UTF-8 (os.fsdecode's surrogates) is written back as its
+    # bytes; "strict" made it a UnicodeEncodeError.
+    with open(md, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write("\n".join(lines) + "\n")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))

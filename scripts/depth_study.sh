@@ -16,6 +16,8 @@
 # over seeds, and the gap to 16-bit per depth) and OUT_ROOT/depth-gap.png. The runs use a copy of
 # the echo_train binary (OUT_ROOT/echo_train), so rebuilding while the study runs changes nothing;
 # --echo-train PATH replaces that copy.
+# A SIGTERM, SIGHUP or SIGINT (Ctrl-C) is passed on to the running sweep, which saves a checkpoint;
+# the study then exits 128 + n, and running it again resumes.
 # --layers and --seeds are whole numbers separated by spaces (layers >= 1, seeds >= 0, none twice);
 # an empty list, an option with an empty value and an --echo-train that is not an executable file
 # are refused before anything runs.
@@ -27,7 +29,7 @@ seeds="1 2 3"
 echo_train=$repo/build/echo_train
 echo_train_given=""
 STUDY=depth_study.sh
-source "$repo/scripts/study_common.sh"  # LC_ALL=C, die, need, check_paths, make_out_root, copy_echo_train
+source "$repo/scripts/study_common.sh"  # LC_ALL=C, die, run_child, need, check_paths, make_out_root, copy_echo_train
 steps=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -74,7 +76,7 @@ trap 'rm -rf "$grid_dir"' EXIT
 
 status=0
 sweep() {  # sweep SETTING GRID: the setting's points of GRID; sweep.py skips the finished ones
-  "$PY" "$repo/scripts/sweep.py" "$repo/configs/depth/$1.yaml" "$2" --out-root "$out_root/$1" \
+  run_child "$PY" "$repo/scripts/sweep.py" "$repo/configs/depth/$1.yaml" "$2" --out-root "$out_root/$1" \
     --echo-train "$out_root/echo_train" || status=1
 }
 grid() {  # grid FILE DEPTH SEEDS...
@@ -95,5 +97,5 @@ for depth in $layers; do
   grid "$grid_dir/all.yaml" "$depth" $seeds
   for setting in $settings; do sweep "$setting" "$grid_dir/all.yaml" >/dev/null; done
 done
-"$PY" "$repo/scripts/depth_report.py" "$out_root" || status=1
+run_child "$PY" "$repo/scripts/depth_report.py" "$out_root" || status=1
 exit $status

@@ -10,6 +10,8 @@ damaged file is one MetricsError naming FILE:LINE and the field, never a traceba
 import json
 import math
 import os
+import stat
+import sys
 
 TAIL = 100  # steps in the "tail-100" mean, as in the Echo paper's Table 7
 
@@ -46,16 +48,37 @@ def is_kind(value, kind):
 KIND_WORDS = {"int": "a non-negative integer", "number": "a number", "finite": "a number", "text": "a string"}
 
 
+def shown(value):
+    """A value for a message, as JSON; an integer too long to read is cut (JSON has no size limit)."""
+    text = json.dumps(value)
+    unit = "digits" if isinstance(value, int) else "characters"
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} {unit})"
+
+
+# An integer beyond a double (a JSON integer of 309+ digits) made math.isfinite and every float()
+# after it an OverflowError traceback; a step or site beyond 64 bits is none echo_train writes (and
+# matplotlib cannot place it on an axis).
+INT_LIMIT = 2 ** 64
+
+
 def check_fields(d, fields, where, what):
     for name, kind in fields.items():
         if name not in d:
             raise MetricsError(f"{where}: a {what} line lacks '{name}'")
+        value = d[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            if kind == "int" and value >= INT_LIMIT:
+                raise MetricsError(f"{where}: '{name}' of a {what} line is {shown(value)}, beyond 2^64")
+            if kind in ("number", "finite") and abs(value) > sys.float_info.max:
+                error = NonFiniteLoss if kind == "finite" else MetricsError
+                raise error(f"{where}: '{name}' of a {what} line is {shown(value)}, not a finite number"
+                            + (" (the run diverged)" if kind == "finite" else ""))
         if kind == "finite" and d[name] is None:
             # nlohmann's dump (echo_train's metrics log) writes a NaN or infinite double as null.
             raise NonFiniteLoss(f"{where}: '{name}' of a {what} line is null (how echo_train writes a NaN or "
                                 "infinite loss), not a finite number (the run diverged)")
         if not is_kind(d[name], kind):
-            raise MetricsError(f"{where}: '{name}' of a {what} line is {json.dumps(d[name])}, "
+            raise MetricsError(f"{where}: '{name}' of a {what} line is {shown(d[name])}, "
                                f"not {KIND_WORDS[kind]}")
         if kind == "finite" and not math.isfinite(d[name]):
             raise NonFiniteLoss(f"{where}: '{name}' of a {what} line is {json.dumps(d[name])}, not a finite "
@@ -82,14 +105,17 @@ def parse_line(raw, where):
 def read_metrics(path, missing_ok=False, cut_ok=False):
     """{'path', 'train': [dict], 'val': [dict], 'sites': {(direction, site): [(step, delta, s, x)]},
     'cut_line': N or None}, train and val sorted by step. A missing file is an error unless
-    missing_ok (then all empty). With cut_ok, a last line without its newline that does not parse
-    (a run killed while writing it) is left out and its number returned as cut_line; any other
-    bad line is an error."""
+    missing_ok (then all empty); anything but a regular file is an error. With cut_ok, a last line
+    without its newline that does not parse (a run killed while writing it) is left out and its
+    number returned as cut_line; any other bad line is an error."""
     train, val, sites = {}, {}, {}
     cut_line = None
     if missing_ok and not os.path.exists(path):
         return {"path": path, "train": [], "val": [], "sites": {}, "cut_line": None}
     try:
+        # Before open(): a FIFO there (no writer) blocked it forever; a device could be endless.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise MetricsError(f"{path}: not a regular file")
         with open(path, "rb") as f:
             lines = f.readlines()
     except OSError as e:

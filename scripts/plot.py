@@ -41,7 +41,11 @@ Non-finite and huge values are refused, not plotted (exit 1, one line, no figure
 infinite loss in a metrics.jsonl (named by file and line: the run diverged; echo_train itself
 stops on one) or in a results.csv (named by file and point), and a loss or swept value beyond
 +-1e300 (named by file and step, or point), which matplotlib cannot place on an axis. Values up
-to 1e300 are plotted.
+to 1e300 are plotted. In an echo_depth CSV (named by file and row) every number must be finite,
+and sites, max_s_over_q and bound (log axes) positive and at most 1e300. An input file that is
+not a regular file (a FIFO) is refused, and so is a --ymax not above the lowest loss of the
+full-run panel; --ymax goes with RUN directories only. Telemetry lines whose direction is not
+forward or backward are left out of the telemetry figure, with a warning.
 """
 
 import argparse
@@ -220,6 +224,11 @@ def plot_loss(runs, labels, out_path, smooth, tail, tail_smooth, ymax):
                      marker="." if sel.sum() < 30 else None)
         ax_tail.fill_between(steps[sel], (tmean - tstd)[sel], (tmean + tstd)[sel], color=color, alpha=0.2, lw=0)
     if math.isfinite(lo):
+        if ymax is not None and ymax <= lo:
+            # matplotlib draws a top below the bottom as an inverted axis: no curve, no error.
+            plt.close(fig)
+            raise PlotError(f"--ymax {ymax:g}: not above the lowest loss of the full-run panel ({num(lo)}); "
+                            "give a top above it")
         pad = 0.05 * max(hi - lo, 1e-3)
         ax_full.set_ylim(lo - pad, ymax if ymax is not None else hi + pad)
     ax_full.axvspan(tail_start + 1, last, color="0.85", zorder=0)
@@ -271,6 +280,9 @@ def read_csv_rows(path, need, what):
     refused as not being `what`, naming the columns it needs."""
     import csv
     try:
+        # Before open(): a FIFO there (no writer) blocked it forever; a device could be endless.
+        if not os.path.isfile(path) and os.path.exists(path):
+            raise PlotError(f"{path}: not a regular file")
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             rows = []
@@ -304,6 +316,21 @@ def read_depth_csv(path):
                         "P": r.get("P", "?"), "bits": r.get("bits", "?")})
         except ValueError as e:
             raise PlotError(f"{path}: bad value in row {r}: {e}")
+    # As the other modes: nothing matplotlib would plot as nonsense or not at all (the axes are
+    # logarithmic: 0 and negative values vanish with a warning; inf, nan and 1e308 gave a figure
+    # with exit 0, or an overflow in its tick math).
+    for i, (r, d) in enumerate(zip(rows, out), 1):
+        text = lambda name: r[name] if len(r[name]) <= 40 else f"{r[name][:12]}... ({len(r[name])} digits)"  # noqa: E731
+        for name, key in (("eta", "eta"), ("beta1", "beta1"), ("beta2", "beta2"), ("a", "a"), ("mu_w", "mu_w"),
+                          ("sites", "sites"), ("max_s_over_q", "ratio"), ("bound", "bound")):
+            value = d[key]
+            if isinstance(value, float) and not math.isfinite(value):
+                raise PlotError(f"{path}: row {i}: {name} is {text(name)}, not a finite number")
+            if name in ("sites", "max_s_over_q", "bound"):
+                if value <= 0:
+                    raise PlotError(f"{path}: row {i}: {name} is {text(name)}, not positive (the axes are logarithmic)")
+                if value > PLOT_LIMIT:
+                    raise PlotError(f"{path}: row {i}: {name} is {text(name)}, beyond {PLOT_LIMIT:g}: too large to plot")
     return out
 
 
@@ -433,6 +460,8 @@ def main(argv):
     if args.sweep:
         if args.runs or args.depth:
             ap.error("--sweep goes alone (no run directories, no --depth)")
+        if args.ymax is not None:
+            ap.error("--ymax sets the top of loss.png (RUN directories); --sweep does not use it")
         if not args.sweep_x:
             ap.error("--sweep needs --sweep-x KEY (the grid key to plot against)")
         try:
@@ -452,6 +481,8 @@ def main(argv):
         return 0
     if not args.runs and not args.depth:
         ap.error("give run directories, --depth CSV or --sweep CSV...")
+    if args.ymax is not None and not args.runs:
+        ap.error("--ymax sets the top of loss.png (RUN directories); --depth does not use it")
     if args.depth:
         try:
             records = read_depth_csv(args.depth)
@@ -482,7 +513,13 @@ def main(argv):
         plot_loss(runs, labels, written[0], args.smooth, args.tail, args.tail_smooth, args.ymax)
         if not args.no_telemetry:
             for run, label, name in zip(runs, labels, telemetry_files(labels)):
-                if run["sites"]:
+                # plot_telemetry draws forward and backward sites; a line of another direction made
+                # a figure of no columns (a matplotlib ValueError) or was dropped without a word.
+                other = sorted({d for d, _ in run["sites"]} - {"forward", "backward"})
+                if other:
+                    print(f"plot: {run['path']}: telemetry lines of direction {', '.join(map(repr, other))} "
+                          "(echo_train writes forward and backward) left out", file=sys.stderr)
+                if any(d in ("forward", "backward") for d, _ in run["sites"]):
                     written.append(os.path.join(args.out, name))
                     plot_telemetry(run, label, written[-1])
                     if name != f"telemetry-{safe(label)}.png":

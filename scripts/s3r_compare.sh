@@ -11,14 +11,13 @@
 # Refused before anything runs: STEPS that is not a whole number >= 1 (without a leading zero) or
 # given twice, an option with an empty value, an --out that is a folder or in a folder that does
 # not exist, a --runs that is not a folder, an --echo-train that is not an executable file.
+# A SIGTERM, SIGHUP or SIGINT (Ctrl-C) is passed on to the running echo_train (through
+# scripts/mpirun.sh: it stops at the end of its step); the script then exits 128 + n, --out as it was.
 set -euo pipefail
 export LC_ALL=C  # printf %f and bc: a decimal point whatever the caller's locale (de_DE wants 2,0)
 steps="" out="" out_arg="" runs=runs/s3r echo_train=""  # the defaults (runs/s3r, build/echo_train): in the repository
-die() { echo "s3r_compare.sh: $*" >&2; exit 2; }
-need() {  # need OPTION ARGS...: the option's value, present and not empty
-  [[ $# -ge 2 ]] || die "$1 needs a value"
-  [[ -n $2 ]] || die "$1 needs a value, not an empty one"
-}
+STUDY=s3r_compare.sh
+source "$(dirname "${BASH_SOURCE[0]}")/study_common.sh"  # die, need, run_child
 given() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }  # a given path: relative to the caller's folder
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -74,7 +73,7 @@ for entry in "${modes[@]}"; do
           --set comm.telemetry_interval=0)
     for s in "${sets[@]}"; do args+=(--set "$s"); done
     echo "== $name, seed $seed" >&2
-    OPENBLAS_NUM_THREADS=1 bash scripts/mpirun.sh -np 2 "$echo_train" configs/quickstart.yaml "${args[@]}" \
+    OPENBLAS_NUM_THREADS=1 run_child bash scripts/mpirun.sh -np 2 "$echo_train" configs/quickstart.yaml "${args[@]}" \
       >"$run.log" 2>&1 ||
       { echo "s3r_compare.sh: run $run failed; see $run.log" >&2; exit 1; }
     val=$(grep -o '"val_loss":[0-9.eE+-]*' "$run/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2) || true

@@ -1,10 +1,44 @@
-# What depth_study.sh and eta_lr_study.sh share (sourced, after they set STUDY to their name for
-# messages): the locale, option values, and the copy of echo_train a study's runs use.
+# What depth_study.sh, eta_lr_study.sh and s3r_compare.sh share (sourced, after they set STUDY to
+# their name for messages): the locale, option values, signals (run_child), and the copy of
+# echo_train a study's runs use.
 
 # Numbers in the C locale whatever the caller's (printf %f under de_DE wants 2,5, not 2.5).
 export LC_ALL=C
 
 die() { echo "$STUDY: $*" >&2; exit 2; }
+
+# run_child CMD...: CMD's exit status. A SIGTERM, SIGHUP or SIGINT to the study while CMD runs is
+# passed on to CMD (sweep.py and scripts/mpirun.sh turn it into a checkpoint and a clean stop);
+# once CMD has ended, the study exits 128 + n (an `exit`: the EXIT trap runs; after `trap - SIG`,
+# dying of the signal skips an EXIT trap set after these traps). Before,
+# CMD ran in the foreground with no trap: a `kill` of the study left sweep.py, mpirun and the
+# ranks running as orphans, and the EXIT trap removed the temporary grid under them.
+# NOTE: CMD runs in a session of its own (setsid), so a signal to the whole process group (a
+# terminal's Ctrl-C, GNU timeout) reaches it once, through here: sweep.py and mpirun.sh take a
+# second signal as "abort the run". CMD gets SIGTERM for any of the three: bash starts a
+# background command with SIGINT ignored, which no script can undo. A second signal is passed on
+# too (the abort, as a second Ctrl-C always was). Outside run_child the study exits at once.
+child_pid='' child_signal='' child_interrupted=0
+stop_child() {  # stop_child SIGNAL: the trap of TERM, HUP and INT
+  [[ -n $child_pid ]] || exit $((128 + $(kill -l "$1")))
+  child_signal=${child_signal:-$1} child_interrupted=1
+  kill -s TERM "$child_pid" 2>/dev/null || true
+}
+for sig in TERM HUP INT; do trap "stop_child $sig" "$sig"; done
+run_child() {
+  local status
+  setsid "$@" </dev/null & child_pid=$!
+  [[ -z $child_signal ]] || kill -s TERM "$child_pid" 2>/dev/null || true  # a signal while it was started
+  # `wait` returns early (128 + n) when a trapped signal arrives: wait again until CMD has ended.
+  while :; do
+    child_interrupted=0 status=0
+    wait "$child_pid" || status=$?
+    ((child_interrupted && status > 128)) || break
+  done
+  child_pid=''
+  [[ -z $child_signal ]] || exit $((128 + $(kill -l "$child_signal")))
+  return "$status"
+}
 
 # need OPTION ARGS...: an option at the end of the line has no value (set -u would say "$2: unbound"),
 # and an empty value ("") is refused too.

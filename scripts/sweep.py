@@ -47,8 +47,11 @@ the point's (base + point keys) is refused: it is an earlier sweep's run, not th
 compared by value, text keys such as run.init_from as written: '1e3' is not '1000' there). The
 base config's train.steps must be an integer. OUT_ROOT/results.csv, results.md or a point's
 logs/NAME.log that exists as a folder (or anything but a regular file) is refused, naming it,
-before the first point runs. Ranges and cross-key checks are echo_train's: a point it refuses
-fails with echo_train's message in its log.
+before the first point runs; so is a base config, a run's config.yaml or metrics.jsonl that is not
+a regular file (a FIFO blocked the sweep forever; the grid may be a pipe, `<(...)`), and YAML
+nested too deep. A point whose echo_train exits 0 without writing a metrics.jsonl is failed.
+Ranges and cross-key checks are echo_train's: a point it refuses fails with echo_train's message
+in its log.
 
 A point whose metrics.jsonl ends in a cut-off line (a run killed while writing it) is read up to
 that line. When the lines before it reach train.steps and the newest complete checkpoint is at
@@ -109,7 +112,10 @@ def flatten(tree, prefix=""):
 
 
 def load_yaml(path, what, raw=False):
-    """The YAML of path; raw: every scalar as the text written there (yaml.BaseLoader)."""
+    """The YAML of path; raw: every scalar as the text written there (yaml.BaseLoader). Only a
+    regular file: a FIFO blocked open() forever (and is read twice here; echo_train refuses one)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise SweepError(f"{what} {path}: not a regular file")
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.load(f, Loader=yaml.BaseLoader) if raw else yaml.safe_load(f)
@@ -119,7 +125,12 @@ def load_yaml(path, what, raw=False):
         raise SweepError(f"{what} {path} is not UTF-8 text")
     except yaml.YAMLError as e:
         raise SweepError(f"{what} {path} is not valid YAML: {e}")
+    except RecursionError:  # PyYAML recurses per level: 5000 nested lists were a traceback
+        raise SweepError(f"{what} {path}: {TOO_DEEP}")
     return data
+
+
+TOO_DEEP = "YAML nesting too deep (echo_train's yaml-cpp reads at most 500 levels)"
 
 
 def effective_config(base_path):
@@ -238,6 +249,8 @@ def load_grid(path, known):
         raise SweepError(f"grid {path} is not UTF-8 text")
     except yaml.YAMLError as e:
         raise SweepError(f"grid {path} is not valid YAML: {e}")
+    except RecursionError:
+        raise SweepError(f"grid {path}: {TOO_DEEP}")
     if root is None or not isinstance(root, yaml.MappingNode) or not root.value:
         raise SweepError(f"grid {path}: expected a mapping 'dotted.key: [values...]' with at least one key")
     grid, seen = [], set()
@@ -368,6 +381,10 @@ def shown(text, default):
 def check_existing(out_dir, expected, defaults):
     """Refuses an existing run folder whose config.yaml (echo_train's effective config) differs
     from what this sweep would run there: an earlier sweep's results are not this one's."""
+    metrics = os.path.join(out_dir, "metrics.jsonl")
+    if os.path.exists(metrics) and not os.path.isfile(metrics):
+        # Read before anything runs (which points are finished): a FIFO blocked the sweep forever.
+        raise SweepError(f"{metrics}: not a regular file; remove or rename it")
     path = os.path.join(out_dir, "config.yaml")
     if not os.path.exists(path):
         return
@@ -475,7 +492,10 @@ def write_results(out_root, grid, points, steps_of, final_eval_of):
                      "tokens_per_s": fmt(s["tokens_per_s"], 1), "out_dir": out_dir, "_s": s})
     fields = ["point", *keys, "status", "steps_done", "steps", "tail100_loss", "final_val_loss", "val_step",
               "tokens_per_s", "out_dir"]
-    with open(os.path.join(out_root, "results.csv"), "w", newline="", encoding="utf-8") as f:
+    # surrogateescape: a folder name that is not UTF-8 (os.fsdecode's surrogates) is written back
+    # as its bytes; "strict" made it a UnicodeEncodeError after the runs.
+    with open(os.path.join(out_root, "results.csv"), "w", newline="", encoding="utf-8",
+              errors="surrogateescape") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
@@ -511,7 +531,7 @@ def write_results(out_root, grid, points, steps_of, final_eval_of):
     if not_done:
         lines += ["", "Not finished (left out of the means): "
                   + ", ".join(f"{r['point']} ({r['status']})" for r in not_done)]
-    with open(os.path.join(out_root, "results.md"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out_root, "results.md"), "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write("\n".join(lines) + "\n")
     return rows
 
@@ -687,7 +707,7 @@ def main(argv):
             print(f"sweep: [{i}/{len(todo)}] {'resume' if started else 'run'} {p['name']}"
                   + (f" ({why})" if why else "") + f": {shlex.join(cmd)}", flush=True)
             try:
-                f = open(log, "a", encoding="utf-8")
+                f = open(log, "a", encoding="utf-8", errors="surrogateescape")  # as results.csv
             except OSError as e:  # check_outputs ran before the first point; this is a change since
                 print(f"sweep: cannot write the log {log}: {e.strerror}", file=sys.stderr)
                 return 2
@@ -702,6 +722,14 @@ def main(argv):
             if signals.signum:
                 interrupted = i
                 break
+            if rc == 0 and not os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
+                # An echo_train that exits 0 writes metrics.jsonl; without one the point was listed as
+                # "not started", as if it had never run.
+                failed += 1
+                p["status"] = f"failed (exit 0 without a metrics.jsonl; see {log})"
+                print(f"sweep: {p['name']}: echo_train exited 0 but wrote no metrics.jsonl (log: {log})",
+                      file=sys.stderr)
+                continue
             if rc == 0:
                 continue
             failed += 1

@@ -4,7 +4,7 @@
 # JSON, 8-bit rows closer to 16-bit than the uncompensated 4-bit row; a missing checkpoint is
 # refused naming it; an --out that cannot be written is refused before the first row; a run directory
 # still training is evaluated at one step in every row (a stand-in echo_eval); a Ctrl-C before the
-# first row is one line.
+# first row is one line; a FIFO as --out, a missing --echo-eval and a non-UTF-8 checkpoint path.
 #   comm_eval_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
 src=$1 build=$2 work=$3; shift 3
@@ -68,6 +68,15 @@ refused "--out: an empty value (an unset shell variable?)" "$run" --out ''
 refused "--out $work/outmd: $work/outmd.md is a folder" "$run" --out "$work/outmd"
 refused "--out $work/notes.md/sub/x: $work/notes.md is not a folder, so $work/notes.md/sub cannot be made" \
   "$run" --out "$work/notes.md/sub/x"
+# Audit 90: a FIFO as PREFIX.md is refused (reading it to see whether comm_eval wrote it blocked forever), and
+# a missing --echo-eval before the first row (it failed the row with mpirun's launch text).
+mkfifo "$work/fifo.md"
+msg=$(timeout 20 "$PY" "$src/scripts/comm_eval.py" "$run" --np 2 --out "$work/fifo" --echo-eval "$build/echo_eval" \
+      --mpirun false 2>&1); rc=$?
+[[ $rc -eq 2 && $msg == "comm_eval: --out $work/fifo: $work/fifo.md: not a regular file" ]] || fail "--out FIFO: exit $rc: $msg"
+msg=$("$PY" "$src/scripts/comm_eval.py" "$run" --np 2 --out "$work/noeval" --echo-eval "$work/no-echo-eval" --mpirun false 2>&1); rc=$?
+[[ $rc -eq 2 && $msg == "comm_eval: --echo-eval $work/no-echo-eval: no executable file there (build it, or name it with --echo-eval)" ]] ||
+  fail "a missing --echo-eval: exit $rc: $msg"
 # A run directory is resolved once, to its newest complete checkpoint, and every row evaluates that one:
 # here a stand-in echo_eval saves a newer checkpoint after each row, as a run still training does (each
 # echo_eval resolving the run directory itself evaluated a different step per row). step_6 is not an
@@ -92,6 +101,15 @@ msg=$("$PY" "$src/scripts/comm_eval.py" "$hr" --np 2 --out "$work/hr" --echo-eva
 [[ $msg == *"comm_eval: $hr is a run directory: every row evaluates its newest complete checkpoint, step 4 ($hr/checkpoints/step_00000004)"* ]] ||
   fail "comm_eval.py does not say which checkpoint it evaluates: $msg"
 grep -qF "Checkpoint \`$hr/checkpoints/step_00000004\` (step 4)" "$work/hr.md" || fail "the table does not name the step: $(head -3 "$work/hr.md")"
+# A checkpoint path that is not UTF-8: the table names it as its bytes (a UnicodeEncodeError after the last row).
+u=$work/$'ck\xff'
+mkdir -p "$u/checkpoints/step_00000002" && touch "$u/checkpoints/step_00000002/COMPLETE"
+printf '#!/bin/bash\ncp "%s" "${@: -1}"\n' "$work/hr.json.row" > "$work/plain-eval.sh"  # an echo_eval stand-in
+"$PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[0]))' "$work/hr.json" > "$work/hr.json.row"
+chmod +x "$work/plain-eval.sh"
+msg=$("$PY" "$src/scripts/comm_eval.py" "$u" --np 2 --out "$u/ce" --echo-eval "$work/plain-eval.sh" --mpirun "$work/np-dropped.sh" 2>&1) &&
+  LC_ALL=C grep -qF "Checkpoint \`$u/checkpoints/step_00000002\` (step 4)" "$u/ce.md" ||
+  fail "a checkpoint path that is not UTF-8: $msg"
 rm -rf "$hr"/checkpoints/step_0000000[24] "$hr"/checkpoints/step_000001*  # left: step_6, step_00000008
 refused "$hr: a run directory without a complete checkpoint (none under $hr/checkpoints carries a COMPLETE marker)" "$hr" --out "$work/hr"
 # An earlier comm_eval output is overwritten: past the check, the rows run (here: fail at once).

@@ -2,7 +2,8 @@
 # scripts/depth_report.py on a hand-made study folder: the table's means, stds and paired gaps
 # against numbers worked out by hand, an unfinished run listed and left out (also one stopped
 # right after a mid-run validation, and one with a cut metrics.jsonl), the PNG written, runs of
-# different train.steps refused naming them, and a folder without the baseline refused naming it.
+# different train.steps refused naming them, and a folder without the baseline refused naming it;
+# FIFOs, deep YAML, a huge integer loss and a non-UTF-8 OUT_ROOT (audit 90).
 #   depth_report_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
@@ -94,4 +95,23 @@ run bf16 2 1 4 2.0 4 4 "$work/twice"; run bf16 02 1 4 2.5 4 4 "$work/twice"
 msg=$("$PY" "$src/scripts/depth_report.py" "$work/twice" 2>&1) && fail "layers=02 and layers=2 were accepted as one run"
 [[ $msg == "depth_report: bf16/layers=02_seed=1 and bf16/layers=2_seed=1 are both layers 2, seed 1; remove or rename one of them" ]] ||
   fail "layers=02 and layers=2: $msg"
+# Hostile inputs of audit 90, listed with the reason and no traceback: a FIFO as metrics.jsonl or
+# config.yaml (open() blocked forever), a config.yaml nested 5000 deep (a RecursionError), a 400-digit
+# integer loss (an OverflowError); an OUT_ROOT whose name is not UTF-8 gets its depth-gap.md, the name
+# written back as its bytes (a UnicodeEncodeError).
+f=$work/$'fifo\xff'
+run bf16 2 1 4 2.0 4 4 "$f"; run bf16 2 2 4 2.2 4 4 "$f"; run bf16 2 3 4 2.4 4 4 "$f"; run bf16 2 4 4 2.4 4 4 "$f"
+rm "$f/bf16/layers=2_seed=2/metrics.jsonl" && mkfifo "$f/bf16/layers=2_seed=2/metrics.jsonl"
+rm "$f/bf16/layers=2_seed=3/config.yaml" && mkfifo "$f/bf16/layers=2_seed=3/config.yaml"
+"$PY" -c 'print("train:\n  steps: " + "[" * 5000 + "]" * 5000)' > "$f/bf16/layers=2_seed=4/config.yaml"
+run bf16 2 5 4 "1$(printf '%0400d' 0)" 4 4 "$f"
+msg=$(timeout 60 "$PY" "$src/scripts/depth_report.py" "$f" 2>&1); rc=$?
+[[ $rc -eq 0 && $msg != *Traceback* &&
+   $msg == *"bf16/layers=2_seed=2 (bad metrics.jsonl: $f/bf16/layers=2_seed=2/metrics.jsonl: not a regular file)"* &&
+   $msg == *"bf16/layers=2_seed=3 ($f/bf16/layers=2_seed=3/config.yaml: not a regular file)"* &&
+   $msg == *"bf16/layers=2_seed=4 (config.yaml unreadable: YAML nesting too deep (echo_train's yaml-cpp reads at most 500 levels))"* &&
+   $msg == *"bf16/layers=2_seed=5 (diverged: $f/bf16/layers=2_seed=5/metrics.jsonl:5: 'val_loss' of a validation line is 100000000000... (401 digits), not a finite number (the run diverged))"* ]] ||
+  fail "hostile inputs (FIFOs, deep YAML, a huge integer, a non-UTF-8 out-root): exit $rc: $msg"
+LC_ALL=C grep -qF "Written by scripts/depth_report.py from $f." "$f/depth-gap.md" ||
+  fail "depth-gap.md does not name the non-UTF-8 OUT_ROOT as its bytes: $(head -3 "$f/depth-gap.md" 2>&1)"
 echo "ok: depth_report.py tables and figure"

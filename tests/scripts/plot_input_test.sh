@@ -3,7 +3,8 @@
 # as RUN/metrics.jsonl, with a trailing slash or through a link); labels that are one file name
 # ('x y' and 'x-y') get a telemetry PNG each; --labels counted against sweep CSV
 # files; a metrics.jsonl whose last line was cut off plotted up to it, with a warning; non-finite
-# losses refused by file and line, values beyond +-1e300 refused, values up to +-1e300 plotted.
+# losses refused by file and line, values beyond +-1e300 refused, values up to +-1e300 plotted; FIFOs,
+# huge integers, bad echo_depth values, a --ymax below the data and unknown telemetry directions.
 #   plot_input_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
@@ -98,4 +99,49 @@ sweep_csv p1,0.001,done,1e300 p2,0.001,done,-1e300 p3,0.002,done,-1e300 > "$work
 msg=$(plot --sweep "$work/big.csv" --sweep-x optim.lr) || fail "sweep losses of +-1e300 were refused: $msg"
 [[ $msg == *"optim.lr=0.001: final val loss 0.0000 ± 1.4142e+300 (n=2)"* && $msg != *Warning* ]] ||
   fail "sweep losses of +-1e300: $msg"
+# Hostile inputs of audit 90, each one line with exit 1 (2: a command-line error), no traceback, no figure:
+# a FIFO as --depth or --sweep CSV (open() blocked forever); integers beyond a double or 64 bits as a loss,
+# step or site (an OverflowError); a depth CSV value that is inf, nan, 1e308 or a 0 where the axes are
+# logarithmic (plotted with exit 0); --ymax not above the plotted losses (an inverted axis) or with --depth.
+# Telemetry of an unknown direction is left out with a warning (a matplotlib ValueError when alone).
+mkfifo "$work/fifo.csv"
+msg=$(timeout 20 "$PY" "$src/scripts/plot.py" --out "$work/out" --depth "$work/fifo.csv" 2>&1); rc=$?
+[[ $rc -eq 1 && $msg == "plot: $work/fifo.csv: not a regular file" ]] || fail "--depth FIFO: exit $rc: $msg"
+msg=$(timeout 20 "$PY" "$src/scripts/plot.py" --out "$work/out" --sweep "$work/fifo.csv" --sweep-x optim.lr 2>&1); rc=$?
+[[ $rc -eq 1 && $msg == "plot: $work/fifo.csv: not a regular file" ]] || fail "--sweep FIFO: exit $rc: $msg"
+big=1$(printf '%0400d' 0)
+hostile() {  # hostile LINE MESSAGE: a run whose metrics.jsonl has LINE second is refused with MESSAGE
+  printf '{"step":1,"loss":3.0,"tokens_per_s":1}\n%s\n' "$1" > "$work/h.jsonl"
+  msg=$(plot "$work/h.jsonl"); local rc=$?
+  [[ $rc -eq 1 && $msg == "plot: $work/h.jsonl:2: $2" ]] || fail "metrics line ${1:0:60}...: exit $rc: $msg"
+}
+hostile "{\"step\":2,\"loss\":$big,\"tokens_per_s\":1}" \
+  "'loss' of a training line is 100000000000... (401 digits), not a finite number (the run diverged)"
+hostile "{\"step\":$big,\"loss\":2.0,\"tokens_per_s\":1}" "'step' of a training line is 100000000000... (401 digits), beyond 2^64"
+hostile "{\"kind\":\"echo_site\",\"step\":1,\"direction\":\"forward\",\"site\":$big,\"delta_norm\":1,\"partial_sum_norm\":1}" \
+  "'site' of a telemetry (echo_site) line is 100000000000... (401 digits), beyond 2^64"
+printf '{"step":1,"loss":3.0,"tokens_per_s":1}\n{"kind":"echo_site","step":1,"direction":"sideways","site":0,"delta_norm":1,"partial_sum_norm":1}\n' \
+  > "$work/side.jsonl"
+rm -rf "$work/out"
+msg=$(plot "$work/side.jsonl" --labels side) || fail "telemetry of direction 'sideways': $msg"
+[[ $msg == *"plot: $work/side.jsonl: telemetry lines of direction 'sideways' (echo_train writes forward and backward) left out"* &&
+   -s $work/out/loss.png && ! -e $work/out/telemetry-side.png ]] || fail "telemetry of direction 'sideways': $msg; $(ls "$work/out")"
+depth_row() {  # depth_row ROW MESSAGE: a depth CSV with ROW is refused with MESSAGE
+  printf 'case,eta,beta1,beta2,a,mu_w,sites,max_s_over_q,bound\ncoherent,1,0.9,0.99,1,1.095,8,1.5,2.1\n%s\n' "$1" > "$work/d.csv"
+  msg=$(plot --depth "$work/d.csv"); local rc=$?
+  [[ $rc -eq 1 && $msg == "plot: $work/d.csv: row 2: $2" ]] || fail "depth row $1: exit $rc: $msg"
+}
+depth_row coherent,1,0.9,0.99,1,1.095,16,inf,2.1 "max_s_over_q is inf, not a finite number"
+depth_row coherent,1,0.9,0.99,1,1.095,16,nan,2.1 "max_s_over_q is nan, not a finite number"
+depth_row coherent,1,0.9,0.99,1,1.095,16,1e308,2.1 "max_s_over_q is 1e308, beyond 1e+300: too large to plot"
+depth_row coherent,1,0.9,0.99,1,1.095,0,1.5,2.1 "sites is 0, not positive (the axes are logarithmic)"
+depth_row coherent,1,0.9,0.99,1,1.095,16,1.5,0 "bound is 0, not positive (the axes are logarithmic)"
+depth_row coherent,nan,0.9,0.99,1,1.095,16,1.5,2.1 "eta is nan, not a finite number"
+msg=$(plot "$work/a" --ymax -5); rc=$?
+[[ $rc -eq 1 && $msg == "plot: --ymax -5: not above the lowest loss of the full-run panel (2.8000); give a top above it" ]] ||
+  fail "--ymax -5: exit $rc: $msg"
+msg=$(plot "$work/a" --ymax 4) || fail "--ymax 4 (above the losses) was refused: $msg"
+msg=$(plot --depth "$work/d.csv" --ymax 3); rc=$?
+[[ $rc -eq 2 && $msg == *"--ymax sets the top of loss.png (RUN directories); --depth does not use it" ]] ||
+  fail "--depth --ymax: exit $rc: $msg"
 echo "ok: plot.py labels and cut metrics lines"

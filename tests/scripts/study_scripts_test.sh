@@ -8,10 +8,12 @@
 # s3r_compare.sh with a stand-in echo_train writes its table to --out only when every run
 # finished (keeping a replaced file's mode), a failed run names a log that exists, paths with a
 # space work, a comma-decimal locale (de_DE, built with localedef) gives the same table, and bad
-# STEPS / options are refused before anything runs.
+# STEPS / options are refused before anything runs. A SIGTERM, SIGHUP or Ctrl-C to a study reaches
+# its sweep.py or mpirun.sh once (a stand-in echo_train that sleeps): no orphans, exit 128 + n.
 #   study_scripts_test.sh SRC_DIR WORK
 set -uo pipefail
 src=$1 work=$2
+PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work" && mkdir -p "$work"
 for s in depth_study eta_lr_study; do
@@ -197,4 +199,55 @@ msg=$(bash "$src/scripts/s3r_compare.sh" --runs "$work/a-file" --echo-train "$wo
 [[ $rc == 2 && $msg == "s3r_compare.sh: --runs $work/a-file is not a folder" ]] ||
   fail "s3r_compare.sh --runs FILE: exit $rc: $msg"
 [[ ! -e $work/a-folder.md && -z $(ls -A "$work/a-folder") ]] || fail "a refused --out left files"
+
+# Signals: a SIGTERM or SIGHUP to a study (kill, a scheduler, a closed terminal), or a terminal's Ctrl-C
+# (SIGINT to its whole process group), reaches the running sweep.py or mpirun.sh once, and through it every
+# rank as one SIGUSR1 (echo_train's checkpoint; never the SIGTERM of mpirun's abort); the study waits for
+# them, then exits 128 + n. The real sweep.py and mpirun.sh, with a stand-in echo_train that logs its start
+# and the signal it gets. (The study used to die alone: sweep.py, mpirun and the ranks ran on as orphans.)
+cat > "$work/sleeper" <<SH
+#!/usr/bin/env bash
+trap 'echo "\$\$ USR1" >> "$work/sleeper.log"; kill \$sp 2>/dev/null; exit 0' USR1
+trap 'echo "\$\$ TERM" >> "$work/sleeper.log"; kill \$sp 2>/dev/null; exit 1' TERM
+echo "\$\$ started" >> "$work/sleeper.log"
+sleep 120 & sp=\$!
+wait \$sp
+SH
+chmod +x "$work/sleeper"
+# signalled HOW RANKS EXIT SCRIPT ARGS...: runs bash SCRIPT ARGS as a terminal's job would (a process group
+# of its own, SIGINT not ignored), sends HOW once RANKS stand-ins run (TERM or HUP to the script, INT to its
+# process group: Ctrl-C), and checks its exit status, that each rank got SIGUSR1 alone and that nothing
+# with the run's paths is left running.
+signalled() {
+  local how=$1 ranks=$2 want=$3 pid rc="" i left; shift 3
+  : > "$work/sleeper.log"
+  "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.setpgid(0, 0)
+os.execvp("bash", ["bash", *sys.argv[1:]])' "$@" >"$work/sig.out" 2>&1 & pid=$!
+  for i in $(seq 1 600); do
+    (($(grep -c started "$work/sleeper.log" 2>/dev/null) >= ranks)) && break
+    sleep 0.1
+  done
+  if [[ $how == INT ]]; then kill -INT -- "-$pid"; else kill -s "$how" "$pid"; fi
+  for i in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null || { wait "$pid"; rc=$?; }
+  sleep 0.5
+  left=$(pgrep -af -- "$work/sig-" | grep -v pgrep)
+  if [[ -n $left || $rc != "$want" || $(grep -c ' USR1$' "$work/sleeper.log") != "$ranks" ||
+        $(grep -c ' TERM$' "$work/sleeper.log") != 0 ]]; then
+    # Let the stand-ins end (their launcher and sweep.py with them) before failing.
+    for i in $(awk '/ started$/ {print $1}' "$work/sleeper.log"); do kill -USR1 "$i" 2>/dev/null; done
+    fail "SIG$how to ${1##*/}: exit ${rc:-(still running)}, not $want; left running: $left; stand-ins:" \
+      "$(tr '\n' ' ' < "$work/sleeper.log"); said: $(tail -5 "$work/sig.out")"
+  fi
+}
+signalled TERM 4 143 "$src/scripts/depth_study.sh" --out-root "$work/sig-depth" --layers 2 --seeds 1 --echo-train "$work/sleeper"
+grep -q 'interrupted at point 1 of 1 (layers=2_seed=1)' "$work/sig.out" || fail "depth_study.sh SIGTERM: $(cat "$work/sig.out")"
+signalled INT 4 130 "$src/scripts/depth_study.sh" --out-root "$work/sig-depth" --layers 2 --seeds 1 --echo-train "$work/sleeper"
+grep -q 'interrupted at point 1 of 1 (layers=2_seed=1)' "$work/sig.out" || fail "depth_study.sh Ctrl-C: $(cat "$work/sig.out")"
+signalled HUP 4 129 "$src/scripts/eta_lr_study.sh" --out-root "$work/sig-sweeps" --echo-train "$work/sleeper"
+grep -q 'interrupted at point 1 of 12 (layers=2_eta=0.5_seed=1)' "$work/sig.out" || fail "eta_lr_study.sh SIGHUP: $(cat "$work/sig.out")"
+echo "the old table" > "$work/sig-table.md"
+signalled TERM 2 143 "$src/scripts/s3r_compare.sh" 4 --runs "$work/sig-s3r" --echo-train "$work/sleeper" --out "$work/sig-table.md"
+[[ $(cat "$work/sig-table.md") == "the old table" && -z $(ls "$work" | grep 'sig-table.md.') ]] ||
+  fail "an interrupted s3r_compare.sh changed --out or left its temporary table: $(ls "$work")"
 echo "ok: study scripts' arguments, echo_train copy and s3r_compare.sh --out"

@@ -6,7 +6,8 @@
 # hostile-input cases (4b, 5b-5g: a cut metrics line, colliding names, a stale out-root, damaged
 # metrics, odd paths, signals, a base config with a leading zero or a merge key); a point without its
 # final evaluation resumed (4c, 5h), a diverged point (NaN val_loss) listed and not rerun (5h), outputs
-# that are folders refused (5i), --print | head -1 quiet (5j).
+# that are folders refused (5i), --print | head -1 quiet (5j), audit 90's FIFOs, deep YAML, huge integers,
+# non-UTF-8 out-root and a point that exits 0 without metrics (5l).
 # Leaves its runs in WORK for plot_test.sh (ctest fixture sweep_runs).
 #   sweep_test.sh SRC_DIR BUILD_DIR WORK MPIRUN [mpirun flags...]
 set -uo pipefail
@@ -205,11 +206,12 @@ grep -q '^  seed: 123456789012345 ' "$work/seedrun/seed=123456789012346/config.y
 printf 'run.seed: [123456789012346]\n' > "$work/seed-one.yaml"
 check_refused "holds a run of another config: run.seed is 123456789012345 there, 123456789012346 here" \
   "$work/base.yaml" "$work/seed-one.yaml" --out-root "$work/seedrun" --print
-# Ctrl-C before the first point (the sweep is reading its base config, a FIFO nobody writes): one line, no
-# traceback, and the sweep dies of SIGINT (a background job of this script starts with SIGINT ignored).
+# Ctrl-C before the first point (the sweep is reading its grid, a FIFO nobody writes; a grid may be a pipe,
+# <(...), a base config may not): one line, no traceback, and the sweep dies of SIGINT (a background job of
+# this script starts with SIGINT ignored).
 rm -f "$work/fifo.yaml" && mkfifo "$work/fifo.yaml"
 "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-  "${sweep[@]}" "$work/fifo.yaml" "$work/one.yaml" --print >"$work/int.out" 2>&1 & pid=$!
+  "${sweep[@]}" "$work/base.yaml" "$work/fifo.yaml" --print >"$work/int.out" 2>&1 & pid=$!
 sleep 2; kill -INT $pid; wait $pid; rc=$?
 [[ $rc -eq 130 && $(<"$work/int.out") == "sweep: interrupted (SIGINT); no run was in progress" ]] &&
   ok "Ctrl-C before the first point: one line, killed by SIGINT" || bad "Ctrl-C before the first point: exit $rc: $(<"$work/int.out")"
@@ -354,6 +356,41 @@ mkdir "$k/seed=1/checkpoints/step_00000004" && touch "$k/seed=1/checkpoints/step
 out=$("${copies[@]}" 2>&1); rc=$?
 [[ $rc -eq 0 && $out == *"1 of 1 points already finished"* && $out != *"--resume"* ]] &&
   ok "cut last line, step_00000004 complete: done" || bad "cut line, step_00000004: exit $rc: $out"
+
+# 5l. Hostile inputs of audit 90, each one line, no traceback (checked here without an "ok": ctest counts the
+# passes): a FIFO as a point's metrics.jsonl or as the base config is refused before anything runs (open()
+# blocked forever); YAML nested 5000 deep as the grid or base config (a RecursionError); a 400-digit integer
+# loss (an OverflowError); an out-root whose name is not UTF-8 gets its logs and results, the name written
+# back as its bytes (a UnicodeEncodeError); a point whose echo_train exits 0 without a metrics.jsonl is failed,
+# not "not started".
+hostile() {  # hostile MESSAGE ARGS...: sweep.py ARGS exits 2 with the one line MESSAGE
+  local want=$1 out rc; shift
+  out=$(timeout 30 "${sweep[@]}" "$@" 2>&1); rc=$?
+  [[ $rc -eq 2 && $out == "$want" ]] || bad "sweep.py $*: exit $rc, not 2 with '$want': $out"
+}
+mkdir -p "$work/fifo-run/seed=1" && mkfifo "$work/fifo-run/seed=1/metrics.jsonl" "$work/fifo-base.yaml"
+hostile "sweep: $work/fifo-run/seed=1/metrics.jsonl: not a regular file; remove or rename it" \
+  "$work/base.yaml" "$work/one.yaml" --out-root "$work/fifo-run" --print
+hostile "sweep: base config $work/fifo-base.yaml: not a regular file" "$work/fifo-base.yaml" "$work/one.yaml" --print
+"$PY" -c 'print("run.seed: " + "[" * 5000 + "1" + "]" * 5000)' > "$work/deep.yaml"
+hostile "sweep: grid $work/deep.yaml: YAML nesting too deep (echo_train's yaml-cpp reads at most 500 levels)" \
+  "$work/base.yaml" "$work/deep.yaml" --print
+hostile "sweep: base config $work/deep.yaml: YAML nesting too deep (echo_train's yaml-cpp reads at most 500 levels)" \
+  "$work/deep.yaml" "$work/one.yaml" --print
+printf '{"step":1,"loss":1%0400d,"tokens_per_s":1}\n' 0 > "$work/m.jsonl"
+out=$(cd "$src/scripts" && "$PY" -c 'import sys, metrics
+try: metrics.read_metrics(sys.argv[1])
+except metrics.NonFiniteLoss as e: print(e)' "$work/m.jsonl" 2>&1)
+[[ $out == "$work/m.jsonl:1: 'loss' of a training line is 100000000000... (401 digits), not a finite number (the run diverged)" ]] ||
+  bad "a 400-digit integer loss: $out"
+u=$work/$'utf\xff'
+out=$("${sweep[@]}" "$work/base.yaml" "$work/one.yaml" --out-root "$u" --echo-train "$build/echo_train" \
+      --mpirun "$work/no-mpirun.sh" 2>&1); rc=$?
+[[ $rc -eq 1 && $out != *Traceback* && $out == *"sweep: seed=1: echo_train exited 0 but wrote no metrics.jsonl (log: "* &&
+   $out == *"    seed=1: failed (exit 0 without a metrics.jsonl; see "* ]] &&
+  LC_ALL=C grep -qF "run.out_dir=$u/seed=1" "$u/logs/seed=1.log" &&
+  LC_ALL=C grep -qF "seed=1,1,failed (exit 0 without a metrics.jsonl; see $u/logs/seed=1.log)" "$u/results.csv" ||
+  bad "a non-UTF-8 out-root, a point that exits 0 without metrics: exit $rc: $out"
 
 # 5g. SIGTERM, then SIGINT, to a sweep of long points: forwarded as SIGUSR1 through mpirun to echo_train
 # (a checkpoint, no orphan; SIGTERM made mpirun kill ranks still saving, about 1 run in 4 under load),
