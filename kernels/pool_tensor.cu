@@ -4,13 +4,12 @@
 #include "cuda_check.h"
 // clang-format on
 
-#include "pool_tensor.cuh"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "core/error.h"
+#include "pool_tensor.cuh"
 
 namespace echo::cuda {
 

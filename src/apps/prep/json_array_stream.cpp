@@ -104,8 +104,7 @@ class ElementBuilder final : public nlohmann::json_sax<Json> {
 void for_each_array_element(std::istream& in, const std::function<void(Json&&, size_t)>& take) {
   ElementBuilder builder(take);
   Json::sax_parse(in, &builder);  // strict: nothing but whitespace may follow the array
-  if (!builder.was_one_array())
-    throw Json::parse_error::create(101, 0, "the top level is not one JSON array", nullptr);
+  if (!builder.was_one_array()) throw Json::parse_error::create(101, 0, "the top level is not one JSON array", nullptr);
 }
 
 }  // namespace echo::prep

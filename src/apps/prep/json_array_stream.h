@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <functional>
 #include <istream>
-
 #include <nlohmann/json.hpp>
 
 namespace echo::prep {

@@ -9,7 +9,8 @@ namespace echo::comm {
 
 size_t device_echo_state_bytes(const config::CommConfig& cfg, int tp, size_t n, bool forward_only) {
   // two_collective is Echo's arithmetic over the unpipelined path: the same engine and buffers.
-  const bool echo = cfg.allreduce == config::AllReduceKind::echo || cfg.allreduce == config::AllReduceKind::two_collective;
+  const bool echo =
+      cfg.allreduce == config::AllReduceKind::echo || cfg.allreduce == config::AllReduceKind::two_collective;
   if (!echo || tp <= 1 || n == 0) return 0;
   const size_t directions = (cfg.forward ? 1 : 0) + (cfg.backward && !forward_only ? 1 : 0);
   if (directions == 0) return 0;
