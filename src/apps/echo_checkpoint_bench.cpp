@@ -10,7 +10,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +21,6 @@
 #include "backend/backend.h"
 #include "core/config/config.h"
 #include "core/error.h"
-#include "core/remove_on_signal.h"
 #include "dist/guarded_main.h"
 #include "dist/world.h"
 #include "model/model_shape.h"
@@ -32,6 +30,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checksums.h"
 #include "train/checkpoint/safetensors.h"
+#include "train/stop_signal.h"
 
 namespace echo {
 namespace {
@@ -62,10 +61,11 @@ int bench_main(int argc, char** argv) {
   // NOTE: save_checkpoint prunes every other checkpoint of its run directory, so that directory
   // must be one this program made: given a training run as --dir, it would delete the run's.
   const bench::ScratchDir scratch(dir, "echo_checkpoint_bench", "--dir", MPI_COMM_WORLD);
-  // A stop signal (Ctrl-C, kill, or scripts/mpirun.sh's SIGUSR1) ends the bench as before, but
-  // rank 0 first removes the scratch directory, which can hold gigabytes of checkpoints.
-  std::optional<RemoveOnSignal> remove_scratch_on_signal;
-  if (rank == 0) remove_scratch_on_signal.emplace(std::vector<std::string>{}, std::vector<std::string>{scratch.path()});
+  // A stop signal (Ctrl-C, kill, scripts/mpirun.sh's SIGUSR1) ends the bench between two saves or
+  // loads, agreed on every rank, so ScratchDir removes its gigabytes of checkpoints while every
+  // rank is alive (a rank that died of the signal made mpirun kill the others mid-removal).
+  const train::StopSignal stop;
+  struct Stopped {};
   const bench::MachineInfo machine = bench::describe_machine();
   dist::World world = dist::World::create(size);
   const model::ModelShape shape = model::make_model_shape(cfg.model, size, world.layout.tp_rank);
@@ -85,13 +85,22 @@ int bench_main(int argc, char** argv) {
   }
   const train::CheckpointMeta meta{1,           1, cfg.run.seed, size, 1, "", std::nullopt,
                                    std::nullopt};  // step 1, at data position 1, as the trainer writes
-  const auto save = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
-    train::save_checkpoint(scratch.path(), params, opt, meta, world, 1);
-  });
+  const auto stop_point = [&] {
+    if (stop.requested(world.world)) throw Stopped{};
+  };
   const std::string ckpt = train::checkpoint_dir(scratch.path(), 1);
-  const auto load = bench::time_collective(world.world.get(), warmup, iters, [] {}, [&] {
-    train::load_checkpoint(ckpt, params, &opt, world);
-  });
+  bench::LatencyStats save, load;
+  try {
+    save = bench::time_collective(world.world.get(), warmup, iters, stop_point,
+                                  [&] { train::save_checkpoint(scratch.path(), params, opt, meta, world, 1); });
+    load = bench::time_collective(world.world.get(), warmup, iters, stop_point,
+                                  [&] { train::load_checkpoint(ckpt, params, &opt, world); });
+  } catch (const Stopped&) {
+    if (rank == 0)
+      std::fprintf(stderr, "echo_checkpoint_bench: stopped on %s before the measurement ended; removing %s\n",
+                   stop.what().c_str(), scratch.path().c_str());
+    return 1;
+  }
   // The checksums' share of that: one rank hashing both safetensors files whole (warm cache), what
   // the writer adds to a save and a one-rank load to a load (P ranks share it).
   MPI_Barrier(MPI_COMM_WORLD);

@@ -1,5 +1,4 @@
-// Removes a program's partial output files (or scratch directories) when SIGINT, SIGTERM, SIGHUP
-// or SIGUSR1 (what scripts/mpirun.sh passes a SIGTERM on as) ends it. A tool that
+// Removes a program's partial output files when SIGINT, SIGTERM or SIGHUP ends it. A tool that
 // streams into PREFIX.bin.tmp (echo_prep) cleans up after an error through destructors, but the
 // default action of Ctrl-C ends the process without running any: the partial files stayed
 // behind. The handler unlinks the registered paths (unlink is async-signal-safe) and then lets
@@ -18,13 +17,10 @@
 
 namespace echo {
 
-inline constexpr int kStopSignalCount = 4;  // SIGINT, SIGTERM, SIGHUP, SIGUSR1
-
 class RemoveOnSignal {
  public:
-  // Installs the handlers; at most 8 paths (files and directories together) of under 4096 bytes
-  // each. A directory is removed with everything in it (`rm -rf` in a child process).
-  explicit RemoveOnSignal(const std::vector<std::string>& paths, const std::vector<std::string>& directories = {});
+  // Installs the handlers; at most 8 paths of under 4096 bytes each.
+  explicit RemoveOnSignal(const std::vector<std::string>& paths);
   // Unregisters the paths and restores the previous handlers.
   ~RemoveOnSignal();
   RemoveOnSignal(const RemoveOnSignal&) = delete;
@@ -34,8 +30,8 @@ class RemoveOnSignal {
   void disarm() noexcept;
 
  private:
-  struct sigaction previous_[kStopSignalCount];
-  bool installed_[kStopSignalCount] = {};  // false: the signal was ignored, and stays so
+  struct sigaction previous_[3];
+  bool installed_[3] = {};  // false: the signal was ignored, and stays so
 };
 
 // Blocks SIGINT, SIGTERM and SIGHUP in the calling thread for its lifetime; one that arrived meanwhile is delivered

@@ -126,24 +126,28 @@ std::string inspect(const std::string& out_dir, int64_t last_step, RunDirMode mo
 RunDirLock::~RunDirLock() {
   // A start-up refused before the run wrote anything (a memory plan, a bad checkpoint) leaves the
   // folder as it found it: an empty run directory with only a lock file looked like a run to clean.
-  if (!kept_ && made_file_ && dir_fd_ >= 0) ::unlinkat(dir_fd_, kRunLockFile, 0);
+  // NOTE: only a lock this run held: one that lost the race to another echo_train must leave that
+  // run's file (and so its folder, which rmdir then cannot remove) alone.
+  if (!kept_ && held_ && made_file_) ::unlinkat(dir_fd_, kRunLockFile, 0);
   for (const int fd : {file_fd_, dir_fd_})  // closing releases the flocks
     if (fd >= 0) ::close(fd);
   if (!kept_)
-    for (const std::string& made : made_dirs_)
-      if (::rmdir(made.c_str()) != 0) break;  // not empty (someone else's file): it stays, and so do its parents
+    for (auto made = made_dirs_.rbegin(); made != made_dirs_.rend(); ++made)
+      if (::rmdir(made->c_str()) != 0) break;  // not empty (someone else's file): it stays, and so do its parents
 }
 
 std::string RunDirLock::acquire(const std::string& out_dir) {
-  // The folders to make, so that a refused start-up can remove them again (~RunDirLock).
-  std::error_code ec;
-  for (fs::path missing(out_dir); !missing.empty() && !fs::exists(fs::symlink_status(missing, ec));
-       missing = missing.parent_path()) {
-    made_dirs_.push_back(missing.string());
-    if (missing == missing.parent_path()) break;
+  // Made level by level, recording the levels this call made (and only those), so that a refused
+  // start-up can remove them again (~RunDirLock): "missing/../kept" makes "missing" alone.
+  fs::path level;
+  for (const fs::path& part : fs::path(out_dir)) {
+    level /= part;
+    if (part.empty()) continue;  // the empty last element of a name ending in '/'
+    if (::mkdir(level.c_str(), 0777) == 0)
+      made_dirs_.push_back(level.string());
+    else if (errno != EEXIST)
+      return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, std::strerror(errno));
   }
-  fs::create_directories(out_dir, ec);
-  if (ec) return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, ec.message());
   const std::string path = (fs::path(out_dir) / kRunLockFile).string();
   const int dir_fd = ::open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return fmt::format("cannot open the run directory {}: {}", out_dir, std::strerror(errno));
@@ -185,7 +189,8 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
     const ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
     holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
     holder = holder.substr(0, holder.find('\n'));
-    if (made_file_) ::unlinkat(dir_fd, kRunLockFile, 0);  // the holder's file was deleted: ours goes too
+    made_dirs_.clear();  // the holder's run lives in them
+    made_file_ = false;
     ::close(std::exchange(dir_fd_, -1));  // none of this directory is ours
     ::close(std::exchange(file_fd_, -1));
     return fmt::format(
@@ -205,6 +210,20 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
               out_dir, unlocked[1], path);
   else if (!unlocked[0].empty())
     ECHO_INFO("train", "cannot lock {} ({}); the run directory itself is locked", path, unlocked[0]);
+  // The name must still lead to the file locked: a refused start-up removes the lock file it made
+  // (~RunDirLock), and a file opened before that and locked after is no one's lock.
+  struct stat named {};
+  if (::fstatat(dir_fd, kRunLockFile, &named, AT_SYMLINK_NOFOLLOW) != 0 || named.st_dev != st.st_dev ||
+      named.st_ino != st.st_ino) {
+    ::close(std::exchange(dir_fd_, -1));
+    ::close(std::exchange(file_fd_, -1));
+    made_file_ = false;
+    return fmt::format(
+        "the run directory's lock file {} was removed or replaced while this echo_train took its lock (another "
+        "echo_train's start-up on the same run.out_dir was refused at that moment); run it again",
+        path);
+  }
+  held_ = true;
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string holder = fmt::format("pid {} on {}\n", ::getpid(), host);

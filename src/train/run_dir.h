@@ -50,7 +50,8 @@ class RunDirLock {
   int dir_fd_ = -1;   // out_dir, locked
   int file_fd_ = -1;  // out_dir/.echo_train.lock, locked
   bool made_file_ = false;
-  std::vector<std::string> made_dirs_;  // by acquire, out_dir first, then its parents
+  std::vector<std::string> made_dirs_;  // the levels acquire made, outermost first
+  bool held_ = false;                   // acquire took the lock
   bool kept_ = false;
 };
 

@@ -210,8 +210,9 @@ else ok "echo_checkpoint_bench in new nested directories removes every level it 
 refused "echo_checkpoint_bench dir is a file" "--dir '$run/metrics.jsonl' is not a directory" "${ckpt[@]}" \
   --dir "$run/metrics.jsonl"
 [[ $(cat "$run/metrics.jsonl" 2>/dev/null) == metrics ]] || bad "echo_checkpoint_bench --dir a file: it changed" ""
-# A stop signal removes the scratch directory (rank 0's handler): mpirun passes SIGUSR1 on (what
-# scripts/mpirun.sh turns a SIGTERM into); the bench dies of it as before, its checkpoints gone.
+# A stop signal ends echo_checkpoint_bench between two saves or loads, agreed by the ranks, and its
+# scratch directory is removed while they are alive: mpirun passes SIGUSR1 on (what
+# scripts/mpirun.sh turns a SIGTERM into); the bench died of it, leaving its checkpoints.
 mkdir -p "$work/sig"
 "${mpirun[@]}" -np 2 "$build/echo_checkpoint_bench" "$src/configs/model_bench.yaml" --set model.layers=1 --iters 100000 \
   --warmup 0 --dir "$work/sig" >"$work/sig.log" 2>&1 </dev/null &
@@ -227,7 +228,9 @@ else
   wait $pid 2>/dev/null
   if compgen -G "$work/sig/echo_checkpoint_bench.*" >/dev/null; then
     bad "echo_checkpoint_bench under a signal: its scratch directory stayed" "$(find "$work/sig" | head)"
-  else ok "echo_checkpoint_bench under SIGUSR1 removes its scratch directory"; fi
+  elif ! grep -q "echo_checkpoint_bench: stopped on signal 10 before the measurement ended" "$work/sig.log"; then
+    bad "echo_checkpoint_bench under a signal: no stop message" "$(cat "$work/sig.log")"
+  else ok "echo_checkpoint_bench under SIGUSR1 stops and removes its scratch directory"; fi
 fi
 
 # The TP size is the number of ranks: a layout the model cannot take names that, not a --set the

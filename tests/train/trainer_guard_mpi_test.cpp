@@ -349,6 +349,25 @@ TEST(TrainerGuard, AFailedStartLeavesNothingThatBlocksTheRerun) {
       "run `bash scripts/get_data.sh`");
   sync();
   EXPECT_FALSE(fs::exists(dir + "/deep")) << "the parents the start-up made";
+  // Spelled with a trailing '/', and through a level it made and left by "..": only the levels it
+  // made go (an existing empty folder of the user's stays).
+  expect_error(
+      [&] {
+        train(make_config(dir, {"run.out_dir=" + dir + "/deep2/er/run/", missing_data}), RunDirMode::fresh);
+      },
+      "run `bash scripts/get_data.sh`");
+  if (world_rank() == 0) fs::create_directories(dir + "/users_empty");
+  sync();
+  expect_error(
+      [&] {
+        train(make_config(dir, {"run.out_dir=" + dir + "/made/../users_empty", missing_data}), RunDirMode::fresh);
+      },
+      "run `bash scripts/get_data.sh`");
+  sync();
+  EXPECT_FALSE(fs::exists(dir + "/deep2"));
+  EXPECT_FALSE(fs::exists(dir + "/made"));
+  EXPECT_TRUE(fs::is_directory(dir + "/users_empty")) << "a folder that was there stays, even empty";
+  EXPECT_FALSE(fs::exists(dir + "/users_empty/.echo_train.lock"));
   if (world_rank() == 0) {
     fs::create_directories(dir + "/own");
     std::ofstream(dir + "/own/notes.txt") << "the user's";
@@ -1113,14 +1132,18 @@ TEST(TrainerGuard, ASignalInsideAStepDropsItAndTheResumeRetrainsIt) {
     }
     return lines;
   };
-  const auto interrupted = [](const config::Config& cfg, int64_t signal_step, std::vector<int64_t>& saved) {
+  std::string log;  // this rank's log of the last interrupted run
+  const auto interrupted = [&log](const config::Config& cfg, int64_t signal_step, std::vector<int64_t>& saved) {
     const dist::World world = dist::World::create(cfg.parallel.tp);
     Trainer trainer(cfg, world, RunDirMode::fresh);
     trainer.after_each_save([&saved](int64_t step) { saved.push_back(step); });
     trainer.after_each_micro_batch([signal_step](int64_t step, int micro) {
       if (step == signal_step && micro == 0 && world_rank() == 0) std::raise(SIGUSR1);
     });
-    return trainer.run();
+    const echo::testing::LogCapture capture;
+    const TrainResult r = trainer.run();
+    log = capture.text();
+    return r;
   };
   const std::string dir = scratch_dir("signal_in_step");
   // Step 4 of 4 is interrupted; step 3 was not saved (checkpoint_interval 2): it is saved now.
@@ -1130,6 +1153,11 @@ TEST(TrainerGuard, ASignalInsideAStepDropsItAndTheResumeRetrainsIt) {
   EXPECT_TRUE(r.stopped_by_signal);
   EXPECT_EQ(r.steps_done, 3);
   EXPECT_EQ(saved, (std::vector<int64_t>{2, 3}));
+  // Rank 0 got the signal; the others stop on its word.
+  const std::string said = world_rank() == 0 ? "stopping in step 4 on signal 10: the step is dropped before its "
+                                               "optimizer update; checkpoint of step 3 saved"
+                                             : "stopping in step 4 on a signal to another rank: the step is dropped";
+  EXPECT_NE(log.find(said), std::string::npos) << log;
   sync();
   EXPECT_EQ(latest_checkpoint(cfg.run.out_dir), checkpoint_dir(cfg.run.out_dir, 3));
   EXPECT_EQ(curve(cfg.run.out_dir).size(), 3u) << "the dropped step is not logged";

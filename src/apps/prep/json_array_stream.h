@@ -13,8 +13,8 @@ namespace echo::prep {
 // as the element is complete. Throws nlohmann::json::parse_error (its byte names the position) for
 // malformed JSON or a top level that is not one array, and nlohmann::json::out_of_range for a
 // number past double's range, as nlohmann::json::parse does. NOTE: like nlohmann's parser, it
-// takes a NUL byte outside a string for the end of the input; the caller checks that the whole
-// stream was read (all_read).
+// takes a NUL byte outside a string for the end of the input: the caller checks that the stream
+// was read to its end.
 void for_each_array_element(std::istream& in, const std::function<void(nlohmann::json&&, size_t)>& take);
 
 }  // namespace echo::prep

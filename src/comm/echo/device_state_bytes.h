@@ -12,8 +12,10 @@ namespace echo::comm {
 
 // Bytes for calls of up to n values at a TP group of `tp` ranks: m1 and m2 of each quantized
 // direction (forward, and backward unless `forward_only`) and x' and a work copy (f32), and the
-// send, receive, own-code and gathered buffers of the two-collective path, each at most the
-// whole tensor's wire bytes. 0 when the block sites do not run Echo (comm.allreduce echo or
+// send, receive, own-code and gathered buffers of the two-collective path, counted as four times
+// the whole tensor's wire bytes (a bound on their sum: the receive and own-code buffers hold
+// segments, the send and gathered ones a whole tensor's codes plus each segment's padding to its
+// groups). 0 when the block sites do not run Echo (comm.allreduce echo or
 // two_collective) or tp is 1.
 size_t device_echo_state_bytes(const config::CommConfig& cfg, int tp, size_t n, bool forward_only);
 

@@ -67,7 +67,7 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
     }
     // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:
     // yield at once, and sleep once the wait is long. Past 100 ms, 1 ms sleeps (at most 1% more
-    // wait): a stopped peer kept 20 µs sleeps spinning at ~85% of a core until peer_timeout_s.
+    // wait): with 20 µs sleeps a stopped peer cost ~17% of a core until peer_timeout_s.
     if (polls < 4096)
       sched_yield();
     else
