@@ -127,11 +127,16 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
   ECHO_CHECK(y != nullptr && out != nullptr, "echo_finish of {} values needs non-null buffers", n);
   ECHO_CHECK(coeffs == nullptr || (x_comp != nullptr && m1 != nullptr && m2 != nullptr),
              "echo_finish needs x' and the compensator state to update it");
-  if (out_bf16) {
+  {
+    // Each thread reads y[i] and writes out[i]: only out == y as f32 (its own element) is safe; any
+    // other overlap writes into an element another thread may not have read yet.
     const auto* y_begin = reinterpret_cast<const char*>(y);
     const auto* out_begin = static_cast<const char*>(out);
-    ECHO_CHECK(out_begin + 2 * n <= y_begin || y_begin + 4 * n <= out_begin,
-               "echo_finish of {} values: a bf16 out overlapping the f32 y races (give it its own buffer)", n);
+    const bool apart = out_begin + (out_bf16 ? 2 : 4) * n <= y_begin || y_begin + 4 * n <= out_begin;
+    ECHO_CHECK(apart || (!out_bf16 && out_begin == y_begin),
+               "echo_finish of {} values: a {} out overlapping the f32 y races (give it its own buffer, or y itself "
+               "as f32)",
+               n, out_bf16 ? "bf16" : "f32");
   }
   finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
       y, n, e, e_device, x_comp, nullptr, false, num_ranks, m1, m2, coeffs != nullptr,

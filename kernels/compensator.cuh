@@ -36,9 +36,9 @@ void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t str
 
 // v = e != 0 ? scale_pow2(y[i], -e) : y[i]; with coeffs, compensator_update(x_comp[i], v,
 // num_ranks, m1[i], m2[i], *coeffs); then out[i] = v (f32), or v rounded once to bf16 when
-// out_bf16. out may alias y only as f32 (each thread rewrites its own element); a bf16 out that
-// overlaps y is refused (thread i's 2 bytes lie in the float of thread i/2, which may not have
-// read it yet). e is *e_device when that is not null.
+// out_bf16. out may be y itself as f32 (each thread rewrites its own element); any other overlap
+// is refused (a bf16 thread i's 2 bytes lie in the float of thread i/2, a shifted f32 out in
+// another thread's element, which may not have been read yet). e is *e_device when that is not null.
 void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num_ranks, float* m1, float* m2,
                  const comm::CompensatorCoeffs* coeffs, void* out, bool out_bf16, cudaStream_t stream,
                  const int* e_device = nullptr);

@@ -163,8 +163,8 @@ TEST(RescaleCuda, NoteIfPoisonedKeepsTheSmallestKeyOfPoisonedCalls) {
 
 // A bf16 out overlapping the f32 y races in the kernel (thread i writes into the float thread i/2
 // reads): refused before the launch, so this runs without a GPU (the pointers are never read).
-// An f32 out may alias y (each thread rewrites its own element).
-TEST(RescaleCuda, EchoFinishRefusesABf16OutOverlappingY) {
+// An f32 out may be y itself (each thread rewrites its own element), nothing else overlapping.
+TEST(RescaleCuda, EchoFinishRefusesAnOutOverlappingY) {
   std::vector<float> y(64);
   const size_t n = y.size();
   for (void* out : {static_cast<void*>(y.data()), static_cast<void*>(y.data() + 10), static_cast<void*>(y.data() + 63)})
@@ -172,6 +172,11 @@ TEST(RescaleCuda, EchoFinishRefusesABf16OutOverlappingY) {
                 cuda::echo_finish(y.data(), n, 0, nullptr, 2.0f, nullptr, nullptr, nullptr, out, true, nullptr);
               }).find("echo_finish of 64 values: a bf16 out overlapping the f32 y races"),
               std::string::npos);
+  // A shifted f32 out races the same way.
+  EXPECT_NE(testing::error_of([&] {
+              cuda::echo_finish(y.data(), n, 0, nullptr, 2.0f, nullptr, nullptr, nullptr, y.data() + 1, false, nullptr);
+            }).find("echo_finish of 64 values: a f32 out overlapping the f32 y races"),
+            std::string::npos);
 }
 
 }  // namespace
