@@ -76,6 +76,15 @@ double norm(const std::vector<double>& v) {
 
 // One forward pass of max(sites) sites; a row per requested N (the first N sites of the stream
 // are the same whatever N, so prefixes of one pass give every N).
+// Removes the later copies of values that occur more than once, keeping the given order.
+template <class T>
+void drop_repeats(std::vector<T>& values) {
+  std::vector<T> kept;
+  for (const T& v : values)
+    if (std::find(kept.begin(), kept.end(), v) == kept.end()) kept.push_back(v);
+  values = std::move(kept);
+}
+
 std::vector<Row> run_stream(const dist::Communicator& comm, const comm::EchoOptions& base, bool coherent, double eta,
                             const Coeffs& k, const std::vector<int>& sites, size_t n, uint64_t seed) {
   comm::EchoOptions opt = base;
@@ -230,6 +239,10 @@ int depth_main(int argc, char** argv) {
   for (double e : etas) ECHO_INPUT_CHECK(e >= 0 && e <= 1, "--eta {}: η must lie in [0, 1]", e);
   for (const auto& c : cases)
     ECHO_INPUT_CHECK(c == "coherent" || c == "independent", "--cases '{}': expected coherent or independent", c);
+  // A value given twice is one row, as --sites is one column: "--eta 1,1" printed two identical
+  // rows and counted each in the summary.
+  drop_repeats(etas);
+  drop_repeats(cases);
   ECHO_INPUT_CHECK(elements >= 1 && elements <= (int64_t{1} << 24), "--elements {}: must lie in [1, 16777216]",
                    elements);
   ECHO_INPUT_CHECK(bits == 4 || bits == 8, "--bits {}: must be 4 or 8", bits);

@@ -63,6 +63,11 @@ refused "bad coeffs" "β1 = 1 is out of range [0, 1)" --coeffs 1,0.3,0.35
 refused "beta2 that is 1 in fp32" "β2 = 0.99999999 rounds to 1 in fp32" --coeffs 0.7,0.99999999,0.35
 refused "bad bits" "must be 4 or 8" --bits 3
 refused "negative seed" "--seed: -1 is not a whole number >= 0" --seed -1
+# A value given twice is one row: "--eta 1,1 --cases coherent,coherent" gave 4 identical rows.
+out=$(timeout 60 "${mpirun[@]}" -np 2 "$build/echo_depth" --sites 8,8 --eta 1,1 --cases coherent,coherent \
+      --elements 256 --csv "$work/dup.csv" 2>&1); rc=$?
+rows=$(($(wc -l <"$work/dup.csv" 2>/dev/null || echo 0) - 1))
+((rc == 0 && rows == 1)) && ok "repeated --sites, --eta and --cases: one row" || bad "repeated values: exit $rc, $rows rows" "$out"
 # --json and --csv are one file under any spelling: a name not made yet, bare and with "./" (run in
 # the work folder, whose files do not exist yet), and a dangling link to the other.
 cd "$work" || exit 1
