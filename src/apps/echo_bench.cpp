@@ -291,6 +291,14 @@ int bench_main(int argc, char** argv) {
   ECHO_INPUT_CHECK(o.threads >= 1 && o.threads <= o.tiles, "--threads must lie in [1, --tiles = {}] (got {})", o.tiles,
                    o.threads);
   ECHO_INPUT_CHECK(o.step_factor >= 2, "--step-factor must be at least 2 (got {})", o.step_factor);
+  // The pipeline's knobs given with the MPI transport were ignored without a word (a sweep of
+  // --threads over --transport mpi measured the same thing every time).
+  if (o.transport == "mpi")
+    for (const char* shm_only : {"--threads", "--tiles", "--slot-kib"})
+      ECHO_INPUT_CHECK(app.count(shm_only) == 0,
+                       "{} applies to --transport shm (the pipelined shared-memory protocol); --transport mpi, the "
+                       "default, runs two MPI collectives on the calling thread",
+                       shm_only);
   check_quant_bits("--bits", o.bits);
   check_group_size("--group-size", o.group_size);
   // Named here, with the option: config::parse's refusal further on named neither and carried a

@@ -53,6 +53,9 @@ refused "echo_bench negative warmup" "--warmup must be 0 or more (got -1)" "${be
 refused "echo_bench tiles 0" "--tiles must lie in [1, 64] (got 0)" "${bench[@]}" --sizes 1K --tiles 0
 refused "echo_bench slot 0" "--slot-kib must lie in [1, 65536] (got 0)" "${bench[@]}" --sizes 1K --slot-kib 0
 refused "echo_bench threads above tiles" "--threads must lie in [1, --tiles = 2] (got 3)" "${bench[@]}" --sizes 1K --tiles 2 --threads 3
+refused "echo_bench --threads over mpi" "--threads applies to --transport shm (the pipelined shared-memory protocol)" \
+  "${bench[@]}" --sizes 1K --threads 2
+refused "echo_bench --slot-kib over mpi" "--slot-kib applies to --transport shm" "${bench[@]}" --sizes 1K --transport mpi --slot-kib 64
 refused "echo_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
   "${bench[@]}" --sizes 1K --transport shm --bits 8 --group-size 4096 --slot-kib 1
 refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1

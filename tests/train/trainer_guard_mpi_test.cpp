@@ -1181,6 +1181,25 @@ TEST(TrainerGuard, ASignalInsideAStepDropsItAndTheResumeRetrainsIt) {
   EXPECT_EQ(train(early, RunDirMode::resume).steps_done, 4);
   sync();
   EXPECT_EQ(curve(early.run.out_dir), expected);
+  // A run's very first step interrupted: nothing was trained, nothing is saved, and the folder
+  // holds no run (no metrics line, no checkpoint): a fresh start is not refused.
+  const auto first = make_config(dir, {"run.out_dir=" + dir + "/first"});
+  saved.clear();
+  r = interrupted(first, 1, saved);
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps_done, 0);
+  EXPECT_TRUE(saved.empty());
+  if (world_rank() == 0) {
+    EXPECT_NE(log.find("stopping in step 1 on signal 10: the step is dropped before its optimizer update; nothing "
+                       "was trained to save"),
+              std::string::npos)
+        << log;
+  }
+  sync();
+  EXPECT_FALSE(latest_checkpoint(first.run.out_dir).has_value());
+  EXPECT_EQ(train(first, RunDirMode::fresh).steps_done, 4) << "not refused as a run to resume or overwrite";
+  sync();
+  EXPECT_EQ(curve(first.run.out_dir), expected);
 }
 
 // A --resume of a run already at train.steps trains nothing and changes nothing, saying so.
