@@ -3,17 +3,68 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
 
 namespace echo::dist {
 
+namespace {
+
+// Seconds MPI_Init may take: ECHO_MPI_INIT_TIMEOUT_S, default 600; 0 waits for ever. A bad value
+// is said and the default kept (no logger exists yet).
+double mpi_init_timeout_s() {
+  constexpr double kDefault = 600;
+  const char* text = std::getenv("ECHO_MPI_INIT_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return kDefault;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (*end == '\0' && std::isfinite(v) && v >= 0) return v;
+  std::fprintf(stderr, "echo: ECHO_MPI_INIT_TIMEOUT_S='%s' is not a number of seconds >= 0; using %g\n", text,
+               kDefault);
+  return kDefault;
+}
+
+}  // namespace
+
 MpiSession::MpiSession(int* argc, char*** argv) {
+  // The collective watchdog (dist/collective_watchdog.h) starts after MPI_Init: a rank that never
+  // reaches it (stopped or hung as it starts) left the others waiting inside it for ever (found by
+  // a hostile audit: SIGSTOP of rank 1 50 ms after its spawn). This thread makes no MPI call.
+  const double timeout_s = mpi_init_timeout_s();
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool initialised = false;
+  std::thread watchdog;
+  if (timeout_s > 0)
+    watchdog = std::thread([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return initialised; })) return;
+      std::fprintf(stderr,
+                   "echo: MPI_Init has not returned after %g s: another rank of the job did not start or stopped "
+                   "while starting (stopped, hung, or its node unreachable); set ECHO_MPI_INIT_TIMEOUT_S to wait "
+                   "longer (0: for ever)\n",
+                   timeout_s);
+      std::fflush(stderr);
+      std::_Exit(1);  // mpirun then ends the job
+    });
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  const int status = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    initialised = true;
+  }
+  cv.notify_all();
+  if (watchdog.joinable()) watchdog.join();
+  if (status != MPI_SUCCESS) {
     std::fprintf(stderr, "echo: MPI_Init_thread failed\n");
     std::exit(1);
   }
