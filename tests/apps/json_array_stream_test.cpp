@@ -121,15 +121,12 @@ struct Outcome {
   size_t error_byte = 0;  // a parse error's byte
 };
 
-Outcome streamed(const std::string& text) {
+// What `parse` (filling o.elements, or throwing nlohmann's exceptions) gives.
+template <class Parse>
+Outcome outcome_of(Parse&& parse) {
   Outcome o;
-  std::istringstream in(text);
   try {
-    for_each_array_element(in, [&](Json&& element, size_t index) {
-      EXPECT_EQ(index, o.elements.size());
-      o.elements.push_back(std::move(element));
-    });
-    o.ok = true;
+    o.ok = parse(o);
   } catch (const Json::parse_error& e) {
     o.error_id = e.id;
     o.error_byte = e.byte;
@@ -139,25 +136,29 @@ Outcome streamed(const std::string& text) {
   return o;
 }
 
+Outcome streamed(const std::string& text) {
+  return outcome_of([&](Outcome& o) {
+    std::istringstream in(text);
+    for_each_array_element(in, [&](Json&& element, size_t index) {
+      EXPECT_EQ(index, o.elements.size());
+      o.elements.push_back(std::move(element));
+    });
+    return true;
+  });
+}
+
 // The reference: the whole text parsed at once; a top level that is not an array is refused as
 // for_each_array_element refuses it (nlohmann accepts any value there).
 Outcome whole(const std::string& text) {
-  Outcome o;
-  try {
+  return outcome_of([&](Outcome& o) {
     const Json j = Json::parse(text);
     if (!j.is_array()) {
       o.error_id = 101;
-      return o;
+      return false;
     }
     o.elements.assign(j.begin(), j.end());
-    o.ok = true;
-  } catch (const Json::parse_error& e) {
-    o.error_id = e.id;
-    o.error_byte = e.byte;
-  } catch (const Json::exception& e) {
-    o.error_id = e.id;
-  }
-  return o;
+    return true;
+  });
 }
 
 void expect_same(const std::string& text) {
