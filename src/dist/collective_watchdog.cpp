@@ -11,8 +11,11 @@
 #include <mutex>
 #include <thread>
 
+#include "core/log.h"
 #include "core/seconds_text.h"
 #include "core/stopwatch.h"
+#include "dist/communicator.h"
+#include "dist/node_progress_board.h"
 
 namespace echo::dist {
 namespace {
@@ -34,6 +37,8 @@ struct Watchdog {
   std::mutex handler_mutex;
   std::function<void(const std::string&)> handler;
   std::once_flag started;
+  // Where this node's ranks are (dist/node_progress_board.h); null until watch_peers_on_node().
+  std::atomic<NodeProgressBoard*> board{nullptr};
 
   // A seqlock: the generation is odd while a change is written and moves on by two with each
   // (sequentially consistent, like every access here: a few atomic stores beside an MPI
@@ -46,36 +51,58 @@ struct Watchdog {
     what.store(w);
     patience.store(static_cast<int>(p));
     generation.fetch_add(1);
+    if (NodeProgressBoard* b = board.load()) {
+      if (w)
+        b->enter(w, scope_step.load(), since_ns.load());
+      else
+        b->leave(since_ns.load());
+    }
   }
 
   void watch() {
     uint64_t fired_for = ~uint64_t{0};
+    // Time this process did not run (SIGSTOP, Ctrl-Z) while the scope `excused_for` was in force.
+    // It is not a wait for a peer: a rank stopped inside a collective, continued (mpirun's abort
+    // continues it before ending it), must not blame the peers it kept waiting.
+    uint64_t excused_for = ~uint64_t{0};
+    int64_t excused_ns = 0;
+    int64_t last_look = steady_now_ns();
     for (;;) {
-      // A quarter of the smaller limit in force between looks (at most 1 s, at least 10 ms): an
-      // overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's.
+      // A quarter of the smaller limit in force between looks (at most 0.1 s, at least 10 ms): an
+      // overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's. Short
+      // looks also tell a stop of this process (a look far later than asked) from a scheduler's
+      // delay, and keep the heartbeat fresh; ten wake-ups a second cost nothing.
       const int64_t step_limit = timeout_ns.load(), slow_limit = slow_timeout_ns.load();
       const int64_t smaller =
           step_limit > 0 && slow_limit > 0 ? std::min(step_limit, slow_limit) : std::max(step_limit, slow_limit);
-      const int64_t poll = smaller > 0 ? std::clamp<int64_t>(smaller / 4, 10'000'000, 1'000'000'000) : 1'000'000'000;
+      const int64_t poll = smaller > 0 ? std::clamp<int64_t>(smaller / 4, 10'000'000, 100'000'000) : 100'000'000;
       std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
+      const int64_t now = steady_now_ns();
+      const int64_t late = now - last_look - poll;  // beyond the sleep asked for
+      last_look = now;
+      if (NodeProgressBoard* b = board.load()) b->beat(now, poll);
       const uint64_t gen = generation.load();
       const char* w = what.load();
       const bool slow = patience.load() == static_cast<int>(Patience::slow);
       const int64_t since = since_ns.load();
       const int64_t in_step = scope_step.load();
       if ((gen & 1) != 0 || w == nullptr || gen == fired_for || generation.load() != gen) continue;
+      if (gen != excused_for) excused_for = gen, excused_ns = 0;
+      // A thread woken far later than asked was not running: a scheduler's delay is milliseconds.
+      if (late > std::max<int64_t>(2 * poll, 200'000'000)) excused_ns += std::min(late, std::max<int64_t>(0, now - since));
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
       if (timeout <= 0) continue;
-      const int64_t waited = steady_now_ns() - since;
+      const int64_t waited = now - since - excused_ns;
       if (waited <= timeout) continue;
       fired_for = gen;
-      fire(
-          fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): a peer rank is "
-                      "stopped, hung or gone; ending this rank so that mpirun ends the job",
-                      rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
-                      in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
-                      slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9));
+      const NodeProgressBoard* b = board.load();
+      fire(fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): {}; ending this rank so that "
+                       "mpirun ends the job",
+                       rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
+                       in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
+                       slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
+                       b ? b->describe_others(now, waited) : std::string("a peer rank is stopped, hung or gone")));
     }
   }
 
@@ -115,6 +142,28 @@ void set_slow_collective_timeout(double seconds) {
   Watchdog& w = watchdog();
   w.slow_timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
   if (seconds > 0) start_thread(w);
+}
+
+void watch_peers_on_node(const Communicator& comm) {
+  Watchdog& w = watchdog();
+  if (w.board.load()) return;
+  std::string why;
+  NodeProgressBoard* b = nullptr;
+  {
+    const CollectiveScope watched("start-up's sharing of progress within the node", Patience::slow);
+    b = NodeProgressBoard::create(comm, &why);
+  }
+  if (!b) {
+    if (comm.rank() == 0)
+      log::get("dist")->warn("the collective watchdog cannot see the other ranks of this node ({}): a timeout will "
+                             "say \"a peer rank\" instead of naming it",
+                             why);
+    return;
+  }
+  // The scope in force now (usually none) goes on the board before the thread can read it.
+  const char* in = w.what.load();
+  if (in) b->enter(in, w.scope_step.load(), w.since_ns.load());
+  w.board.store(b);
 }
 
 void set_collective_step(int64_t step) { watchdog().step.store(step); }

@@ -23,6 +23,8 @@
 
 namespace echo::dist {
 
+class Communicator;
+
 // How long a peer may legitimately take to arrive at a collective: a step's compute (step), or
 // a checkpoint write, a checkpoint read or start-up's work (slow).
 enum class Patience { step, slow };
@@ -35,6 +37,13 @@ void set_collective_timeout(double seconds, int rank);
 // The limit of slow scopes (comm.save_timeout_s); 0 (the default) leaves them unwatched. Starts
 // the thread like set_collective_timeout(); the rank in the message is the one that set.
 void set_slow_collective_timeout(double seconds);
+
+// Collective over `comm` (the job's ranks): the ranks on each node share where each one is
+// (dist/node_progress_board.h), and from then on a timeout's message names the rank on this node
+// that holds the collective up (gone, stopped, not running, outside any collective) instead of
+// "a peer rank", or says that every rank here waits and the stalled one is on another node.
+// Without shared memory (logged once) the message stays as it was. Call it once, at start-up.
+void watch_peers_on_node(const Communicator& comm);
 
 // The training step (1-based) the calling loop is in, named in the message ("... at step 12");
 // 0 (the default) names none: start-up, or a program that is not a trainer.

@@ -80,9 +80,10 @@ TEST_F(CollectiveWatchdogTest, TheMessageNamesTheStepTheLoopIsIn) {
     const bool named = got.back().find(" s in the probe collective at step 12 (comm.peer_timeout_s = 0.05)") !=
                        std::string::npos;
     EXPECT_EQ(named, step == 12) << got.back();
-    if (step == 0)
+    if (step == 0) {
       EXPECT_NE(got.back().find(" s in the probe collective (comm.peer_timeout_s = 0.05)"), std::string::npos)
           << got.back();
+    }
   }
 }
 
@@ -162,9 +163,9 @@ TEST_F(CollectiveWatchdogTest, ASlowScopeIsTimedAgainstTheSlowLimit) {
 TEST_F(CollectiveWatchdogTest, AStepScopeInASlowOneUsesTheStepLimitAndRestoresTheSlowOne) {
   set_collective_timeout(0.2, 0);
   set_slow_collective_timeout(1.0);
-  // Off (between tests) the thread sleeps 1 s between looks: let that sleep end, so the step
+  // Off (between tests) the thread sleeps 0.1 s between looks: let that sleep end, so the step
   // limit below is told from the slow one. Time outside any scope is never an overrun.
-  std::this_thread::sleep_for(1100ms);
+  std::this_thread::sleep_for(300ms);
   const CollectiveScope outer("the outer save", Patience::slow);
   {
     const CollectiveScope inner("the inner step collective");

@@ -1,6 +1,7 @@
 // A program for the watchdog test: with a 1 s collective timeout, rank 1 stops arriving (it
 // sleeps 30 s) while rank 0 waits in a watched collective. Rank 0's watchdog must end it with a
-// message naming the collective, and mpirun then ends the job: no hang. With the argument
+// message naming the collective and rank 1 (seen on the node's progress board), and mpirun then
+// ends the job: no hang. With the argument
 // "agree", rank 0 waits in dist::agree (a slow collective: start-up's and a save's) with a step
 // limit of 0.2 s and a slow one of 1.5 s: it must be ended by the slow limit, named in the message.
 #include <mpi.h>
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     const bool in_agreement = n > 1 && std::string(args[1]) == "agree";
     echo::dist::set_collective_timeout(in_agreement ? 0.2 : 1.0, world.rank());
     if (in_agreement) echo::dist::set_slow_collective_timeout(1.5);
+    echo::dist::watch_peers_on_node(world);
     if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
     if (in_agreement)
       echo::dist::agree(world, "");

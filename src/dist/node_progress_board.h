@@ -1,0 +1,58 @@
+// Where each rank on this node is, for the collective watchdog's message (docs/design.md §3,
+// "Stuck peers"). A rank waiting in a collective cannot tell which peer holds it up: MPI says
+// nothing about who has not arrived. The ranks of one node share a page of memory in which each
+// rank's watchdog shows what it is doing (in which collective since when, or outside any since
+// when) and that its process still runs (a heartbeat from the watchdog thread); with the state
+// /proc gives each peer's process (stopped, gone), a timeout's message then names the rank that
+// stalled instead of "a peer". Ranks on other nodes cannot be seen; the message says so.
+//
+// The page is POSIX shared memory, unlinked as soon as every rank of the node has mapped it
+// (nothing is left in /dev/shm after a crash) and never unmapped: the detached watchdog thread
+// may read it while the process exits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace echo::dist {
+
+class Communicator;
+struct ProgressSlot;
+
+class NodeProgressBoard {
+ public:
+  // Collective over `comm`. Null on every rank when shared memory could not be had on some rank
+  // of the job (the message then says "a peer rank"); `why` gets the reason there.
+  static NodeProgressBoard* create(const Communicator& comm, std::string* why);
+
+  // This rank's slot, written by the thread that enters collectives: it entered `what` (a
+  // string literal) during training step `step` (0: none), or left every collective.
+  void enter(const char* what, int64_t step, int64_t now_ns);
+  void leave(int64_t now_ns);
+  // The watchdog thread's heartbeat at each look, with its interval between looks.
+  void beat(int64_t now_ns, int64_t poll_ns);
+
+  // What the other ranks on this node are doing, for the message of a collective that has made
+  // no progress for `waited_ns`: the ranks that hold it up (gone, stopped, not running, outside
+  // any collective for at least half that time), or that every rank here waits and the stalled
+  // rank is on another node.
+  std::string describe_others(int64_t now_ns, int64_t waited_ns) const;
+
+ private:
+  NodeProgressBoard(ProgressSlot* slots, int local_size, int local_rank, int world_size);
+  ProgressSlot* slots_;
+  int local_size_;
+  int local_rank_;
+  int world_size_;
+};
+
+// A process on this machine as /proc/<pid>/stat shows it: its state letter ('R', 'S', 'D', 'T',
+// 't', 'Z', ...; 0 when there is no such process) and its start time (clock ticks after boot),
+// which tells a process from a later one that got the same number.
+struct ProcessStat {
+  char state = 0;
+  uint64_t start_ticks = 0;
+};
+ProcessStat process_stat(int pid);
+
+}  // namespace echo::dist

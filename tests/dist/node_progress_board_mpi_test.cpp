@@ -1,0 +1,208 @@
+// The node's progress board (dist/node_progress_board.h) in the collective watchdog's message, at
+// 2 and 4 ranks on one node, with recording handlers instead of ending the process: a rank that
+// stays outside any collective is named with its pid; a rank stopped with SIGSTOP is named as
+// stopped, and once continued it does not blame the peers it kept waiting (the time it did not
+// run is not a wait); when every rank waits, the message says so (a deadlock: nobody is missing
+// on a one-node job). Also /proc's view of a stopped, an exited and a reaped child.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/collective_watchdog.h"
+#include "dist/communicator.h"
+#include "dist/node_progress_board.h"
+
+namespace echo::dist {
+namespace {
+
+using namespace std::chrono_literals;
+
+class NodeProgressBoardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = Communicator::borrow(MPI_COMM_WORLD);
+    watch_peers_on_node(world_);
+    pids_.resize(static_cast<size_t>(world_.size()));
+    const int mine = static_cast<int>(getpid());
+    MPI_Allgather(&mine, 1, MPI_INT, pids_.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    set_collective_timeout_handler([this](const std::string& m) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        messages_.push_back(m);
+      }
+      if (on_message_) on_message_();
+    });
+  }
+  void TearDown() override {
+    set_collective_timeout(0, 0);
+    std::this_thread::sleep_for(50ms);  // the thread's current look ends before the handler goes
+    set_collective_timeout_handler(nullptr);
+    world_.barrier();
+  }
+  std::vector<std::string> messages() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return messages_;
+  }
+  // Rank 0's message names rank 1 with `what`; no other rank's message names another culprit.
+  std::string rank1(const std::string& what) const { return "rank 1 (pid " + std::to_string(pids_[1]) + ") " + what; }
+
+  Communicator world_;
+  std::vector<int> pids_;
+  std::mutex mutex_;
+  std::vector<std::string> messages_;
+  std::function<void()> on_message_;
+};
+
+TEST_F(NodeProgressBoardTest, ARankOutsideAnyCollectiveIsNamed) {
+  set_collective_timeout(0.3, world_.rank());
+  world_.barrier();
+  if (world_.rank() == 1) {
+    std::this_thread::sleep_for(1200ms);  // computing, far past the others' limit
+    world_.barrier();
+  } else {
+    const CollectiveScope scope("the probe barrier");
+    world_.barrier();
+  }
+  set_collective_timeout(0, 0);
+  const auto got = messages();
+  if (world_.rank() == 1) {
+    EXPECT_TRUE(got.empty()) << got[0];
+    return;
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find(" s in the probe barrier (comm.peer_timeout_s = 0.3): " + rank1("has been outside any collective for ")),
+            std::string::npos)
+      << got[0];
+  EXPECT_NE(got[0].find("computing, or hung outside MPI; ending this rank so that mpirun ends the job"),
+            std::string::npos)
+      << got[0];
+  for (int r = 2; r < world_.size(); ++r)  // the others wait beside this rank: not culprits
+    EXPECT_EQ(got[0].find("rank " + std::to_string(r) + " (pid"), std::string::npos) << got[0];
+}
+
+TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool continued = false;
+  auto continue_rank1 = [&] {
+    std::lock_guard<std::mutex> lock(m);
+    if (!continued) kill(pids_[1], SIGCONT);
+    continued = true;
+    cv.notify_all();
+  };
+  if (world_.rank() == 0)
+    on_message_ = [&] {
+      std::this_thread::sleep_for(500ms);  // rank 1 stays stopped well past its own limit
+      continue_rank1();
+    };
+  // If rank 0's watchdog never fires (the bug this test looks for), rank 1 is continued anyway.
+  std::thread rescue;
+  if (world_.rank() == 0)
+    rescue = std::thread([&] {
+      std::unique_lock<std::mutex> lock(m);
+      if (!cv.wait_for(lock, 20s, [&] { return continued; })) {
+        kill(pids_[1], SIGCONT);
+        continued = true;
+      }
+    });
+  set_collective_timeout(0.5, world_.rank());
+  world_.barrier();
+  if (world_.rank() == 1) {
+    const CollectiveScope scope("the stopped rank's barrier");
+    raise(SIGSTOP);
+    world_.barrier();
+    // Still inside the scope for two more looks of the watchdog: with the stop counted as a wait
+    // it would be reported now.
+    std::this_thread::sleep_for(300ms);
+  } else {
+    const CollectiveScope scope("the probe barrier");
+    world_.barrier();
+  }
+  set_collective_timeout(0, 0);
+  if (rescue.joinable()) rescue.join();
+  on_message_ = nullptr;
+  const auto got = messages();
+  if (world_.rank() == 1) {
+    EXPECT_TRUE(got.empty()) << got[0];
+  } else if (world_.rank() == 0) {
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_NE(got[0].find(" s in the probe barrier (comm.peer_timeout_s = 0.5): " +
+                          rank1("is stopped (SIGSTOP, Ctrl-Z or a debugger); ending this rank")),
+              std::string::npos)
+        << got[0];
+  } else {
+    EXPECT_LE(got.size(), 1u);  // ranks 2 and 3 may look before or after rank 0 continued it
+  }
+}
+
+TEST_F(NodeProgressBoardTest, WhenEveryRankWaitsTheMessageSaysSo) {
+  std::atomic<bool> fired{false};
+  on_message_ = [&] { fired = true; };
+  set_collective_timeout(0.3, world_.rank());
+  world_.barrier();
+  {
+    // Every rank waits in a "collective" nobody completes: each one's own watchdog ends it.
+    const CollectiveScope scope(world_.rank() == 0 ? "the probe wait" : "another wait");
+    const auto start = std::chrono::steady_clock::now();
+    while (!fired && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(5ms);
+    // A rank that leaves at once would look "outside any collective" to a slower one (whose
+    // watchdog thread may still sleep out the 0.1 s between looks of the previous test's "off").
+    std::this_thread::sleep_for(1000ms);
+  }
+  set_collective_timeout(0, 0);
+  on_message_ = nullptr;
+  const auto got = messages();
+  ASSERT_EQ(got.size(), 1u);
+  std::string others;
+  for (int r = 0; r < world_.size(); ++r)
+    if (r != world_.rank()) others += (others.empty() ? "" : ", ") + std::to_string(r);
+  EXPECT_NE(got[0].find(": every other rank on this node (" + others +
+                        ") is in a collective or has just left one: the ranks wait in different collectives (a "
+                        "deadlock) or MPI itself is stuck; ending this rank"),
+            std::string::npos)
+      << got[0];
+}
+
+TEST(ProcessStat, StoppedExitedAndReapedChildren) {
+  const ProcessStat self = process_stat(static_cast<int>(getpid()));
+  EXPECT_EQ(self.state, 'R');  // reading its own stat: this thread runs
+  EXPECT_GT(self.start_ticks, 0u);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  const ProcessStat stopped = process_stat(child);
+  EXPECT_EQ(stopped.state, 'T');
+  EXPECT_GE(stopped.start_ticks, self.start_ticks);
+  kill(child, SIGCONT);
+  // Exited, not reaped yet: a zombie with the same start time.
+  ProcessStat zombie;
+  for (int i = 0; i < 2000 && zombie.state != 'Z'; ++i) {
+    std::this_thread::sleep_for(1ms);
+    zombie = process_stat(child);
+  }
+  EXPECT_EQ(zombie.state, 'Z');
+  EXPECT_EQ(zombie.start_ticks, stopped.start_ticks);
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(process_stat(child).state, 0);
+  EXPECT_EQ(process_stat(0).state, 0);
+  EXPECT_EQ(process_stat(-5).state, 0);
+}
+
+}  // namespace
+}  // namespace echo::dist
