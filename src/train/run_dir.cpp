@@ -143,14 +143,19 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
   for (const fs::path& part : fs::path(out_dir)) {
     level /= part;
     if (part.empty()) continue;  // the empty last element of a name ending in '/'
-    if (::mkdir(level.c_str(), 0777) == 0)
+    if (::mkdir(level.c_str(), 0777) == 0) {
       made_dirs_.push_back(level.string());
-    else if (errno != EEXIST)
+      step(Step::level_made, level.string());
+    } else if (errno != EEXIST) {
       return fmt::format("cannot create 'run.out_dir' = {}: {}", out_dir, std::strerror(errno));
+    } else {
+      step(Step::level_found, level.string());
+    }
   }
   const std::string path = (fs::path(out_dir) / kRunLockFile).string();
   const int dir_fd = ::open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return fmt::format("cannot open the run directory {}: {}", out_dir, std::strerror(errno));
+  step(Step::dir_opened, out_dir);
   // NOTE: O_NOFOLLOW and no O_TRUNC: the pid is written into the file, and a link planted at the
   // name (or a FIFO) would have its target overwritten or block the open. O_EXCL first tells
   // whether this run made the file (a link at the name exists too, and is refused below).
@@ -158,9 +163,28 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
   made_file_ = fd >= 0;
   if (fd < 0 && errno == EEXIST) fd = ::openat(dir_fd, kRunLockFile, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   const int open_error = errno;
+  if (fd >= 0) step(made_file_ ? Step::file_made : Step::file_opened, path);
+  // The lock file this call opened was unlinked before it was locked: by the refused start-up of
+  // another echo_train that made it (~RunDirLock), which has let go of the run directory by then.
+  const auto removed = [&path] {
+    return fmt::format(
+        "the run directory's lock file {} was removed or replaced while this echo_train took its lock (another "
+        "echo_train's start-up on the same run.out_dir was refused at that moment); run it again",
+        path);
+  };
   struct stat st {};
+  const bool stat_ok = fd >= 0 && ::fstat(fd, &st) == 0;
+  // NOTE: a regular file with no link left was unlinked since the open above (no hard link
+  // planted): "is a file with 0 hard links ...; remove it" sent the user after a file that was gone
+  // (found by tests/train/run_dir_race_test.cpp, a start-up paused between this open and fstat).
+  if (stat_ok && S_ISREG(st.st_mode) && st.st_nlink == 0) {
+    ::close(fd);
+    ::close(dir_fd);
+    made_file_ = false;
+    return removed();
+  }
   // A hard link planted at the name is a regular file too: its target would be truncated.
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+  if (!stat_ok || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
     if (fd >= 0) ::close(fd);
     ::close(dir_fd);
     if (fd >= 0 || open_error == ELOOP)
@@ -173,13 +197,17 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
                                 : std::string("not a regular file"));
     return fmt::format("cannot open the run directory's lock file {}: {}", path, std::strerror(open_error));
   }
+  step(Step::file_checked, path);
   dir_fd_ = dir_fd;
   file_fd_ = fd;
   // Both the directory and the file are locked: deleting the file (a "stale lock" cleanup) leaves
   // the directory's lock, and an echo_train from before the directory lock still sees the file's.
   std::string unlocked[2];  // why the file's, the directory's lock could not be taken
   for (const int locked : {fd, dir_fd}) {
-    if (::flock(locked, LOCK_EX | LOCK_NB) == 0) continue;
+    if (::flock(locked, LOCK_EX | LOCK_NB) == 0) {
+      step(locked == fd ? Step::file_locked : Step::dir_locked, locked == fd ? path : out_dir);
+      continue;
+    }
     const int err = errno;
     if (err != EWOULDBLOCK) {
       unlocked[locked == fd ? 0 : 1] = std::strerror(err);
@@ -218,12 +246,10 @@ std::string RunDirLock::acquire(const std::string& out_dir) {
     ::close(std::exchange(dir_fd_, -1));
     ::close(std::exchange(file_fd_, -1));
     made_file_ = false;
-    return fmt::format(
-        "the run directory's lock file {} was removed or replaced while this echo_train took its lock (another "
-        "echo_train's start-up on the same run.out_dir was refused at that moment); run it again",
-        path);
+    return removed();
   }
   held_ = true;
+  step(Step::name_checked, path);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string holder = fmt::format("pid {} on {}\n", ::getpid(), host);

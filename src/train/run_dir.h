@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,13 +47,34 @@ class RunDirLock {
   // is then admitted and both write one run (found by a hostile test: rm -rf of a live run).
   std::string lost(const std::string& out_dir) const;
 
+  // The points of acquire, in the order it passes them; each is passed only when reached.
+  enum class Step {
+    level_made,    // mkdir made a level of out_dir (path: the level)
+    level_found,   // a level of out_dir was there already (path: the level)
+    dir_opened,    // out_dir opened (path: out_dir)
+    file_made,     // the lock file created by this call (O_EXCL) (path: the lock file)
+    file_opened,   // the lock file, there already, opened (path: the lock file)
+    file_checked,  // the file opened is a regular file with one link (path: the lock file)
+    file_locked,   // the lock file's flock taken (path: the lock file)
+    dir_locked,    // out_dir's flock taken (path: out_dir)
+    name_checked,  // the name still leads to the file locked: the lock is held (path: the lock file)
+  };
+  // Called by acquire at each Step. Tests use it to pause one of two processes racing for one run
+  // directory between chosen steps (tests/train/run_dir_race_test.cpp).
+  void at_each_step(std::function<void(Step, const std::string& path)> hook) { at_step_ = std::move(hook); }
+
  private:
+  void step(Step s, const std::string& path) const {
+    if (at_step_) at_step_(s, path);
+  }
+
   int dir_fd_ = -1;   // out_dir, locked
   int file_fd_ = -1;  // out_dir/.echo_train.lock, locked
   bool made_file_ = false;
   std::vector<std::string> made_dirs_;  // the levels acquire made, outermost first
   bool held_ = false;                   // acquire took the lock
   bool kept_ = false;
+  std::function<void(Step, const std::string&)> at_step_;
 };
 
 // A file of the run directory: out_dir/name, one slash whatever out_dir ends with ("runs/a/" gave
