@@ -204,6 +204,14 @@ int bench_main(int argc, char** argv) {
                      "--slot-kib {} holds no 8-bit group of --group-size {} ({} bytes encoded): the cuda_ipc rows "
                      "would not be pipelined",
                      kib, o.group_size, widest_group);
+  // The sizes are checked before the device is: a bad --sizes is named on a machine without one.
+  const std::vector<size_t> sizes = parse_sizes(o.sizes);
+  require_16bit_values(sizes, "--sizes");
+  for (const size_t bytes : sizes)  // as echo_bench: one partial group per call times no codec
+    ECHO_INPUT_CHECK(bytes / 2 >= static_cast<size_t>(o.group_size),
+                     "--sizes {} holds {} 16-bit values, fewer than one group of --group-size {}: each call would "
+                     "quantize one partial group; give sizes of at least {} or a smaller --group-size",
+                     format_size(bytes), bytes / 2, o.group_size, format_size(static_cast<size_t>(o.group_size) * 2));
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
   const int devices = cuda_device_count();
   ECHO_INPUT_CHECK(devices > 0, "echo_ipc_bench needs a usable CUDA device (none found, or no driver)");
@@ -224,8 +232,6 @@ int bench_main(int argc, char** argv) {
     std::printf("%8s  %-48s %5s %12s %10s %10s %8s %7s %10s\n", "size", "row", "place", "median(us)", "algbw",
                 "ceiling", "frac", "tiles", "wrong");
   }
-  const std::vector<size_t> sizes = parse_sizes(o.sizes);
-  require_16bit_values(sizes, "--sizes");
   for (size_t bytes : sizes) {
     const size_t n = bytes / 2;
     const std::vector<uint16_t> host = input_bits(n, me);

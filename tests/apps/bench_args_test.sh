@@ -48,6 +48,8 @@ refused "echo_bench sizes past 2^64" "size '18446744073709551615' exceeds echo_b
   "${bench[@]}" --sizes 1K..18446744073709551615
 refused "echo_bench size above the limit" "size '2G' exceeds echo_bench's largest message" "${bench[@]}" --sizes 2G
 refused "echo_bench negative size" "size '-4K' must be positive" "${bench[@]}" --sizes -4K
+refused "echo_bench message shorter than a group" "--sizes 1K holds 512 16-bit values, fewer than one group of --group-size 1048576: each call would quantize one partial group; give sizes of at least 2M or a smaller --group-size" \
+  "${bench[@]}" --sizes 1K --impl echo --group-size 1048576
 refused "echo_bench iters 0" "--iters must be at least 1 (got 0)" "${bench[@]}" --sizes 1K --iters 0
 refused "echo_bench negative warmup" "--warmup must be 0 or more (got -1)" "${bench[@]}" --sizes 1K --warmup -1
 refused "echo_bench tiles 0" "--tiles must lie in [1, 64] (got 0)" "${bench[@]}" --sizes 1K --tiles 0
@@ -57,7 +59,7 @@ refused "echo_bench --threads over mpi" "--threads applies to --transport shm (t
   "${bench[@]}" --sizes 1K --threads 2
 refused "echo_bench --slot-kib over mpi" "--slot-kib applies to --transport shm" "${bench[@]}" --sizes 1K --transport mpi --slot-kib 64
 refused "echo_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
-  "${bench[@]}" --sizes 1K --transport shm --bits 8 --group-size 4096 --slot-kib 1
+  "${bench[@]}" --sizes 8K --transport shm --bits 8 --group-size 4096 --slot-kib 1
 refused "echo_bench step factor 1" "--step-factor must be at least 2 (got 1)" "${bench[@]}" --sizes 1K..4K --step-factor 1
 refused "echo_bench unknown quantizer" "--quantizer 'foo': expected one of symmetric, asym_naive, asym_zero_aware" \
   "${bench[@]}" --sizes 1K --quantizer foo
@@ -255,6 +257,9 @@ if [[ -x "$build/echo_ipc_bench" ]]; then
   refused "echo_ipc_bench group above slot" "--slot-kib 1 holds no 8-bit group of --group-size 4096 (4100 bytes encoded)" \
     "${ipc[@]}" --slot-kib 1 --group-size 4096
   refused "echo_ipc_bench iters 0" "--iters must be >= 1" "${ipc[@]}" --iters 0
+  refused "echo_ipc_bench odd size" "--sizes" "${ipc[@]}" --sizes 1001
+  refused "echo_ipc_bench message shorter than a group" "--sizes 4K holds 2048 16-bit values, fewer than one group of --group-size 4096: each call would quantize one partial group; give sizes of at least 8K or a smaller --group-size" \
+    "${ipc[@]}" --sizes 4K --group-size 4096
 fi
 
 finish
