@@ -102,7 +102,7 @@ struct Watchdog {
                        rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
                        in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
                        slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
-                       b ? b->describe_others(now, waited) : std::string("a peer rank is stopped, hung or gone")));
+                       b ? b->describe_others(now, waited, w, in_step) : std::string("a peer rank is stopped, hung or gone")));
     }
   }
 
@@ -129,41 +129,54 @@ void start_thread(Watchdog& w) {
   std::call_once(w.started, [&w] { std::thread([&w] { w.watch(); }).detach(); });
 }
 
+// Seconds as nanoseconds in an int64: a limit past ~285 years (or inf) is as good as none, and
+// the cast of a larger double is undefined (on x86 it gave a negative number: the watch was off).
+int64_t limit_ns(double seconds) {
+  constexpr double kLongest = 9.0e18;  // ns
+  return seconds > 0 ? static_cast<int64_t>(std::min(seconds * 1e9, kLongest)) : 0;
+}
+
 }  // namespace
 
 void set_collective_timeout(double seconds, int rank) {
   Watchdog& w = watchdog();
   w.rank.store(rank);
-  w.timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
+  w.timeout_ns.store(limit_ns(seconds));
   if (seconds > 0) start_thread(w);
 }
 
 void set_slow_collective_timeout(double seconds) {
   Watchdog& w = watchdog();
-  w.slow_timeout_ns.store(seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0);
+  w.slow_timeout_ns.store(limit_ns(seconds));
   if (seconds > 0) start_thread(w);
 }
 
 void watch_peers_on_node(const Communicator& comm) {
   Watchdog& w = watchdog();
-  if (w.board.load()) return;
+  const CollectiveScope watched("start-up's sharing of progress within the node", Patience::slow);
+  // Decided together: a rank that returned early here while the others made a board would leave
+  // them waiting in its collectives.
+  const bool had = w.board.load() != nullptr;
+  if (comm.all_ranks(had)) return;
   std::string why;
-  NodeProgressBoard* b = nullptr;
-  {
-    const CollectiveScope watched("start-up's sharing of progress within the node", Patience::slow);
-    b = NodeProgressBoard::create(comm, &why);
-  }
+  NodeProgressBoard* b = NodeProgressBoard::create(comm, &why);
   if (!b) {
-    if (comm.rank() == 0)
-      log::get("dist")->warn("the collective watchdog cannot see the other ranks of this node ({}): a timeout will "
-                             "say \"a peer rank\" instead of naming it",
-                             why);
+    // Each rank says why in its own words (the failing rank's reason is its own).
+    log::get("dist")->warn("[rank {}] the collective watchdog cannot see the other ranks of this node ({}): a "
+                           "timeout will say \"a peer rank\" instead of naming it",
+                           comm.rank(), why);
     return;
   }
+  if (had) return;  // this rank's board stays (the new one is never used)
   // The scope in force now (usually none) goes on the board before the thread can read it.
   const char* in = w.what.load();
   if (in) b->enter(in, w.scope_step.load(), w.since_ns.load());
   w.board.store(b);
+}
+
+std::string describe_peer_process(int world_rank) {
+  const NodeProgressBoard* b = watchdog().board.load();
+  return b ? b->describe_process(world_rank, steady_now_ns()) : std::string();
 }
 
 void set_collective_step(int64_t step) { watchdog().step.store(step); }

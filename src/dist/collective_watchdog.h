@@ -45,6 +45,11 @@ void set_slow_collective_timeout(double seconds);
 // Without shared memory (logged once) the message stays as it was. Call it once, at start-up.
 void watch_peers_on_node(const Communicator& comm);
 
+// For other waits on a peer (the shm transport's flags): "rank r (pid p) is stopped (...)" when
+// watch_peers_on_node() was called and world rank `world_rank` runs on this node with its process
+// gone, stopped or not running; "" otherwise.
+std::string describe_peer_process(int world_rank);
+
 // The training step (1-based) the calling loop is in, named in the message ("... at step 12");
 // 0 (the default) names none: start-up, or a program that is not a trainer.
 void set_collective_step(int64_t step);

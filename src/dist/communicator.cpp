@@ -68,4 +68,16 @@ bool Communicator::all_ranks(bool ok) const {
   return all != 0;
 }
 
+std::vector<int> Communicator::world_ranks() const {
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_CHECK(MPI_Comm_group(comm_, &mine));
+  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> here(static_cast<size_t>(size_)), there(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) here[static_cast<size_t>(r)] = r;
+  MPI_CHECK(MPI_Group_translate_ranks(mine, size_, here.data(), world, there.data()));
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  return there;
+}
+
 }  // namespace echo::dist

@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 namespace echo::dist {
 
 class Communicator {
@@ -28,6 +30,8 @@ class Communicator {
   double sum_in_rank_order(double value) const;
   // True on every rank when `ok` is true on every rank: all ranks then take the same branch.
   bool all_ranks(bool ok) const;
+  // The rank in MPI_COMM_WORLD of each rank of this communicator, in this one's order.
+  std::vector<int> world_ranks() const;
 
  private:
   Communicator(MPI_Comm comm, bool owned);

@@ -1,18 +1,19 @@
-// The node's progress board: one cache line per rank in a page of POSIX shared memory.
+// The node's progress board: one slot per rank in anonymous shared memory (a memfd).
 #include "dist/node_progress_board.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <new>
-#include <random>
 #include <sstream>
 #include <vector>
 
@@ -96,6 +97,51 @@ ScopeView read_scope(const ProgressSlot& slot) {
 
 std::string at_step(int64_t step) { return step > 0 ? fmt::format(" at step {}", step) : std::string(); }
 
+std::string who(const ProgressSlot& s) { return fmt::format("rank {} (pid {})", s.world_rank.load(), s.pid.load()); }
+
+std::string seconds_between(int64_t from_ns, int64_t to_ns) {
+  return seconds_text(static_cast<double>(to_ns - from_ns) * 1e-9);
+}
+
+// The node's first rank makes the memory (a memfd: no name in /dev/shm to leave behind, and
+// fallocate reserves its pages, so a full tmpfs is an error here and never a SIGBUS at the first
+// write), and the others open it through /proc/<pid>/fd. Returns the mapping or the reason.
+void* map_shared(const Communicator& local, size_t bytes, std::string& failure) {
+  int fd = -1;
+  int32_t origin[2] = {static_cast<int32_t>(getpid()), -1};  // the maker's pid and fd
+  if (local.rank() == 0) {
+    fd = memfd_create("echo-progress", MFD_CLOEXEC);
+    if (fd < 0) {
+      failure = fmt::format("memfd_create: {}", std::strerror(errno));
+    } else if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+      failure = fmt::format("fallocate of {} bytes: {}", bytes, std::strerror(err));
+      close(fd);
+      fd = -1;
+    }
+    origin[1] = fd;
+  }
+  MPI_CHECK(MPI_Bcast(origin, 2, MPI_INT32_T, 0, local.get()));
+  if (local.rank() != 0) {
+    const std::string path = fmt::format("/proc/{}/fd/{}", origin[0], origin[1]);
+    if (origin[1] < 0)
+      failure = "the node's first rank could not make it";
+    else if ((fd = open(path.c_str(), O_RDWR | O_CLOEXEC)) < 0)
+      failure = fmt::format("open {}: {}", path, std::strerror(errno));
+  }
+  void* memory = MAP_FAILED;
+  if (fd >= 0) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes)
+      failure = fmt::format("the shared memory holds {} bytes, not {}", static_cast<long long>(st.st_size), bytes);
+    else if ((memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+      failure = fmt::format("mmap of {} bytes: {}", bytes, std::strerror(errno));
+  }
+  // The maker keeps its descriptor until every rank of the node has opened its own.
+  local.barrier();
+  if (fd >= 0) close(fd);
+  return memory == MAP_FAILED ? nullptr : memory;
+}
+
 }  // namespace
 
 ProcessStat process_stat(int pid) { return pid > 0 ? read_stat(pid) : ProcessStat{}; }
@@ -109,42 +155,11 @@ NodeProgressBoard* NodeProgressBoard::create(const Communicator& comm, std::stri
   Communicator local = Communicator::adopt(local_comm);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (static_cast<size_t>(local.size()) * sizeof(ProgressSlot) + page - 1) / page * page;
-
-  // The node's first rank makes the memory under a fresh name and hands the name on.
   std::string failure;
-  char name[64] = {};
-  int fd = -1;
-  if (local.rank() == 0) {
-    std::snprintf(name, sizeof name, "/echo-progress-%d-%08x", static_cast<int>(getpid()), std::random_device{}());
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-      failure = fmt::format("shm_open({}): {}", name, std::strerror(errno));
-    else if (ftruncate(fd, static_cast<off_t>(bytes)) != 0)
-      failure = fmt::format("ftruncate of {} to {} bytes: {}", name, bytes, std::strerror(errno));
-    if (!failure.empty()) {
-      if (fd >= 0) shm_unlink(name);
-      name[0] = '\0';
-    }
-  }
-  MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, local.get()));
-  if (local.rank() != 0) {
-    if (name[0] == '\0')
-      failure = "the node's first rank could not make it";
-    else if ((fd = shm_open(name, O_RDWR, 0)) < 0)
-      failure = fmt::format("shm_open({}): {}", name, std::strerror(errno));
-  }
-  void* memory = MAP_FAILED;
-  if (fd >= 0) {
-    memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (memory == MAP_FAILED) failure = fmt::format("mmap of {} bytes: {}", bytes, std::strerror(errno));
-    close(fd);
-  }
-  // Once every rank of the node has it mapped (or failed), the name goes: nothing stays behind.
-  local.barrier();
-  if (local.rank() == 0 && name[0] != '\0') shm_unlink(name);
+  void* memory = map_shared(local, bytes, failure);
   if (!comm.all_ranks(failure.empty())) {
-    if (memory != MAP_FAILED) munmap(memory, bytes);
-    if (why) *why = failure.empty() ? "another rank could not map it" : failure;
+    if (memory) munmap(memory, bytes);
+    if (why) *why = failure.empty() ? "another rank could not map it (its own warning says why)" : failure;
     return nullptr;
   }
   auto* slots = static_cast<ProgressSlot*>(memory);
@@ -155,6 +170,13 @@ NodeProgressBoard* NodeProgressBoard::create(const Communicator& comm, std::stri
   auto* board = new NodeProgressBoard(slots, local.size(), local.rank(), comm.size());
   board->leave(steady_now_ns());  // outside any collective since now
   local.barrier();  // every slot is constructed before anyone reads it
+  // /proc speaks for a peer only if it shows that process now (a pid namespace of its own, or a
+  // /proc that is not the host's, shows another process or none under its number).
+  board->visible_.resize(static_cast<size_t>(local.size()));
+  for (int i = 0; i < local.size(); ++i) {
+    const ProcessStat st = read_stat(slots[i].pid.load());
+    board->visible_[static_cast<size_t>(i)] = st.state != 0 && st.start_ticks == slots[i].start_ticks.load();
+  }
   return board;
 }
 
@@ -184,56 +206,100 @@ void NodeProgressBoard::beat(int64_t now_ns, int64_t poll_ns) {
   s.heartbeat_ns.store(now_ns);
 }
 
-std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns) const {
+std::string NodeProgressBoard::process_problem(int i, int64_t now_ns) const {
+  const ProgressSlot& s = slots_[i];
+  const int64_t beat = s.heartbeat_ns.load(), poll = s.poll_ns.load();
+  const bool not_running = beat > 0 && now_ns - beat > 2 * poll + 1'000'000'000;
+  if (!visible_[static_cast<size_t>(i)])
+    return not_running ? fmt::format("has not run for {} s (its process cannot be seen from here: stopped, gone or "
+                                     "starved of CPU)",
+                                     seconds_between(beat, now_ns))
+                       : std::string();
+  const ProcessStat st = process_stat(s.pid.load());
+  // No process under the number now, or another one (the number was reused): it ended.
+  if (st.state == 0 || st.start_ticks != s.start_ticks.load() || st.state == 'Z' || st.state == 'X')
+    return "is gone (it exited or was killed)";
+  if (st.state == 'T') return "is stopped (SIGSTOP or Ctrl-Z)";
+  if (st.state == 't') return "is stopped by a debugger (ptrace)";
+  if (not_running)
+    return fmt::format("has not run for {} s (starved of CPU or swapped out)", seconds_between(beat, now_ns));
+  return {};
+}
+
+std::string NodeProgressBoard::describe_process(int world_rank, int64_t now_ns) const {
+  for (int i = 0; i < local_size_; ++i) {
+    if (i == local_rank_ || slots_[i].world_rank.load() != world_rank) continue;
+    const std::string problem = process_problem(i, now_ns);
+    return problem.empty() ? problem : who(slots_[i]) + " " + problem;
+  }
+  return {};
+}
+
+std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns, const char* what,
+                                               int64_t step) const {
   std::vector<std::string> holding;  // the ranks that hold this one up
-  std::vector<int> waiting;
+  std::vector<std::string> elsewhere_waits;  // ranks waiting in another collective or step
+  std::vector<int> same, moving, unread;
   for (int i = 0; i < local_size_; ++i) {
     if (i == local_rank_) continue;
     const ProgressSlot& s = slots_[i];
-    const int rank = s.world_rank.load(), pid = s.pid.load();
-    const std::string who = fmt::format("rank {} (pid {})", rank, pid);
-    // /proc speaks for the process only when it is the same one (a pid namespace of its own
-    // shows another process, or none, under that number).
-    const ProcessStat stat = process_stat(pid);
-    const bool same_process = stat.state != 0 && stat.start_ticks == s.start_ticks.load();
-    const int64_t beat = s.heartbeat_ns.load(), poll = s.poll_ns.load();
-    const bool not_running = beat > 0 && now_ns - beat > 2 * poll + 1'000'000'000;
-    if ((same_process && (stat.state == 'Z' || stat.state == 'X')) || (stat.state == 0 && not_running)) {
-      holding.push_back(who + " is gone (it exited or was killed)");
-      continue;
-    }
-    if (same_process && (stat.state == 'T' || stat.state == 't')) {
-      holding.push_back(who + " is stopped (SIGSTOP, Ctrl-Z or a debugger)");
-      continue;
-    }
-    if (not_running) {
-      holding.push_back(fmt::format("{} has not run for {} s (starved of CPU, swapped out or stopped)", who,
-                                    seconds_text(static_cast<double>(now_ns - beat) * 1e-9)));
+    if (const std::string problem = process_problem(i, now_ns); !problem.empty()) {
+      holding.push_back(who(s) + " " + problem);
       continue;
     }
     const ScopeView v = read_scope(s);
-    if (!v.stable) continue;
-    const int64_t for_ns = now_ns - v.since_ns;
-    if (v.inside || for_ns < waited_ns / 2) {
-      waiting.push_back(rank);
+    if (!v.stable) {
+      unread.push_back(s.world_rank.load());
       continue;
     }
-    holding.push_back(fmt::format("{} has been outside any collective for {} s ({}): computing, or hung outside MPI",
-                                  who, seconds_text(static_cast<double>(for_ns) * 1e-9),
-                                  v.what.empty() ? std::string("since it started")
-                                                 : fmt::format("since it left {}{}", v.what, at_step(v.step))));
+    const int64_t for_ns = now_ns - v.since_ns;
+    if (v.inside) {
+      if (v.what == what && v.step == step)
+        same.push_back(s.world_rank.load());
+      else
+        elsewhere_waits.push_back(fmt::format("rank {} waits in {}{}", s.world_rank.load(), v.what, at_step(v.step)));
+      continue;
+    }
+    if (for_ns < waited_ns / 2) {  // between two collectives: not what holds this one up
+      moving.push_back(s.world_rank.load());
+      continue;
+    }
+    // In state D the process sleeps in the kernel: a hung file system or device.
+    const ProcessStat st = visible_[static_cast<size_t>(i)] ? process_stat(s.pid.load()) : ProcessStat{};
+    holding.push_back(fmt::format(
+        "{} has been outside any watched collective for {} s ({}){}: computing, hung, or in an MPI call echo does not "
+        "watch",
+        who(s), seconds_between(v.since_ns, now_ns),
+        v.what.empty() ? std::string("since it started") : fmt::format("since it left {}{}", v.what, at_step(v.step)),
+        st.state == 'D' ? ", its process in the kernel's uninterruptible wait (a hung file system or device?)" : ""));
   }
-  std::string text;
-  for (const std::string& h : holding) text += (text.empty() ? "" : "; ") + h;
-  const int elsewhere = world_size_ - local_size_;
-  if (!text.empty()) return text;
-  text = local_size_ > 1 ? fmt::format("every other rank on this node ({}) is in a collective or has just left one",
-                                       fmt::join(waiting, ", "))
-                         : std::string("no other rank runs on this node");
-  return elsewhere > 0 ? fmt::format("{}: one of the {} ranks on other nodes is stopped, hung or gone", text,
-                                     elsewhere)
-                       : fmt::format("{}: the ranks wait in different collectives (a deadlock) or MPI itself is stuck",
-                                     text);
+  constexpr size_t kListed = 8;  // a node of 64 ranks gets a line, not a page
+  const auto listed = [&](const std::vector<std::string>& items) {
+    std::string text;
+    for (size_t i = 0; i < items.size() && i < kListed; ++i) text += (i ? "; " : "") + items[i];
+    if (items.size() > kListed) text += fmt::format("; and {} more", items.size() - kListed);
+    return text;
+  };
+  if (!holding.empty()) return listed(holding);
+  const auto ranks = [](const std::vector<int>& r) {
+    return r.size() <= kListed ? fmt::format("{}", fmt::join(r, ", "))
+                               : fmt::format("{}, ... ({} ranks)", fmt::join(r.begin(), r.begin() + kListed, ", "),
+                                             r.size());
+  };
+  std::vector<std::string> parts;
+  if (!same.empty()) parts.push_back(fmt::format("rank(s) {} of this node wait in the same collective", ranks(same)));
+  if (!elsewhere_waits.empty())
+    parts.push_back(listed(elsewhere_waits) + fmt::format(", this rank in {}{}", what, at_step(step)));
+  if (!moving.empty()) parts.push_back(fmt::format("rank(s) {} just left a collective", ranks(moving)));
+  if (!unread.empty()) parts.push_back(fmt::format("rank(s) {} could not be read", ranks(unread)));
+  std::string text = local_size_ > 1 ? listed(parts) : std::string("no other rank of the job runs on this node");
+  const int others = world_size_ - local_size_;
+  if (!elsewhere_waits.empty())
+    return text + ": the ranks called different collectives (a deadlock, or one rank took another path)";
+  if (others > 0)
+    return fmt::format("{}: the rank that holds it up is one of the {} on other nodes (stopped, hung or gone)", text,
+                       others);
+  return text + ": nobody on this one-node job is missing, so MPI itself makes no progress";
 }
 
 }  // namespace echo::dist

@@ -6,13 +6,14 @@
 // /proc gives each peer's process (stopped, gone), a timeout's message then names the rank that
 // stalled instead of "a peer". Ranks on other nodes cannot be seen; the message says so.
 //
-// The page is POSIX shared memory, unlinked as soon as every rank of the node has mapped it
-// (nothing is left in /dev/shm after a crash) and never unmapped: the detached watchdog thread
-// may read it while the process exits.
+// The memory is a memfd the node's first rank makes and the others open through /proc (no name in
+// /dev/shm, so nothing is left behind whatever happens), never unmapped: the detached watchdog
+// thread may read it while the process exits.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace echo::dist {
 
@@ -32,15 +33,21 @@ class NodeProgressBoard {
   // The watchdog thread's heartbeat at each look, with its interval between looks.
   void beat(int64_t now_ns, int64_t poll_ns);
 
-  // What the other ranks on this node are doing, for the message of a collective that has made
-  // no progress for `waited_ns`: the ranks that hold it up (gone, stopped, not running, outside
-  // any collective for at least half that time), or that every rank here waits and the stalled
-  // rank is on another node.
-  std::string describe_others(int64_t now_ns, int64_t waited_ns) const;
+  // What the other ranks on this node are doing, for the message of collective `what` at `step`
+  // that has made no progress for `waited_ns`: the ranks that hold it up (gone, stopped, not
+  // running, outside any watched collective for at least half that time); else who waits in the
+  // same collective, who in another (a deadlock), and whether the stalled rank is on another node.
+  std::string describe_others(int64_t now_ns, int64_t waited_ns, const char* what, int64_t step) const;
+  // "rank r (pid p) is stopped (...)" when world rank `world_rank` runs on this node and its
+  // process is gone, stopped or not running; "" otherwise (running, or not on this node).
+  std::string describe_process(int world_rank, int64_t now_ns) const;
 
  private:
   NodeProgressBoard(ProgressSlot* slots, int local_size, int local_rank, int world_size);
+  // Slot i's process gone, stopped or not running, in words after "rank r (pid p)"; "" if it runs.
+  std::string process_problem(int i, int64_t now_ns) const;
   ProgressSlot* slots_;
+  std::vector<bool> visible_;  // slot i's process showed in this rank's /proc at start-up
   int local_size_;
   int local_rank_;
   int world_size_;

@@ -179,7 +179,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
   dist::set_slow_collective_timeout(cfg.comm.save_timeout_s);
   // The message then names the rank on this node that holds a collective up.
-  if (cfg.comm.peer_timeout_s > 0 || cfg.comm.save_timeout_s > 0) dist::watch_peers_on_node(world.world);
+  dist::watch_peers_on_node(world.world);
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.

@@ -7,6 +7,7 @@
 // thread bit for bit, and an error in a worker lane reaches the caller without a hang.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <limits>
@@ -14,6 +15,9 @@
 #include <random>
 #include <string>
 #include <thread>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include "../support/mpi_util.h"
 #include "../support/test_data.h"
@@ -23,6 +27,7 @@
 #include "comm/two_phase_reduce.h"
 #include "core/error.h"
 #include "core/hd.h"
+#include "dist/collective_watchdog.h"
 
 namespace echo::comm {
 namespace {
@@ -74,7 +79,7 @@ std::vector<NamedCodec> every_codec() {
       spec.bits = bits;
       spec.policy = policy;
       spec.group_size = bits == 4 ? 128 : 32;
-      c.push_back({"q" + std::to_string(bits) + "/" + std::to_string(static_cast<int>(policy)),
+      c.push_back({fmt::format("q{}/{}", bits, static_cast<int>(policy)),
                    std::make_unique<QuantCodec>(spec)});
     }
   QuantSpec big;  // one group (8 KiB) larger than a small slot: served by the MPI fallback
@@ -414,6 +419,40 @@ TEST(ShmPipelinedReduce, ARankThatNeverArrivesIsATimeoutNamingItNotAHang) {
     }
     group.barrier();  // the absent rank waits here until the others gave up
   });
+}
+
+// In a group numbered otherwise than the world (ranks in reverse), the timeout names the world
+// rank mpirun and the logs know, then the group's; and a stopped peer is named as stopped, from
+// the node's progress board (dist/collective_watchdog.h), which the others read before they
+// continue it.
+TEST(ShmPipelinedReduce, AStoppedPeerIsNamedByItsWorldRankAndAsStopped) {
+  auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
+  dist::watch_peers_on_node(world);
+  std::vector<int> pids(static_cast<size_t>(world.size()));
+  const int mine = static_cast<int>(getpid());
+  MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const dist::Communicator group = world.split(0, world.size() - 1 - world.rank());
+  const int absent_world = world.size() - 1;  // rank 0 of the group
+  // The ranks that wait: each reads the board before any of them continues the stopped one.
+  const dist::Communicator waiting = world.split(world.rank() == absent_world ? 1 : 0, world.rank());
+  auto shm = make_shm(group, small_geometry(), 1.0);
+  ASSERT_NE(shm, nullptr);
+  Bf16Codec bf16;
+  std::vector<float> x = random_normal(5000, 3, group.rank());
+  if (world.rank() == absent_world) {
+    raise(SIGSTOP);
+  } else {
+    const std::string error = echo::testing::kind_and_what_of([&] { shm->run(x, bf16, {5, Direction::backward}); });
+    waiting.barrier();
+    kill(pids[static_cast<size_t>(absent_world)], SIGCONT);
+    for (const std::string& piece :
+         {std::string("run: shm all-reduce at backward site 5: timed out"),
+          fmt::format("in the push stage waiting for rank {0} (rank 0 of the group) (comm.peer_timeout_s = 1); rank {0} "
+                      "(pid {1}) is stopped (SIGSTOP or Ctrl-Z)",
+                      absent_world, pids[static_cast<size_t>(absent_world)])})
+      EXPECT_NE(error.find(piece), std::string::npos) << error;
+  }
+  group.barrier();  // the stopped rank waits here once continued
 }
 
 // One rank's worker lanes fail; on the other ranks only the worker lanes, which wait for that

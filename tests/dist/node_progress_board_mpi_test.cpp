@@ -2,11 +2,13 @@
 // 2 and 4 ranks on one node, with recording handlers instead of ending the process: a rank that
 // stays outside any collective is named with its pid; a rank stopped with SIGSTOP is named as
 // stopped, and once continued it does not blame the peers it kept waiting (the time it did not
-// run is not a wait); when every rank waits, the message says so (a deadlock: nobody is missing
-// on a one-node job). Also /proc's view of a stopped, an exited and a reaped child.
+// run is not a wait); ranks waiting in different collectives are a deadlock, in the same one a
+// stuck MPI (nobody is missing on a one-node job); a board one rank cannot make is made by none.
+// Also /proc's view of a stopped, an exited and a reaped child.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,10 +82,12 @@ TEST_F(NodeProgressBoardTest, ARankOutsideAnyCollectiveIsNamed) {
     return;
   }
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_NE(got[0].find(" s in the probe barrier (comm.peer_timeout_s = 0.3): " + rank1("has been outside any collective for ")),
+  EXPECT_NE(got[0].find(" s in the probe barrier (comm.peer_timeout_s = 0.3): " +
+                        rank1("has been outside any watched collective for ")),
             std::string::npos)
       << got[0];
-  EXPECT_NE(got[0].find("computing, or hung outside MPI; ending this rank so that mpirun ends the job"),
+  EXPECT_NE(got[0].find("computing, hung, or in an MPI call echo does not watch; ending this rank so that mpirun ends "
+                        "the job"),
             std::string::npos)
       << got[0];
   for (int r = 2; r < world_.size(); ++r)  // the others wait beside this rank: not culprits
@@ -102,7 +106,7 @@ TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
   };
   if (world_.rank() == 0)
     on_message_ = [&] {
-      std::this_thread::sleep_for(500ms);  // rank 1 stays stopped well past its own limit
+      std::this_thread::sleep_for(1500ms);  // rank 1 stays stopped well past its own limit
       continue_rank1();
     };
   // If rank 0's watchdog never fires (the bug this test looks for), rank 1 is continued anyway.
@@ -115,7 +119,7 @@ TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
         continued = true;
       }
     });
-  set_collective_timeout(0.5, world_.rank());
+  set_collective_timeout(1.0, world_.rank());
   world_.barrier();
   if (world_.rank() == 1) {
     const CollectiveScope scope("the stopped rank's barrier");
@@ -130,14 +134,15 @@ TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
   }
   set_collective_timeout(0, 0);
   if (rescue.joinable()) rescue.join();
+  std::this_thread::sleep_for(200ms);  // a look in progress ends before what the handler uses goes
   on_message_ = nullptr;
   const auto got = messages();
   if (world_.rank() == 1) {
     EXPECT_TRUE(got.empty()) << got[0];
   } else if (world_.rank() == 0) {
     ASSERT_EQ(got.size(), 1u);
-    EXPECT_NE(got[0].find(" s in the probe barrier (comm.peer_timeout_s = 0.5): " +
-                          rank1("is stopped (SIGSTOP, Ctrl-Z or a debugger); ending this rank")),
+    EXPECT_NE(got[0].find(" s in the probe barrier (comm.peer_timeout_s = 1): " +
+                          rank1("is stopped (SIGSTOP or Ctrl-Z); ending this rank")),
               std::string::npos)
         << got[0];
   } else {
@@ -145,32 +150,83 @@ TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
   }
 }
 
-TEST_F(NodeProgressBoardTest, WhenEveryRankWaitsTheMessageSaysSo) {
+// Every rank waits in a "collective" nobody completes (a scope around a sleep), each until its own
+// watchdog reports it: rank 0 in one and the others in another (a deadlock), or all in the same.
+std::string wait_until_reported(std::atomic<bool>& fired, const char* what) {
+  const CollectiveScope scope(what);
+  const auto start = std::chrono::steady_clock::now();
+  while (!fired && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(5ms);
+  // A rank that leaves at once would look "just left" to a slower one.
+  std::this_thread::sleep_for(1000ms);
+  return what;
+}
+
+TEST_F(NodeProgressBoardTest, RanksWaitingInDifferentCollectivesAreADeadlock) {
   std::atomic<bool> fired{false};
   on_message_ = [&] { fired = true; };
   set_collective_timeout(0.3, world_.rank());
   world_.barrier();
-  {
-    // Every rank waits in a "collective" nobody completes: each one's own watchdog ends it.
-    const CollectiveScope scope(world_.rank() == 0 ? "the probe wait" : "another wait");
-    const auto start = std::chrono::steady_clock::now();
-    while (!fired && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(5ms);
-    // A rank that leaves at once would look "outside any collective" to a slower one (whose
-    // watchdog thread may still sleep out the 0.1 s between looks of the previous test's "off").
-    std::this_thread::sleep_for(1000ms);
-  }
+  wait_until_reported(fired, world_.rank() == 0 ? "the probe wait" : "another wait");
   set_collective_timeout(0, 0);
+  std::this_thread::sleep_for(200ms);
+  on_message_ = nullptr;
+  const auto got = messages();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find(": the ranks called different collectives (a deadlock, or one rank took another path); "
+                        "ending this rank"),
+            std::string::npos)
+      << got[0];
+  if (world_.rank() == 0) {
+    EXPECT_NE(got[0].find("rank 1 waits in another wait"), std::string::npos) << got[0];
+    EXPECT_NE(got[0].find(", this rank in the probe wait"), std::string::npos) << got[0];
+  } else {
+    EXPECT_NE(got[0].find("rank 0 waits in the probe wait"), std::string::npos) << got[0];
+  }
+}
+
+TEST_F(NodeProgressBoardTest, RanksWaitingInTheSameCollectiveMissNobodyHere) {
+  std::atomic<bool> fired{false};
+  on_message_ = [&] { fired = true; };
+  set_collective_step(7);
+  set_collective_timeout(0.3, world_.rank());
+  world_.barrier();
+  wait_until_reported(fired, "the same wait");
+  set_collective_timeout(0, 0);
+  set_collective_step(0);
+  std::this_thread::sleep_for(200ms);
   on_message_ = nullptr;
   const auto got = messages();
   ASSERT_EQ(got.size(), 1u);
   std::string others;
   for (int r = 0; r < world_.size(); ++r)
     if (r != world_.rank()) others += (others.empty() ? "" : ", ") + std::to_string(r);
-  EXPECT_NE(got[0].find(": every other rank on this node (" + others +
-                        ") is in a collective or has just left one: the ranks wait in different collectives (a "
-                        "deadlock) or MPI itself is stuck; ending this rank"),
+  EXPECT_NE(got[0].find(" s in the same wait at step 7 (comm.peer_timeout_s = 0.3): rank(s) " + others +
+                        " of this node wait in the same collective: nobody on this one-node job is missing, so MPI "
+                        "itself makes no progress; ending this rank"),
             std::string::npos)
       << got[0];
+}
+
+// A board that cannot be made on one rank (here the node's first rank, whose file size limit
+// refuses the memory's bytes) is made on none: every rank goes without, saying why.
+TEST_F(NodeProgressBoardTest, ABoardThatOneRankCannotMakeIsMadeByNone) {
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  const auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  if (world_.rank() == 0) {
+    rlimit tiny = before;
+    tiny.rlim_cur = 16;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+  }
+  std::string why;
+  NodeProgressBoard* board = NodeProgressBoard::create(world_, &why);
+  if (world_.rank() == 0) setrlimit(RLIMIT_FSIZE, &before);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(board, nullptr);
+  if (world_.rank() == 0)
+    EXPECT_NE(why.find("fallocate of 4096 bytes: File too large"), std::string::npos) << why;
+  else
+    EXPECT_NE(why.find("the node's first rank could not make it"), std::string::npos) << why;
 }
 
 TEST(ProcessStat, StoppedExitedAndReapedChildren) {

@@ -5,6 +5,7 @@
 
 #include "bf16_codec.cuh"
 #include "comm/echo/quantize.h"
+#include "comm/p2p/peer_flags.h"
 #include "core/error.h"
 #include "core/seconds_text.h"
 #include "cuda_check.h"
@@ -21,7 +22,11 @@ struct CudaIpcReduce::Counters {
 
 CudaIpcReduce::CudaIpcReduce(const dist::Communicator& comm, std::shared_ptr<CudaIpcWorkspace> workspace,
                              double peer_timeout_s)
-    : comm_(comm), ws_(std::move(workspace)), peer_timeout_s_(peer_timeout_s), schedules_(ws_->geometry()) {
+    : comm_(comm),
+      ws_(std::move(workspace)),
+      peer_timeout_s_(peer_timeout_s),
+      world_ranks_(comm.world_ranks()),
+      schedules_(ws_->geometry()) {
   ECHO_CHECK(ws_->geometry().ranks == comm.size(), "cuda_ipc workspace made for {} ranks used by a group of {}",
              ws_->geometry().ranks, comm.size());
   // A wait kernel without a timeout would hang the stream, and with it the process's exit.
@@ -258,9 +263,10 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
   switch (fault.fault) {
     case cuda::kP2pTimeout:  // a run error, as the shm transport's (peer_flags.cpp)
       ECHO_RUN_FAIL(
-          "cuda_ipc all-reduce at {}: timed out after {} s in the {} stage{} waiting for rank {} "
-          "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
-          where, seconds_text(static_cast<double>(fault.waited_ns) * 1e-9), stage, tile, fault.peer, peer_timeout_s_);
+          "cuda_ipc all-reduce at {}: timed out after {} s in the {} stage{} waiting for {} (comm.peer_timeout_s = {}); "
+          "{}",
+          where, seconds_text(static_cast<double>(fault.waited_ns) * 1e-9), stage, tile,
+          p2p::peer_name(&world_ranks_, fault.peer), peer_timeout_s_, p2p::peer_timeout_cause(&world_ranks_, fault.peer));
     case cuda::kP2pOutOfStep:
       ECHO_CHECK(fault.observed != cuda::kP2pPoison,
                  "cuda_ipc all-reduce at {}: rank {} failed in this call (in the {} stage here; its own error names "

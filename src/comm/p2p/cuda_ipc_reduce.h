@@ -117,6 +117,7 @@ class CudaIpcReduce {
   const dist::Communicator& comm_;
   std::shared_ptr<CudaIpcWorkspace> ws_;
   double peer_timeout_s_;
+  std::vector<int> world_ranks_;  // of the group's ranks: what a timeout message names
   ScheduleCache schedules_;
   cudaStream_t push_ = nullptr, reduce_ = nullptr, tail_ = nullptr;
   cudaEvent_t start_ = nullptr, reduced_ = nullptr, tailed_ = nullptr;

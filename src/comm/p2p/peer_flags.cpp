@@ -9,6 +9,7 @@
 #include "comm/p2p/p2p_geometry.h"
 #include "core/error.h"
 #include "core/seconds_text.h"
+#include "dist/collective_watchdog.h"
 
 namespace echo::comm::p2p {
 
@@ -32,13 +33,31 @@ bool read_header(uint64_t* header, CallHeader& out) {
   return s1 != 0 && s1 == s2;
 }
 
+namespace {
+bool known(const std::vector<int>* world_ranks, int peer) {
+  return world_ranks != nullptr && peer >= 0 && static_cast<size_t>(peer) < world_ranks->size();
+}
+}  // namespace
+
+std::string peer_name(const std::vector<int>* world_ranks, int peer) {
+  if (!known(world_ranks, peer) || (*world_ranks)[static_cast<size_t>(peer)] == peer)
+    return fmt::format("rank {}", peer);
+  return fmt::format("rank {} (rank {} of the group)", (*world_ranks)[static_cast<size_t>(peer)], peer);
+}
+
+std::string peer_timeout_cause(const std::vector<int>* world_ranks, int peer) {
+  const std::string state =
+      known(world_ranks, peer) ? dist::describe_peer_process((*world_ranks)[static_cast<size_t>(peer)]) : "";
+  return state.empty() ? "that rank stopped, crashed or made a different call" : state;
+}
+
 void check_same_call(uint64_t* peer_header, const CallHeader& mine, int peer, const WaitContext& ctx) {
   CallHeader theirs;
   if (!read_header(peer_header, theirs) || theirs.seq != mine.seq) return;
   ECHO_CHECK(theirs.n == mine.n && theirs.wire == mine.wire,
-             "shm all-reduce at {}: rank {} called with {} elements ({} encoded bytes), this rank with {} ({} bytes): "
+             "shm all-reduce at {}: {} called with {} elements ({} encoded bytes), this rank with {} ({} bytes): "
              "every rank of the group must reduce a tensor of the same length with the same codec",
-             ctx.site, peer, theirs.n, theirs.wire, mine.n, mine.wire);
+             ctx.site, peer_name(ctx.world_ranks, peer), theirs.n, theirs.wire, mine.n, mine.wire);
 }
 
 double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, const CallHeader* mine, int peer,
@@ -52,17 +71,19 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
     value = observe(flag);
     if (value == expected) break;
     ECHO_CHECK(value < expected,
-               "shm all-reduce at {}: rank {} is out of step in the {} stage (flag {} where {} was expected): the "
+               "shm all-reduce at {}: {} is out of step in the {} stage (flag {} where {} was expected): the "
                "ranks of the group made different sequences of calls",
-               ctx.site, peer, stage, value, expected);
+               ctx.site, peer_name(ctx.world_ranks, peer), stage, value, expected);
     if (polls % 64 == 0) {
       if (mine) check_same_call(peer_header, *mine, peer, ctx);
       const double waited = std::chrono::duration<double>(clock::now() - start).count();
       // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
-      ECHO_RUN_CHECK(ctx.timeout_s <= 0 || waited < ctx.timeout_s,
-                     "shm all-reduce at {}: timed out after {} s in the {} stage waiting for rank {} "
-                     "(comm.peer_timeout_s = {}); that rank stopped, crashed or made a different call",
-                     ctx.site, seconds_text(waited), stage, peer, ctx.timeout_s);
+      if (ctx.timeout_s > 0 && waited >= ctx.timeout_s) {
+        ECHO_RUN_FAIL("shm all-reduce at {}: timed out after {} s in the {} stage waiting for {} "
+                      "(comm.peer_timeout_s = {}); {}",
+                      ctx.site, seconds_text(waited), stage, peer_name(ctx.world_ranks, peer), ctx.timeout_s,
+                      peer_timeout_cause(ctx.world_ranks, peer));
+      }
       long_wait = waited > 0.1;
     }
     // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:

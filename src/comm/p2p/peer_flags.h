@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace echo::comm::p2p {
 
@@ -31,7 +32,16 @@ bool read_header(uint64_t* header, CallHeader& out);
 struct WaitContext {
   const char* site = "";   // e.g. "forward site 3"
   double timeout_s = 300;  // 0 or less: wait forever
+  // The world rank of each rank of the group (Communicator::world_ranks), so that a message names
+  // the rank mpirun and the logs know; null: the group's own numbers.
+  const std::vector<int>* world_ranks = nullptr;
 };
+
+// "rank 3 (rank 1 of the group)", or "rank 1" where the numbers agree or are unknown (null).
+std::string peer_name(const std::vector<int>* world_ranks, int peer);
+// The tail of a peer timeout's message: what the node's progress board tells of the peer's
+// process (stopped, gone, not running), else that it stopped, crashed or made a different call.
+std::string peer_timeout_cause(const std::vector<int>* world_ranks, int peer);
 
 // Waits until *flag == expected. `peer_header` is the peer's header, checked against `mine` (unless
 // null) while waiting; the wait throws on a length or codec mismatch, on a flag that ran past `expected`

@@ -23,6 +23,7 @@ ShmPipelinedReduce::ShmPipelinedReduce(const dist::Communicator& comm, std::shar
     : comm_(comm),
       ws_(std::move(workspace)),
       peer_timeout_s_(peer_timeout_s),
+      world_ranks_(comm.world_ranks()),
       schedules_(ws_->geometry()),
       fallback_(comm),
       pool_(checked_threads(threads, ws_->geometry())) {
@@ -62,7 +63,7 @@ float ShmPipelinedReduce::group_max(float local, Site site) {
   std::atomic_ref<uint64_t>(mine[kHeaderMaxValue + slot]).store(float_bits(local), std::memory_order_relaxed);
   publish(&mine[kHeaderMaxSeq + slot], seq);
   const std::string site_name = to_string(site);
-  const WaitContext ctx{site_name.c_str(), peer_timeout_s_};
+  const WaitContext ctx{site_name.c_str(), peer_timeout_s_, &world_ranks_};
   float global = local;
   for (int p = 0; p < comm_.size(); ++p) {
     if (p == ws_->rank()) continue;
@@ -83,7 +84,7 @@ size_t ShmPipelinedReduce::run_pipeline(std::span<float> x, const SegmentCodec& 
                   s,
                   ws_->table().reserve_rounds(s.rounds),
                   CallHeader{ws_->table().next_call(), x.size(), codec.bytes(x.size())},
-                  WaitContext{site_name.c_str(), peer_timeout_s_},
+                  WaitContext{site_name.c_str(), peer_timeout_s_, &world_ranks_},
                   hooks};
   write_header(ws_->table().header(ws_->rank()), call.header);
   ++times_.calls;

@@ -76,6 +76,7 @@ class ShmPipelinedReduce final : public SegmentReduce {
   const dist::Communicator& comm_;
   std::shared_ptr<ShmWorkspace> ws_;
   double peer_timeout_s_;
+  std::vector<int> world_ranks_;  // of the group's ranks: what a timeout message names
   ScheduleCache schedules_;
   TwoPhaseReduce fallback_;  // for a codec whose one group does not fit a slot
   std::vector<Lane> lanes_;  // one per thread; lane 0 runs on the caller's
