@@ -89,7 +89,8 @@ struct Watchdog {
       if ((gen & 1) != 0 || w == nullptr || gen == fired_for || generation.load() != gen) continue;
       if (gen != excused_for) excused_for = gen, excused_ns = 0;
       // A thread woken far later than asked was not running: a scheduler's delay is milliseconds.
-      if (late > std::max<int64_t>(2 * poll, 200'000'000)) excused_ns += std::min(late, std::max<int64_t>(0, now - since));
+      if (late > std::max<int64_t>(2 * poll, 200'000'000))
+        excused_ns += std::min(late, std::max<int64_t>(0, now - since));
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
       if (timeout <= 0) continue;
@@ -97,12 +98,13 @@ struct Watchdog {
       if (waited <= timeout) continue;
       fired_for = gen;
       const NodeProgressBoard* b = board.load();
-      fire(fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): {}; ending this rank so that "
-                       "mpirun ends the job",
-                       rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
-                       in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
-                       slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
-                       b ? b->describe_others(now, waited, w, in_step) : std::string("a peer rank is stopped, hung or gone")));
+      fire(fmt::format(
+          "[rank {}] error: no progress for {} s in {}{} ({} = {:g}): {}; ending this rank so that "
+          "mpirun ends the job",
+          rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
+          in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
+          slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
+          b ? b->describe_others(now, waited, w, in_step) : std::string("a peer rank is stopped, hung or gone")));
     }
   }
 
@@ -162,9 +164,10 @@ void watch_peers_on_node(const Communicator& comm) {
   NodeProgressBoard* b = NodeProgressBoard::create(comm, &why);
   if (!b) {
     // Each rank says why in its own words (the failing rank's reason is its own).
-    log::get("dist")->warn("[rank {}] the collective watchdog cannot see the other ranks of this node ({}): a "
-                           "timeout will say \"a peer rank\" instead of naming it",
-                           comm.rank(), why);
+    log::get("dist")->warn(
+        "[rank {}] the collective watchdog cannot see the other ranks of this node ({}): a "
+        "timeout will say \"a peer rank\" instead of naming it",
+        comm.rank(), why);
     return;
   }
   if (had) return;  // this rank's board stays (the new one is never used)

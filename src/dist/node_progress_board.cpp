@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <new>
 #include <sstream>
 #include <vector>
@@ -169,7 +169,7 @@ NodeProgressBoard* NodeProgressBoard::create(const Communicator& comm, std::stri
   mine->start_ticks.store(read_stat(static_cast<int>(getpid())).start_ticks);
   auto* board = new NodeProgressBoard(slots, local.size(), local.rank(), comm.size());
   board->leave(steady_now_ns());  // outside any collective since now
-  local.barrier();  // every slot is constructed before anyone reads it
+  local.barrier();                // every slot is constructed before anyone reads it
   // /proc speaks for a peer only if it shows that process now (a pid namespace of its own, or a
   // /proc that is not the host's, shows another process or none under its number).
   board->visible_.resize(static_cast<size_t>(local.size()));
@@ -211,9 +211,10 @@ std::string NodeProgressBoard::process_problem(int i, int64_t now_ns) const {
   const int64_t beat = s.heartbeat_ns.load(), poll = s.poll_ns.load();
   const bool not_running = beat > 0 && now_ns - beat > 2 * poll + 1'000'000'000;
   if (!visible_[static_cast<size_t>(i)])
-    return not_running ? fmt::format("has not run for {} s (its process cannot be seen from here: stopped, gone or "
-                                     "starved of CPU)",
-                                     seconds_between(beat, now_ns))
+    return not_running ? fmt::format(
+                             "has not run for {} s (its process cannot be seen from here: stopped, gone or "
+                             "starved of CPU)",
+                             seconds_between(beat, now_ns))
                        : std::string();
   const ProcessStat st = process_stat(s.pid.load());
   // No process under the number now, or another one (the number was reused): it ended.
@@ -237,7 +238,7 @@ std::string NodeProgressBoard::describe_process(int world_rank, int64_t now_ns) 
 
 std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns, const char* what,
                                                int64_t step) const {
-  std::vector<std::string> holding;  // the ranks that hold this one up
+  std::vector<std::string> holding;          // the ranks that hold this one up
   std::vector<std::string> elsewhere_waits;  // ranks waiting in another collective or step
   std::vector<int> same, moving, unread;
   for (int i = 0; i < local_size_; ++i) {
@@ -282,9 +283,9 @@ std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns
   };
   if (!holding.empty()) return listed(holding);
   const auto ranks = [](const std::vector<int>& r) {
-    return r.size() <= kListed ? fmt::format("{}", fmt::join(r, ", "))
-                               : fmt::format("{}, ... ({} ranks)", fmt::join(r.begin(), r.begin() + kListed, ", "),
-                                             r.size());
+    return r.size() <= kListed
+               ? fmt::format("{}", fmt::join(r, ", "))
+               : fmt::format("{}, ... ({} ranks)", fmt::join(r.begin(), r.begin() + kListed, ", "), r.size());
   };
   std::vector<std::string> parts;
   if (!same.empty()) parts.push_back(fmt::format("rank(s) {} of this node wait in the same collective", ranks(same)));

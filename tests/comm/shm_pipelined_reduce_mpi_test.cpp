@@ -5,19 +5,18 @@
 // of thousands of back-to-back calls of changing shapes and codecs. With threads > 1, lanes 1..
 // run on the engine's parked workers (LanePool): thousands of calls on 2 and 3 threads equal one
 // thread bit for bit, and an error in a worker lane reaches the caller without a hang.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
-
-#include <signal.h>
-#include <unistd.h>
 
 #include "../support/mpi_util.h"
 #include "../support/test_data.h"
@@ -79,8 +78,7 @@ std::vector<NamedCodec> every_codec() {
       spec.bits = bits;
       spec.policy = policy;
       spec.group_size = bits == 4 ? 128 : 32;
-      c.push_back({fmt::format("q{}/{}", bits, static_cast<int>(policy)),
-                   std::make_unique<QuantCodec>(spec)});
+      c.push_back({fmt::format("q{}/{}", bits, static_cast<int>(policy)), std::make_unique<QuantCodec>(spec)});
     }
   QuantSpec big;  // one group (8 KiB) larger than a small slot: served by the MPI fallback
   big.bits = 8;
@@ -447,9 +445,10 @@ TEST(ShmPipelinedReduce, AStoppedPeerIsNamedByItsWorldRankAndAsStopped) {
     kill(pids[static_cast<size_t>(absent_world)], SIGCONT);
     for (const std::string& piece :
          {std::string("run: shm all-reduce at backward site 5: timed out"),
-          fmt::format("in the push stage waiting for rank {0} (rank 0 of the group) (comm.peer_timeout_s = 1); rank {0} "
-                      "(pid {1}) is stopped (SIGSTOP or Ctrl-Z)",
-                      absent_world, pids[static_cast<size_t>(absent_world)])})
+          fmt::format(
+              "in the push stage waiting for rank {0} (rank 0 of the group) (comm.peer_timeout_s = 1); rank {0} "
+              "(pid {1}) is stopped (SIGSTOP or Ctrl-Z)",
+              absent_world, pids[static_cast<size_t>(absent_world)])})
       EXPECT_NE(error.find(piece), std::string::npos) << error;
   }
   group.barrier();  // the stopped rank waits here once continued

@@ -266,7 +266,8 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
           "cuda_ipc all-reduce at {}: timed out after {} s in the {} stage{} waiting for {} "
           "(comm.peer_timeout_s = {}); {}",
           where, seconds_text(static_cast<double>(fault.waited_ns) * 1e-9), stage, tile,
-          p2p::peer_name(&world_ranks_, fault.peer), peer_timeout_s_, p2p::peer_timeout_cause(&world_ranks_, fault.peer));
+          p2p::peer_name(&world_ranks_, fault.peer), peer_timeout_s_,
+          p2p::peer_timeout_cause(&world_ranks_, fault.peer));
     case cuda::kP2pOutOfStep:
       ECHO_CHECK(fault.observed != cuda::kP2pPoison,
                  "cuda_ipc all-reduce at {}: rank {} failed in this call (in the {} stage here; its own error names "

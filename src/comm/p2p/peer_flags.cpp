@@ -79,10 +79,11 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
       const double waited = std::chrono::duration<double>(clock::now() - start).count();
       // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
       if (ctx.timeout_s > 0 && waited >= ctx.timeout_s) {
-        ECHO_RUN_FAIL("shm all-reduce at {}: timed out after {} s in the {} stage waiting for {} "
-                      "(comm.peer_timeout_s = {}); {}",
-                      ctx.site, seconds_text(waited), stage, peer_name(ctx.world_ranks, peer), ctx.timeout_s,
-                      peer_timeout_cause(ctx.world_ranks, peer));
+        ECHO_RUN_FAIL(
+            "shm all-reduce at {}: timed out after {} s in the {} stage waiting for {} "
+            "(comm.peer_timeout_s = {}); {}",
+            ctx.site, seconds_text(waited), stage, peer_name(ctx.world_ranks, peer), ctx.timeout_s,
+            peer_timeout_cause(ctx.world_ranks, peer));
       }
       long_wait = waited > 0.1;
     }
