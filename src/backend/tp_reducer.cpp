@@ -16,11 +16,12 @@ TpReducer make_local_reducer() {
 
 TpReducer make_mpi_reducer(const dist::Communicator& tp) {
   const MPI_Comm comm = tp.get();
+  const uint64_t members = tp.members_id();
   ECHO_CHECK(comm != MPI_COMM_NULL, "make_mpi_reducer: null communicator");
-  auto all_reduce = [comm](std::span<double> values, MPI_Op op) {
+  auto all_reduce = [comm, members](std::span<double> values, MPI_Op op) {
     ECHO_CHECK(values.size() <= static_cast<size_t>(INT_MAX), "TpReducer: {} values exceed one MPI call",
                values.size());
-    const dist::CollectiveScope watched("a tensor-parallel reduction of statistics (MPI_Allreduce)");
+    const dist::CollectiveScope watched("a tensor-parallel reduction of statistics (MPI_Allreduce)", members);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op, comm));
   };
   return {[all_reduce](std::span<double> values) { all_reduce(values, MPI_MAX); },

@@ -21,7 +21,7 @@ size_t TwoPhaseReduce::wire_bytes_per_rank(size_t n, int num_ranks, int rank, co
 
 float TwoPhaseReduce::group_max(float local, Site) {
   float global = 0.0f;
-  const dist::CollectiveScope watched("the backward rescale's max over MPI");
+  const dist::CollectiveScope watched("the backward rescale's max over MPI", comm_);
   MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_FLOAT, MPI_MAX, comm_.get()));
   return global;
 }
@@ -35,7 +35,7 @@ size_t TwoPhaseReduce::run(std::span<float> x, const SegmentCodec& codec) {
   const Segment mine = segs[me];
 
   ++times_.calls;
-  const dist::CollectiveScope watched("the two-phase all-reduce over MPI");
+  const dist::CollectiveScope watched("the two-phase all-reduce over MPI", comm_);
   // Phase 1: encode every non-owned segment for its owner.
   if (send_.size() < L.to_owners_send.buffer_bytes) send_.resize(L.to_owners_send.buffer_bytes);
   if (recv_.size() < L.to_owners_recv.buffer_bytes) recv_.resize(L.to_owners_recv.buffer_bytes);

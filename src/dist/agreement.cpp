@@ -17,7 +17,7 @@ std::string error_text(const std::exception& e) {
 }
 
 std::string agree(const dist::Communicator& comm, const std::string& local_error, const char* what) {
-  const CollectiveScope watched(what, Patience::slow);
+  const CollectiveScope watched(what, comm, Patience::slow);
   const int size = comm.size();
   int mine = local_error.empty() ? size : comm.rank();
   int first = size;

@@ -34,6 +34,7 @@ struct Watchdog {
   std::atomic<int> patience{static_cast<int>(Patience::step)};
   std::atomic<int64_t> since_ns{0};
   std::atomic<uint64_t> generation{0};
+  std::atomic<uint64_t> members{0};  // the scope's Communicator::members_id()
   std::mutex handler_mutex;
   std::function<void(const std::string&)> handler;
   std::once_flag started;
@@ -44,16 +45,17 @@ struct Watchdog {
   // (sequentially consistent, like every access here: a few atomic stores beside an MPI
   // collective cost nothing), so the thread, which reads it before and after the fields and skips
   // an odd or changed one, never mixes two scopes.
-  void publish(const char* w, Patience p) {
+  void publish(const char* w, Patience p, uint64_t comm) {
     generation.fetch_add(1);
     since_ns.store(steady_now_ns());
     scope_step.store(step.load());
     what.store(w);
     patience.store(static_cast<int>(p));
+    members.store(comm);
     generation.fetch_add(1);
     if (NodeProgressBoard* b = board.load()) {
       if (w)
-        b->enter(w, scope_step.load(), since_ns.load());
+        b->enter(w, scope_step.load(), comm, since_ns.load());
       else
         b->leave(since_ns.load());
     }
@@ -86,6 +88,7 @@ struct Watchdog {
       const bool slow = patience.load() == static_cast<int>(Patience::slow);
       const int64_t since = since_ns.load();
       const int64_t in_step = scope_step.load();
+      const uint64_t in_comm = members.load();
       if ((gen & 1) != 0 || w == nullptr || gen == fired_for || generation.load() != gen) continue;
       if (gen != excused_for) excused_for = gen, excused_ns = 0;
       // A thread woken far later than asked was not running: a scheduler's delay is milliseconds.
@@ -104,7 +107,7 @@ struct Watchdog {
           rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
           in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
           slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
-          b ? b->describe_others(now, waited, w, in_step) : std::string("a peer rank is stopped, hung or gone")));
+          b ? b->describe_others(now, waited, w, in_step, in_comm) : std::string("a peer rank is stopped, hung or gone")));
     }
   }
 
@@ -135,7 +138,8 @@ void start_thread(Watchdog& w) {
 // the cast of a larger double is undefined (on x86 it gave a negative number: the watch was off).
 int64_t limit_ns(double seconds) {
   constexpr double kLongest = 9.0e18;  // ns
-  return seconds > 0 ? static_cast<int64_t>(std::min(seconds * 1e9, kLongest)) : 0;
+  // A positive limit under 1 ns stays a limit (1 ns), not "off".
+  return seconds > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::min(seconds * 1e9, kLongest))) : 0;
 }
 
 }  // namespace
@@ -153,9 +157,10 @@ void set_slow_collective_timeout(double seconds) {
   if (seconds > 0) start_thread(w);
 }
 
-void watch_peers_on_node(const Communicator& comm) {
+void watch_peers_on_node() {
   Watchdog& w = watchdog();
-  const CollectiveScope watched("start-up's sharing of progress within the node", Patience::slow);
+  const Communicator comm = Communicator::borrow(MPI_COMM_WORLD);
+  const CollectiveScope watched("start-up's sharing of progress within the node", comm, Patience::slow);
   // Decided together: a rank that returned early here while the others made a board would leave
   // them waiting in its collectives.
   const bool had = w.board.load() != nullptr;
@@ -173,7 +178,7 @@ void watch_peers_on_node(const Communicator& comm) {
   if (had) return;  // this rank's board stays (the new one is never used)
   // The scope in force now (usually none) goes on the board before the thread can read it.
   const char* in = w.what.load();
-  if (in) b->enter(in, w.scope_step.load(), w.since_ns.load());
+  if (in) b->enter(in, w.scope_step.load(), w.members.load(), w.since_ns.load());
   w.board.store(b);
 }
 
@@ -190,21 +195,26 @@ void set_collective_timeout_handler(std::function<void(const std::string& messag
   w.handler = std::move(handler);
 }
 
-CollectiveScope::CollectiveScope(const char* what, Patience patience) noexcept
+CollectiveScope::CollectiveScope(const char* what, const Communicator& comm, Patience patience) noexcept
+    : CollectiveScope(what, comm.members_id(), patience) {}
+
+CollectiveScope::CollectiveScope(const char* what, uint64_t members_id, Patience patience) noexcept
     : outer_what_(nullptr),
       outer_patience_(Patience::step),
+      outer_members_(0),
       active_(watchdog().timeout_ns.load(std::memory_order_relaxed) > 0 ||
               watchdog().slow_timeout_ns.load(std::memory_order_relaxed) > 0) {
   if (!active_) return;
   Watchdog& w = watchdog();
   outer_what_ = w.what.load();
   outer_patience_ = static_cast<Patience>(w.patience.load());
-  w.publish(what, patience);
+  outer_members_ = w.members.load();
+  w.publish(what, patience, members_id);
 }
 
 CollectiveScope::~CollectiveScope() {
   if (!active_) return;
-  watchdog().publish(outer_what_, outer_patience_);  // null: outside any collective
+  watchdog().publish(outer_what_, outer_patience_, outer_members_);  // null: outside any collective
 }
 
 }  // namespace echo::dist

@@ -38,12 +38,13 @@ void set_collective_timeout(double seconds, int rank);
 // the thread like set_collective_timeout(); the rank in the message is the one that set.
 void set_slow_collective_timeout(double seconds);
 
-// Collective over `comm` (the job's ranks): the ranks on each node share where each one is
+// Collective over MPI_COMM_WORLD: the ranks on each node share where each one is
 // (dist/node_progress_board.h), and from then on a timeout's message names the rank on this node
 // that holds the collective up (gone, stopped, not running, outside any collective) instead of
 // "a peer rank", or says that every rank here waits and the stalled one is on another node.
-// Without shared memory (logged once) the message stays as it was. Call it once, at start-up.
-void watch_peers_on_node(const Communicator& comm);
+// Without shared memory (each rank logs why) the message stays as it was. Call it at start-up;
+// a later call on every rank does nothing.
+void watch_peers_on_node();
 
 // For other waits on a peer (the shm transport's flags): "rank r (pid p) is stopped (...)" when
 // watch_peers_on_node() was called and world rank `world_rank` runs on this node with its process
@@ -60,12 +61,18 @@ void set_collective_step(int64_t step);
 void set_collective_timeout_handler(std::function<void(const std::string& message)> handler);
 
 // Marks the calling thread as inside one collective for its lifetime. `what` names it in the
-// message and must outlive the scope (a string literal); `patience` picks its limit. Scopes nest:
-// an inner one is watched from its own start against its own limit, and the outer one again,
-// against the outer's limit, from the inner one's end.
+// message and must outlive the scope (a string literal); `comm` is the communicator it runs on
+// (a timeout's message judges only ranks waiting on the same one as being in "the same" or "a
+// different" collective); `patience` picks its limit. Scopes nest: an inner one is watched from
+// its own start against its own limit, and the outer one again, against the outer's limit, from
+// the inner one's end.
 class CollectiveScope {
  public:
-  explicit CollectiveScope(const char* what, Patience patience = Patience::step) noexcept;
+  CollectiveScope(const char* what, const Communicator& comm, Patience patience = Patience::step) noexcept;
+  // The same with the communicator's members_id() (a caller that keeps only the MPI handle), or
+  // kUnknownMembers (a program without communicators: tests).
+  static constexpr uint64_t kUnknownMembers = 0;
+  CollectiveScope(const char* what, uint64_t members_id, Patience patience = Patience::step) noexcept;
   ~CollectiveScope();
   CollectiveScope(const CollectiveScope&) = delete;
   CollectiveScope& operator=(const CollectiveScope&) = delete;
@@ -73,6 +80,7 @@ class CollectiveScope {
  private:
   const char* outer_what_;
   Patience outer_patience_;
+  uint64_t outer_members_;
   bool active_;
 };
 

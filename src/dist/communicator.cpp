@@ -20,6 +20,13 @@ Communicator::Communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owne
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  // FNV-1a over the members' world ranks (0 is kept for "none").
+  uint64_t h = 1469598103934665603ull;
+  for (const int r : world_ranks()) {
+    h ^= static_cast<uint32_t>(r);
+    h *= 1099511628211ull;
+  }
+  members_id_ = h == 0 ? 1 : h;
 }
 
 Communicator Communicator::borrow(MPI_Comm comm) { return Communicator(comm, false); }
@@ -35,7 +42,8 @@ Communicator::Communicator(Communicator&& other) noexcept
     : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
       owned_(std::exchange(other.owned_, false)),
       rank_(other.rank_),
-      size_(other.size_) {}
+      size_(other.size_),
+      members_id_(other.members_id_) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
@@ -55,7 +63,7 @@ void Communicator::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
 
 double Communicator::sum_in_rank_order(double value) const {
   std::vector<double> parts(static_cast<size_t>(size_));
-  const CollectiveScope watched("a sum over ranks (the step's loss and norms)");
+  const CollectiveScope watched("a sum over ranks (the step's loss and norms)", *this);
   MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, comm_));
   double sum = 0;
   for (double p : parts) sum += p;

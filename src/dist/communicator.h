@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <vector>
 
 namespace echo::dist {
@@ -32,6 +33,9 @@ class Communicator {
   bool all_ranks(bool ok) const;
   // The rank in MPI_COMM_WORLD of each rank of this communicator, in this one's order.
   std::vector<int> world_ranks() const;
+  // A number naming the set of processes (their world ranks, in order): equal on every member,
+  // and on two communicators of the same members. 0 for a null communicator.
+  uint64_t members_id() const { return members_id_; }
 
  private:
   Communicator(MPI_Comm comm, bool owned);
@@ -39,6 +43,7 @@ class Communicator {
   bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
+  uint64_t members_id_ = 0;
 };
 
 }  // namespace echo::dist

@@ -40,6 +40,7 @@ struct alignas(64) ProgressSlot {
   std::atomic<int32_t> inside{0};  // 1: in a collective
   std::atomic<int64_t> since_ns{0};
   std::atomic<int64_t> step{0};
+  std::atomic<uint64_t> members{0};  // the communicator's Communicator::members_id(); 0: unknown
   std::atomic<char> what[kWhatChars] = {};  // the collective it is in, or the last one it left
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -72,6 +73,7 @@ struct ScopeView {
   bool inside = false;
   int64_t since_ns = 0;
   int64_t step = 0;
+  uint64_t members = 0;
   std::string what;
 };
 
@@ -83,6 +85,7 @@ ScopeView read_scope(const ProgressSlot& slot) {
     v.inside = slot.inside.load() != 0;
     v.since_ns = slot.since_ns.load();
     v.step = slot.step.load();
+    v.members = slot.members.load();
     for (const auto& c : slot.what) {
       const char ch = c.load();
       if (ch == '\0') break;
@@ -108,7 +111,10 @@ std::string seconds_between(int64_t from_ns, int64_t to_ns) {
 // write), and the others open it through /proc/<pid>/fd. Returns the mapping or the reason.
 void* map_shared(const Communicator& local, size_t bytes, std::string& failure) {
   int fd = -1;
-  int32_t origin[2] = {static_cast<int32_t>(getpid()), -1};  // the maker's pid and fd
+  // The maker's pid and fd, and the memory's device and inode: a rank in another pid namespace
+  // would find another process's file under that path, which it must not write into.
+  int64_t origin[4] = {getpid(), -1, 0, 0};
+  struct stat made {};
   if (local.rank() == 0) {
     fd = memfd_create("echo-progress", MFD_CLOEXEC);
     if (fd < 0) {
@@ -118,20 +124,31 @@ void* map_shared(const Communicator& local, size_t bytes, std::string& failure) 
       close(fd);
       fd = -1;
     }
+    if (fd >= 0 && fstat(fd, &made) != 0) {
+      failure = fmt::format("fstat of the memfd: {}", std::strerror(errno));
+      close(fd);
+      fd = -1;
+    }
     origin[1] = fd;
+    origin[2] = static_cast<int64_t>(made.st_dev);
+    origin[3] = static_cast<int64_t>(made.st_ino);
   }
-  MPI_CHECK(MPI_Bcast(origin, 2, MPI_INT32_T, 0, local.get()));
+  MPI_CHECK(MPI_Bcast(origin, 4, MPI_INT64_T, 0, local.get()));
   if (local.rank() != 0) {
     const std::string path = fmt::format("/proc/{}/fd/{}", origin[0], origin[1]);
     if (origin[1] < 0)
       failure = "the node's first rank could not make it";
-    else if ((fd = open(path.c_str(), O_RDWR | O_CLOEXEC)) < 0)
+    else if ((fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0)
       failure = fmt::format("open {}: {}", path, std::strerror(errno));
   }
   void* memory = MAP_FAILED;
   if (fd >= 0) {
     struct stat st {};
-    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes)
+    if (fstat(fd, &st) != 0 || static_cast<int64_t>(st.st_dev) != origin[2] ||
+        static_cast<int64_t>(st.st_ino) != origin[3])
+      failure = fmt::format("/proc/{}/fd/{} is not the node's first rank's memory (another pid namespace?)",
+                            origin[0], origin[1]);
+    else if (static_cast<size_t>(st.st_size) < bytes)
       failure = fmt::format("the shared memory holds {} bytes, not {}", static_cast<long long>(st.st_size), bytes);
     else if ((memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
       failure = fmt::format("mmap of {} bytes: {}", bytes, std::strerror(errno));
@@ -180,12 +197,13 @@ NodeProgressBoard* NodeProgressBoard::create(const Communicator& comm, std::stri
   return board;
 }
 
-void NodeProgressBoard::enter(const char* what, int64_t step, int64_t now_ns) {
+void NodeProgressBoard::enter(const char* what, int64_t step, uint64_t members, int64_t now_ns) {
   ProgressSlot& s = slots_[local_rank_];
   s.generation.fetch_add(1);
   s.inside.store(1);
   s.since_ns.store(now_ns);
   s.step.store(step);
+  s.members.store(members);
   int i = 0;
   for (; what && what[i] != '\0' && i < kWhatChars - 1; ++i) s.what[i].store(what[i]);
   s.what[i].store('\0');
@@ -236,11 +254,13 @@ std::string NodeProgressBoard::describe_process(int world_rank, int64_t now_ns) 
   return {};
 }
 
-std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns, const char* what,
-                                               int64_t step) const {
-  std::vector<std::string> holding;          // the ranks that hold this one up
-  std::vector<std::string> elsewhere_waits;  // ranks waiting in another collective or step
+std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns, const char* what, int64_t step,
+                                               uint64_t members) const {
+  std::vector<std::string> holding;        // the ranks that hold this one up
+  std::vector<std::string> deadlocked;     // waiting in another collective or step of this communicator
+  std::vector<std::string> other_comms;    // waiting on another communicator
   std::vector<int> same, moving, unread;
+  const std::string mine = std::string(what).substr(0, kWhatChars - 1);  // as a slot holds it
   for (int i = 0; i < local_size_; ++i) {
     if (i == local_rank_) continue;
     const ProgressSlot& s = slots_[i];
@@ -255,10 +275,13 @@ std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns
     }
     const int64_t for_ns = now_ns - v.since_ns;
     if (v.inside) {
-      if (v.what == what && v.step == step)
+      const std::string waits = fmt::format("rank {} waits in {}{}", s.world_rank.load(), v.what, at_step(v.step));
+      if (v.members != members && v.members != 0 && members != 0)
+        other_comms.push_back(waits + " (on another communicator)");
+      else if (v.what == mine && v.step == step)
         same.push_back(s.world_rank.load());
       else
-        elsewhere_waits.push_back(fmt::format("rank {} waits in {}{}", s.world_rank.load(), v.what, at_step(v.step)));
+        deadlocked.push_back(waits);
       continue;
     }
     if (for_ns < waited_ns / 2) {  // between two collectives: not what holds this one up
@@ -289,18 +312,23 @@ std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns
   };
   std::vector<std::string> parts;
   if (!same.empty()) parts.push_back(fmt::format("rank(s) {} of this node wait in the same collective", ranks(same)));
-  if (!elsewhere_waits.empty())
-    parts.push_back(listed(elsewhere_waits) + fmt::format(", this rank in {}{}", what, at_step(step)));
+  if (!deadlocked.empty())
+    parts.push_back(listed(deadlocked) + fmt::format(", this rank in {}{}", what, at_step(step)));
+  if (!other_comms.empty()) parts.push_back(listed(other_comms));
   if (!moving.empty()) parts.push_back(fmt::format("rank(s) {} just left a collective", ranks(moving)));
   if (!unread.empty()) parts.push_back(fmt::format("rank(s) {} could not be read", ranks(unread)));
   std::string text = local_size_ > 1 ? listed(parts) : std::string("no other rank of the job runs on this node");
   const int others = world_size_ - local_size_;
-  if (!elsewhere_waits.empty())
-    return text + ": the ranks called different collectives (a deadlock, or one rank took another path)";
+  if (!deadlocked.empty())
+    return text + ": the ranks of one communicator called different collectives (a deadlock, or one rank took another "
+                  "path)";
   if (others > 0)
     return fmt::format("{}: the rank that holds it up is one of the {} on other nodes (stopped, hung or gone)", text,
                        others);
-  return text + ": nobody on this one-node job is missing, so MPI itself makes no progress";
+  if (other_comms.empty() && moving.empty() && unread.empty())
+    return text + ": nobody on this one-node job is missing, so MPI itself makes no progress";
+  return text + ": no rank of this one-node job is stopped or outside a collective; MPI makes no progress, or the "
+                "ranks wait on each other across communicators";
 }
 
 }  // namespace echo::dist

@@ -27,17 +27,20 @@ class NodeProgressBoard {
   static NodeProgressBoard* create(const Communicator& comm, std::string* why);
 
   // This rank's slot, written by the thread that enters collectives: it entered `what` (a
-  // string literal) during training step `step` (0: none), or left every collective.
-  void enter(const char* what, int64_t step, int64_t now_ns);
+  // string literal) on the communicator `members` (Communicator::members_id; 0: unknown) during
+  // training step `step` (0: none), or left every collective.
+  void enter(const char* what, int64_t step, uint64_t members, int64_t now_ns);
   void leave(int64_t now_ns);
   // The watchdog thread's heartbeat at each look, with its interval between looks.
   void beat(int64_t now_ns, int64_t poll_ns);
 
   // What the other ranks on this node are doing, for the message of collective `what` at `step`
-  // that has made no progress for `waited_ns`: the ranks that hold it up (gone, stopped, not
-  // running, outside any watched collective for at least half that time); else who waits in the
-  // same collective, who in another (a deadlock), and whether the stalled rank is on another node.
-  std::string describe_others(int64_t now_ns, int64_t waited_ns, const char* what, int64_t step) const;
+  // on communicator `members` that has made no progress for `waited_ns`: the ranks that hold it
+  // up (gone, stopped, not running, outside any watched collective for at least half that time);
+  // else who waits in the same collective, who in another on the same communicator (a deadlock),
+  // who on other communicators, and whether the stalled rank is on another node.
+  std::string describe_others(int64_t now_ns, int64_t waited_ns, const char* what, int64_t step,
+                              uint64_t members) const;
   // "rank r (pid p) is stopped (...)" when world rank `world_rank` runs on this node and its
   // process is gone, stopped or not running; "" otherwise (running, or not on this node).
   std::string describe_process(int world_rank, int64_t now_ns) const;

@@ -22,7 +22,7 @@ std::vector<std::string> diverged_replicas(const ParameterSet<T>& params, const 
   }
   hi = lo;
   const int n = static_cast<int>(lo.size());
-  const dist::CollectiveScope watched("the replica check (MPI_Allreduce)");
+  const dist::CollectiveScope watched("the replica check (MPI_Allreduce)", tp);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo.data(), n, MPI_UINT64_T, MPI_MIN, tp.get()));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi.data(), n, MPI_UINT64_T, MPI_MAX, tp.get()));
   std::vector<std::string> diverged;

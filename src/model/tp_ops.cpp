@@ -78,7 +78,7 @@ void ExactTpOps<T>::exact_sum(Tensor& x) {
   ECHO_CHECK(x.is_cpu() && x.is_contiguous(), "ExactTpOps: the MPI sum needs a contiguous host tensor, got {}",
              x.describe());
   const MPI_Datatype type = sizeof(T) == 8 ? MPI_DOUBLE : MPI_FLOAT;
-  const dist::CollectiveScope watched("the exact tensor-parallel sum over MPI");
+  const dist::CollectiveScope watched("the exact tensor-parallel sum over MPI", *tp_);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data<T>(), static_cast<int>(x.numel()), type, MPI_SUM, tp_->get()));
 }
 

@@ -18,7 +18,7 @@ double max_abs_weight(const model::ParameterSet<float>& params, const dist::Comm
   for (size_t i = 0; i < params.size(); ++i) be.accumulate_max_abs(params[i].value, acc);
   // NaN cannot travel through MPI_MAX reliably: a non-finite weight is already +inf here.
   double mine = *be.to_host(acc).data<double>(), all = 0;
-  const dist::CollectiveScope watched("the step's weight check (max |w| over ranks)");
+  const dist::CollectiveScope watched("the step's weight check (max |w| over ranks)", world);
   MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_MAX, world.get()));
   return all;
 }

@@ -288,7 +288,7 @@ bool prepare_run_dir(const std::string& out_dir, int64_t last_step, RunDirMode m
   if (world.rank() == 0) error = inspect(out_dir, last_step, mode, has_run, lock, inputs);
   // Every rank learns the verdict, so all fail together instead of some waiting forever.
   int len = static_cast<int>(error.size()), flag = has_run ? 1 : 0;
-  const dist::CollectiveScope watched("the start-up's run-directory check (MPI_Bcast from rank 0)",
+  const dist::CollectiveScope watched("the start-up's run-directory check (MPI_Bcast from rank 0)", world,
                                       dist::Patience::slow);
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world.get()));
   MPI_CHECK(MPI_Bcast(&flag, 1, MPI_INT, 0, world.get()));

@@ -59,7 +59,7 @@ int StopSignal::received() const { return g_stop_signal; }
 namespace {
 bool any_signal(const dist::Communicator& world, const char* what, dist::Patience patience) {
   int local = g_stop_signal != 0 ? 1 : 0, any = 0;
-  const dist::CollectiveScope watched(what, patience);
+  const dist::CollectiveScope watched(what, world, patience);
   MPI_CHECK(MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world.get()));
   return any != 0;
 }

@@ -46,12 +46,14 @@ double mean_over(const dist::Communicator& comm, double value) { return comm.sum
 // a node uses min(its ranks, its devices)).
 int count_peak_units(const dist::Communicator& world, Device device) {
   const dist::NodePlace place = [&world] {
-    const dist::CollectiveScope watched("the run's node grouping (MPI_Comm_split_type)", dist::Patience::slow);
+    const dist::CollectiveScope watched("the run's node grouping (MPI_Comm_split_type)", world,
+                                        dist::Patience::slow);
     return dist::node_place(world);
   }();
   const int per_node = device == Device::cuda ? std::min(place.local_size, std::max(1, cuda_device_count())) : 1;
   int mine = place.local_rank == 0 ? per_node : 0, units = 0;
-  const dist::CollectiveScope watched("the run's count of the MFU peak's units (MPI_Allreduce)", dist::Patience::slow);
+  const dist::CollectiveScope watched("the run's count of the MFU peak's units (MPI_Allreduce)", world,
+                                      dist::Patience::slow);
   MPI_CHECK(MPI_Allreduce(&mine, &units, 1, MPI_INT, MPI_SUM, world.get()));
   return units;
 }
@@ -179,7 +181,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   dist::set_collective_timeout(cfg.comm.peer_timeout_s, L.rank);
   dist::set_slow_collective_timeout(cfg.comm.save_timeout_s);
   // The message then names the rank on this node that holds a collective up.
-  dist::watch_peers_on_node(world.world);
+  dist::watch_peers_on_node();
   // NOTE: nothing is written to the run directory until start-up succeeded (config.yaml last), so
   // a failed start leaves no trace that would make the rerun look like a reuse or rewrite what a
   // failed --resume had.
@@ -249,7 +251,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     // Communicators and shared workspaces are made collectively (MPI_Comm_split_type,
     // MPI_Win_allocate_shared, barriers), each rank arriving from its own data scans.
     const dist::CollectiveScope watched("the start-up's set-up of the backend and all-reduce workspaces",
-                                        dist::Patience::slow);
+                                        world.world, dist::Patience::slow);
     const dist::NodePlace node = dist::node_place(world.world);
     backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                      {node.local_rank, node.local_size});
@@ -336,7 +338,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     // config.yaml, or a RunError), so an in-process caller sees one error on all of them.
     {
       const dist::CollectiveScope watched("the start-up's broadcast of rank 0's error kind (MPI_Bcast)",
-                                          dist::Patience::slow);
+                                          world.world, dist::Patience::slow);
       MPI_CHECK(MPI_Bcast(&rank0_input_error, 1, MPI_C_BOOL, 0, world.world.get()));
     }
     if (write_failure) std::rethrow_exception(write_failure);
@@ -345,7 +347,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   }
   if (eval_due_at_resume && !stopped_in_start_up_) {
     const dist::CollectiveScope watched("the start-up's broadcast of whether the resume owes an evaluation (MPI_Bcast)",
-                                        dist::Patience::slow);
+                                        world.world, dist::Patience::slow);
     MPI_CHECK(MPI_Bcast(&eval_owed_, 1, MPI_C_BOOL, 0, world.world.get()));
   }
   peak_ = backend_->device() == Device::cuda ? gpu_peak(backend_->device_model()) : cpu_peak();

@@ -425,7 +425,7 @@ TEST(ShmPipelinedReduce, ARankThatNeverArrivesIsATimeoutNamingItNotAHang) {
 // continue it.
 TEST(ShmPipelinedReduce, AStoppedPeerIsNamedByItsWorldRankAndAsStopped) {
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
-  dist::watch_peers_on_node(world);
+  dist::watch_peers_on_node();
   std::vector<int> pids(static_cast<size_t>(world.size()));
   const int mine = static_cast<int>(getpid());
   MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
@@ -452,6 +452,30 @@ TEST(ShmPipelinedReduce, AStoppedPeerIsNamedByItsWorldRankAndAsStopped) {
       EXPECT_NE(error.find(piece), std::string::npos) << error;
   }
   group.barrier();  // the stopped rank waits here once continued
+}
+
+// A rank stopped while it waits for a peer (here by that peer, for longer than the limit) does
+// not count the stop as waiting: once continued, it completes the call with the peer.
+TEST(ShmPipelinedReduce, TimeThisRankWasStoppedIsNotAWaitForItsPeer) {
+  on_group(2, [&](const dist::Communicator& group) {
+    auto shm = make_shm(group, small_geometry(), 1.5);
+    ASSERT_NE(shm, nullptr);
+    int pid = static_cast<int>(getpid()), peer_pid = 0;
+    MPI_Sendrecv(&pid, 1, MPI_INT, 1 - group.rank(), 0, &peer_pid, 1, MPI_INT, 1 - group.rank(), 0, group.get(),
+                 MPI_STATUS_IGNORE);
+    Bf16Codec bf16;
+    std::vector<float> x = random_normal(5000, 4, group.rank());
+    if (group.rank() == 1) {  // rank 0 is waiting for this one's push when it is stopped
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      kill(peer_pid, SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      kill(peer_pid, SIGCONT);
+      // Rank 0 looks at its clock (every 64 polls: milliseconds) before this rank arrives.
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+    EXPECT_NO_THROW(shm->run(x, bf16, {6, Direction::forward})) << "rank " << group.rank();
+    group.barrier();
+  });
 }
 
 // One rank's worker lanes fail; on the other ranks only the worker lanes, which wait for that

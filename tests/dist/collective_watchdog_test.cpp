@@ -19,6 +19,7 @@ namespace echo::dist {
 namespace {
 
 using namespace std::chrono_literals;
+constexpr uint64_t kNone = CollectiveScope::kUnknownMembers;  // one process, no communicator
 
 class CollectiveWatchdogTest : public ::testing::Test {
  protected:
@@ -47,7 +48,7 @@ TEST_F(CollectiveWatchdogTest, AScopeThatOutlastsTheTimeoutIsReportedOnceNamingI
   set_collective_timeout(0.2, 3);
   const auto start = std::chrono::steady_clock::now();
   {
-    const CollectiveScope scope("the probe collective");
+    const CollectiveScope scope("the probe collective", kNone);
     while (messages().empty() && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(5ms);
     const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_GE(after, 0.2);
@@ -71,7 +72,7 @@ TEST_F(CollectiveWatchdogTest, TheMessageNamesTheStepTheLoopIsIn) {
     const size_t before = messages().size();
     const auto start = std::chrono::steady_clock::now();
     {
-      const CollectiveScope scope("the probe collective");
+      const CollectiveScope scope("the probe collective", kNone);
       while (messages().size() == before && std::chrono::steady_clock::now() - start < 5s)
         std::this_thread::sleep_for(2ms);
     }
@@ -93,7 +94,7 @@ TEST_F(CollectiveWatchdogTest, ASubSecondWaitIsReportedInSignificantDigits) {
   set_collective_timeout(0.001, 0);
   const auto start = std::chrono::steady_clock::now();
   {
-    const CollectiveScope scope("the probe collective");
+    const CollectiveScope scope("the probe collective", kNone);
     while (messages().empty() && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(1ms);
   }
   const auto got = messages();
@@ -111,7 +112,7 @@ TEST_F(CollectiveWatchdogTest, ASubSecondWaitIsReportedInSignificantDigits) {
 TEST_F(CollectiveWatchdogTest, ManyShortScopesAreNotAnOverrun) {
   set_collective_timeout(0.5, 0);
   for (int i = 0; i < 300; ++i) {  // 1.5 s in all, 3 timeouts, none of them in one scope
-    const CollectiveScope scope("a short collective");
+    const CollectiveScope scope("a short collective", kNone);
     std::this_thread::sleep_for(5ms);
   }
   std::this_thread::sleep_for(1s);  // and time outside any scope is never an overrun
@@ -120,9 +121,9 @@ TEST_F(CollectiveWatchdogTest, ManyShortScopesAreNotAnOverrun) {
 
 TEST_F(CollectiveWatchdogTest, AnInnerScopeReArmsItsOuterOneWhenItEnds) {
   set_collective_timeout(0.5, 1);
-  const CollectiveScope outer("the outer collective");
+  const CollectiveScope outer("the outer collective", kNone);
   for (int i = 0; i < 60; ++i) {  // 1.2 s inside the outer scope, but never 0.5 s without a change
-    const CollectiveScope inner("the inner collective");
+    const CollectiveScope inner("the inner collective", kNone);
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_TRUE(messages().empty());
@@ -145,7 +146,7 @@ TEST_F(CollectiveWatchdogTest, ASlowScopeIsTimedAgainstTheSlowLimit) {
   set_slow_collective_timeout(1.0);
   const auto start = std::chrono::steady_clock::now();
   {
-    const CollectiveScope scope("the probe save", Patience::slow);
+    const CollectiveScope scope("the probe save", kNone, Patience::slow);
     std::this_thread::sleep_for(600ms);  // 3 step limits: not an overrun of a slow scope
     EXPECT_TRUE(messages().empty()) << messages().front();
     const double after = wait_for_messages([this] { return messages(); }, 1, start);
@@ -166,9 +167,9 @@ TEST_F(CollectiveWatchdogTest, AStepScopeInASlowOneUsesTheStepLimitAndRestoresTh
   // Off (between tests) the thread sleeps 0.1 s between looks: let that sleep end, so the step
   // limit below is told from the slow one. Time outside any scope is never an overrun.
   std::this_thread::sleep_for(300ms);
-  const CollectiveScope outer("the outer save", Patience::slow);
+  const CollectiveScope outer("the outer save", kNone, Patience::slow);
   {
-    const CollectiveScope inner("the inner step collective");
+    const CollectiveScope inner("the inner step collective", kNone);
     const double after = wait_for_messages([this] { return messages(); }, 1, std::chrono::steady_clock::now());
     EXPECT_LT(after, 0.9);  // the step limit, not the slow one
   }
@@ -188,7 +189,7 @@ TEST_F(CollectiveWatchdogTest, AStepScopeInASlowOneUsesTheStepLimitAndRestoresTh
 TEST_F(CollectiveWatchdogTest, ASlowLimitOfZeroLeavesSlowScopesUnwatched) {
   set_collective_timeout(0.05, 0);
   {
-    const CollectiveScope scope("an unwatched save", Patience::slow);
+    const CollectiveScope scope("an unwatched save", kNone, Patience::slow);
     std::this_thread::sleep_for(300ms);
   }
   EXPECT_TRUE(messages().empty()) << messages().front();
@@ -198,7 +199,7 @@ TEST_F(CollectiveWatchdogTest, ATimeoutOfZeroWatchesNothing) {
   set_collective_timeout(0.05, 0);
   set_collective_timeout(0, 0);
   {
-    const CollectiveScope scope("an unwatched collective");
+    const CollectiveScope scope("an unwatched collective", kNone);
     std::this_thread::sleep_for(300ms);
   }
   EXPECT_TRUE(messages().empty());

@@ -6,6 +6,7 @@
 // stuck MPI (nobody is missing on a one-node job); a board one rank cannot make is made by none.
 // Also /proc's view of a stopped, an exited and a reaped child.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <mpi.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -30,10 +31,10 @@ namespace {
 using namespace std::chrono_literals;
 
 class NodeProgressBoardTest : public ::testing::Test {
- protected:
+ public:  // wait_until_all_reported below sets the handler and reads the messages
   void SetUp() override {
     world_ = Communicator::borrow(MPI_COMM_WORLD);
-    watch_peers_on_node(world_);
+    watch_peers_on_node();
     pids_.resize(static_cast<size_t>(world_.size()));
     const int mine = static_cast<int>(getpid());
     MPI_Allgather(&mine, 1, MPI_INT, pids_.data(), 1, MPI_INT, MPI_COMM_WORLD);
@@ -72,7 +73,7 @@ TEST_F(NodeProgressBoardTest, ARankOutsideAnyCollectiveIsNamed) {
     std::this_thread::sleep_for(1200ms);  // computing, far past the others' limit
     world_.barrier();
   } else {
-    const CollectiveScope scope("the probe barrier");
+    const CollectiveScope scope("the probe barrier", world_);
     world_.barrier();
   }
   set_collective_timeout(0, 0);
@@ -122,14 +123,14 @@ TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
   set_collective_timeout(1.0, world_.rank());
   world_.barrier();
   if (world_.rank() == 1) {
-    const CollectiveScope scope("the stopped rank's barrier");
+    const CollectiveScope scope("the stopped rank's barrier", world_);
     raise(SIGSTOP);
     world_.barrier();
     // Still inside the scope for two more looks of the watchdog: with the stop counted as a wait
     // it would be reported now.
     std::this_thread::sleep_for(300ms);
   } else {
-    const CollectiveScope scope("the probe barrier");
+    const CollectiveScope scope("the probe barrier", world_);
     world_.barrier();
   }
   set_collective_timeout(0, 0);
@@ -150,61 +151,82 @@ TEST_F(NodeProgressBoardTest, AStoppedRankIsNamedAndOnceContinuedBlamesNobody) {
   }
 }
 
-// Every rank waits in a "collective" nobody completes (a scope around a sleep), each until its own
-// watchdog reports it: rank 0 in one and the others in another (a deadlock), or all in the same.
-std::string wait_until_reported(std::atomic<bool>& fired, const char* what) {
-  const CollectiveScope scope(what);
-  const auto start = std::chrono::steady_clock::now();
-  while (!fired && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(5ms);
-  // A rank that leaves at once would look "just left" to a slower one.
-  std::this_thread::sleep_for(1000ms);
-  return what;
+// Every rank waits in a "collective" nobody completes (a scope around a sleep) on `comm`, at a
+// limit of 0.5 s, until every rank's watchdog has reported (an MPI_Ibarrier polled inside the
+// scope, so no rank leaves before a slower one has looked), and returns its one message.
+std::string wait_until_all_reported(NodeProgressBoardTest& t, const char* what, const Communicator& comm,
+                                    const Communicator& world) {
+  std::atomic<bool> fired{false};
+  t.on_message_ = [&] { fired = true; };
+  set_collective_timeout(0.5, world.rank());
+  world.barrier();
+  {
+    const CollectiveScope scope(what, comm);
+    const auto start = std::chrono::steady_clock::now();
+    while (!fired && std::chrono::steady_clock::now() - start < 20s) std::this_thread::sleep_for(5ms);
+    MPI_Request all_fired = MPI_REQUEST_NULL;
+    MPI_Ibarrier(world.get(), &all_fired);
+    for (int done = 0; !done;) {
+      MPI_Test(&all_fired, &done, MPI_STATUS_IGNORE);
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  set_collective_timeout(0, 0);
+  std::this_thread::sleep_for(200ms);  // a look in progress ends before `fired` goes
+  t.on_message_ = nullptr;
+  const auto got = t.messages();
+  return got.size() == 1 ? got[0] : fmt::format("{} messages", got.size());
 }
 
 TEST_F(NodeProgressBoardTest, RanksWaitingInDifferentCollectivesAreADeadlock) {
-  std::atomic<bool> fired{false};
-  on_message_ = [&] { fired = true; };
-  set_collective_timeout(0.3, world_.rank());
-  world_.barrier();
-  wait_until_reported(fired, world_.rank() == 0 ? "the probe wait" : "another wait");
-  set_collective_timeout(0, 0);
-  std::this_thread::sleep_for(200ms);
-  on_message_ = nullptr;
-  const auto got = messages();
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_NE(got[0].find(": the ranks called different collectives (a deadlock, or one rank took another path); "
-                        "ending this rank"),
+  const std::string got =
+      wait_until_all_reported(*this, world_.rank() == 0 ? "the probe wait" : "another wait", world_, world_);
+  EXPECT_NE(got.find(": the ranks of one communicator called different collectives (a deadlock, or one rank took "
+                     "another path); ending this rank"),
             std::string::npos)
-      << got[0];
+      << got;
   if (world_.rank() == 0) {
-    EXPECT_NE(got[0].find("rank 1 waits in another wait"), std::string::npos) << got[0];
-    EXPECT_NE(got[0].find(", this rank in the probe wait"), std::string::npos) << got[0];
+    EXPECT_NE(got.find("rank 1 waits in another wait"), std::string::npos) << got;
+    EXPECT_NE(got.find(", this rank in the probe wait"), std::string::npos) << got;
   } else {
-    EXPECT_NE(got[0].find("rank 0 waits in the probe wait"), std::string::npos) << got[0];
+    EXPECT_NE(got.find("rank 0 waits in the probe wait"), std::string::npos) << got;
   }
 }
 
 TEST_F(NodeProgressBoardTest, RanksWaitingInTheSameCollectiveMissNobodyHere) {
-  std::atomic<bool> fired{false};
-  on_message_ = [&] { fired = true; };
   set_collective_step(7);
-  set_collective_timeout(0.3, world_.rank());
-  world_.barrier();
-  wait_until_reported(fired, "the same wait");
-  set_collective_timeout(0, 0);
+  const std::string got = wait_until_all_reported(*this, "the same wait", world_, world_);
   set_collective_step(0);
-  std::this_thread::sleep_for(200ms);
-  on_message_ = nullptr;
-  const auto got = messages();
-  ASSERT_EQ(got.size(), 1u);
   std::string others;
   for (int r = 0; r < world_.size(); ++r)
     if (r != world_.rank()) others += (others.empty() ? "" : ", ") + std::to_string(r);
-  EXPECT_NE(got[0].find(" s in the same wait at step 7 (comm.peer_timeout_s = 0.3): rank(s) " + others +
-                        " of this node wait in the same collective: nobody on this one-node job is missing, so MPI "
-                        "itself makes no progress; ending this rank"),
+  EXPECT_NE(got.find(" s in the same wait at step 7 (comm.peer_timeout_s = 0.5): rank(s) " + others +
+                     " of this node wait in the same collective: nobody on this one-node job is missing, so MPI "
+                     "itself makes no progress; ending this rank"),
             std::string::npos)
-      << got[0];
+      << got;
+}
+
+// The same name on two communicators (pairs of ranks, as the TP groups of a dp > 1 job) is not
+// "the same collective", nor a deadlock: a rank of the other pair waits on another communicator.
+TEST_F(NodeProgressBoardTest, RanksWaitingOnAnotherCommunicatorAreNotADeadlock) {
+  const bool pairs = world_.size() > 2;  // at 2 ranks, each alone
+  const Communicator mine = world_.split(pairs ? world_.rank() / 2 : world_.rank(), world_.rank());
+  const std::string got = wait_until_all_reported(*this, "a group's wait", mine, world_);
+  const int other = pairs ? (world_.rank() < 2 ? 2 : 0) : 1 - world_.rank();
+  EXPECT_NE(got.find(fmt::format("rank {} waits in a group's wait (on another communicator)", other)),
+            std::string::npos)
+      << got;
+  EXPECT_EQ(got.find("deadlock"), std::string::npos) << got;
+  if (pairs) {  // the partner waits in the same collective on the same communicator
+    EXPECT_NE(got.find(fmt::format("rank(s) {} of this node wait in the same collective", world_.rank() ^ 1)),
+              std::string::npos)
+        << got;
+  }
+  EXPECT_NE(got.find(": no rank of this one-node job is stopped or outside a collective; MPI makes no progress, or "
+                     "the ranks wait on each other across communicators; ending this rank"),
+            std::string::npos)
+      << got;
 }
 
 // A board that cannot be made on one rank (here the node's first rank, whose file size limit

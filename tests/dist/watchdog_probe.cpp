@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     const bool in_agreement = n > 1 && std::string(args[1]) == "agree";
     echo::dist::set_collective_timeout(in_agreement ? 0.2 : 1.0, world.rank());
     if (in_agreement) echo::dist::set_slow_collective_timeout(1.5);
-    echo::dist::watch_peers_on_node(world);
+    echo::dist::watch_peers_on_node();
     if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
     if (in_agreement)
       echo::dist::agree(world, "");

@@ -270,18 +270,18 @@ void CudaIpcReduce::throw_fault(const cuda::P2pFaultRecord& fault, Site site) co
           p2p::peer_timeout_cause(&world_ranks_, fault.peer));
     case cuda::kP2pOutOfStep:
       ECHO_CHECK(fault.observed != cuda::kP2pPoison,
-                 "cuda_ipc all-reduce at {}: rank {} failed in this call (in the {} stage here; its own error names "
+                 "cuda_ipc all-reduce at {}: {} failed in this call (in the {} stage here; its own error names "
                  "the cause)",
-                 where, fault.peer, stage);
+                 where, p2p::peer_name(&world_ranks_, fault.peer), stage);
       ECHO_FAIL(
-          "cuda_ipc all-reduce at {}: rank {} is out of step in the {} stage (flag {} where {} was expected): the "
+          "cuda_ipc all-reduce at {}: {} is out of step in the {} stage (flag {} where {} was expected): the "
           "ranks of the group made different sequences of calls",
-          where, fault.peer, stage, fault.observed, fault.expected);
+          where, p2p::peer_name(&world_ranks_, fault.peer), stage, fault.observed, fault.expected);
     case cuda::kP2pMismatch:
       ECHO_FAIL(
-          "cuda_ipc all-reduce at {}: rank {} called with {} elements ({} encoded bytes), this rank with {} ({} "
+          "cuda_ipc all-reduce at {}: {} called with {} elements ({} encoded bytes), this rank with {} ({} "
           "bytes): every rank of the group must reduce a tensor of the same length with the same codec",
-          where, fault.peer, fault.observed, fault.expected, header_.n, header_.wire);
+          where, p2p::peer_name(&world_ranks_, fault.peer), fault.observed, fault.expected, header_.n, header_.wire);
     default:
       ECHO_FAIL("cuda_ipc all-reduce at {}: unknown fault code {} from the device", where, fault.fault);
   }

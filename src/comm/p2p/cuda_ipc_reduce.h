@@ -24,7 +24,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "comm/all_reduce.h"
 #include "comm/p2p/cuda_ipc_workspace.h"
@@ -112,7 +114,9 @@ class CudaIpcReduce {
   void decode(const CallCodec& codec, const uint8_t* in, size_t n, float* out, cudaStream_t stream);
   void reserve_tiles(size_t tile_elems);
   void throw_fault(const cuda::P2pFaultRecord& fault, Site site) const;
-  uint64_t timeout_ns() const { return static_cast<uint64_t>(peer_timeout_s_ * 1e9); }
+  // The limit for the device's waits; a limit past ~285 years (or inf) is as good as none (the
+  // cast of a larger double is undefined).
+  uint64_t timeout_ns() const { return static_cast<uint64_t>(std::min(peer_timeout_s_ * 1e9, 9.0e18)); }
 
   const dist::Communicator& comm_;
   std::shared_ptr<CudaIpcWorkspace> ws_;

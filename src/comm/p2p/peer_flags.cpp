@@ -66,6 +66,9 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
   if (value == expected) return 0.0;
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  auto last_look = start;
+  // Seconds this process did not run (stopped, then continued): not a wait for the peer.
+  double not_running = 0;
   bool long_wait = false;  // past 100 ms: the peer is far behind (or stopped)
   for (uint64_t polls = 1;; ++polls) {
     value = observe(flag);
@@ -76,7 +79,14 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
                ctx.site, peer_name(ctx.world_ranks, peer), stage, value, expected);
     if (polls % 64 == 0) {
       if (mine) check_same_call(peer_header, *mine, peer, ctx);
-      const double waited = std::chrono::duration<double>(clock::now() - start).count();
+      const auto now = clock::now();
+      // 64 polls take milliseconds (yields, or at most 64 sleeps of 1 ms); a gap of over a second
+      // between two looks is time this process was stopped (SIGSTOP, Ctrl-Z; mpirun's abort
+      // continues it), which must not make it blame the peer it kept waiting.
+      const double gap = std::chrono::duration<double>(now - last_look).count();
+      last_look = now;
+      if (gap > 1.0) not_running += gap;
+      const double waited = std::chrono::duration<double>(now - start).count() - not_running;
       // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
       if (ctx.timeout_s > 0 && waited >= ctx.timeout_s) {
         ECHO_RUN_FAIL(

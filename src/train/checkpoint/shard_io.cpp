@@ -38,7 +38,7 @@ void gather_full_tensor(const model::ParamSpec& spec, std::span<const float> loc
     const int64_t nr = std::min(chunk_rows, rows - r0);
     const int count = static_cast<int>(nr * cols);
     // Slow: tp rank 0 writes each chunk to disk before it comes to the next gather.
-    const dist::CollectiveScope watched("the checkpoint save's shard gather (MPI_Gather to tp rank 0)",
+    const dist::CollectiveScope watched("the checkpoint save's shard gather (MPI_Gather to tp rank 0)", tp,
                                         dist::Patience::slow);
     MPI_CHECK(MPI_Gather(local.data() + r0 * cols, count, MPI_FLOAT, recv.data(), count, MPI_FLOAT, 0, tp.get()));
     if (!root) continue;
