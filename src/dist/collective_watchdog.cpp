@@ -101,13 +101,14 @@ struct Watchdog {
       if (waited <= timeout) continue;
       fired_for = gen;
       const NodeProgressBoard* b = board.load();
-      fire(fmt::format(
-          "[rank {}] error: no progress for {} s in {}{} ({} = {:g}): {}; ending this rank so that "
-          "mpirun ends the job",
-          rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
-          in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
-          slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
-          b ? b->describe_others(now, waited, w, in_step, in_comm) : std::string("a peer rank is stopped, hung or gone")));
+      fire(
+          fmt::format("[rank {}] error: no progress for {} s in {}{} ({} = {:g}): {}; ending this rank so that "
+                      "mpirun ends the job",
+                      rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), w,
+                      in_step > 0 ? fmt::format(" at step {}", in_step) : std::string(),
+                      slow ? "comm.save_timeout_s" : "comm.peer_timeout_s", static_cast<double>(timeout) * 1e-9,
+                      b ? b->describe_others(now, waited, w, in_step, in_comm)
+                        : std::string("a peer rank is stopped, hung or gone")));
     }
   }
 

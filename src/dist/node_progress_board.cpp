@@ -40,7 +40,7 @@ struct alignas(64) ProgressSlot {
   std::atomic<int32_t> inside{0};  // 1: in a collective
   std::atomic<int64_t> since_ns{0};
   std::atomic<int64_t> step{0};
-  std::atomic<uint64_t> members{0};  // the communicator's Communicator::members_id(); 0: unknown
+  std::atomic<uint64_t> members{0};         // the communicator's Communicator::members_id(); 0: unknown
   std::atomic<char> what[kWhatChars] = {};  // the collective it is in, or the last one it left
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -146,8 +146,8 @@ void* map_shared(const Communicator& local, size_t bytes, std::string& failure) 
     struct stat st {};
     if (fstat(fd, &st) != 0 || static_cast<int64_t>(st.st_dev) != origin[2] ||
         static_cast<int64_t>(st.st_ino) != origin[3])
-      failure = fmt::format("/proc/{}/fd/{} is not the node's first rank's memory (another pid namespace?)",
-                            origin[0], origin[1]);
+      failure = fmt::format("/proc/{}/fd/{} is not the node's first rank's memory (another pid namespace?)", origin[0],
+                            origin[1]);
     else if (static_cast<size_t>(st.st_size) < bytes)
       failure = fmt::format("the shared memory holds {} bytes, not {}", static_cast<long long>(st.st_size), bytes);
     else if ((memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
@@ -256,9 +256,9 @@ std::string NodeProgressBoard::describe_process(int world_rank, int64_t now_ns) 
 
 std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns, const char* what, int64_t step,
                                                uint64_t members) const {
-  std::vector<std::string> holding;        // the ranks that hold this one up
-  std::vector<std::string> deadlocked;     // waiting in another collective or step of this communicator
-  std::vector<std::string> other_comms;    // waiting on another communicator
+  std::vector<std::string> holding;      // the ranks that hold this one up
+  std::vector<std::string> deadlocked;   // waiting in another collective or step of this communicator
+  std::vector<std::string> other_comms;  // waiting on another communicator
   std::vector<int> same, moving, unread;
   const std::string mine = std::string(what).substr(0, kWhatChars - 1);  // as a slot holds it
   for (int i = 0; i < local_size_; ++i) {
@@ -320,15 +320,17 @@ std::string NodeProgressBoard::describe_others(int64_t now_ns, int64_t waited_ns
   std::string text = local_size_ > 1 ? listed(parts) : std::string("no other rank of the job runs on this node");
   const int others = world_size_ - local_size_;
   if (!deadlocked.empty())
-    return text + ": the ranks of one communicator called different collectives (a deadlock, or one rank took another "
-                  "path)";
+    return text +
+           ": the ranks of one communicator called different collectives (a deadlock, or one rank took another "
+           "path)";
   if (others > 0)
     return fmt::format("{}: the rank that holds it up is one of the {} on other nodes (stopped, hung or gone)", text,
                        others);
   if (other_comms.empty() && moving.empty() && unread.empty())
     return text + ": nobody on this one-node job is missing, so MPI itself makes no progress";
-  return text + ": no rank of this one-node job is stopped or outside a collective; MPI makes no progress, or the "
-                "ranks wait on each other across communicators";
+  return text +
+         ": no rank of this one-node job is stopped or outside a collective; MPI makes no progress, or the "
+         "ranks wait on each other across communicators";
 }
 
 }  // namespace echo::dist

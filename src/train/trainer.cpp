@@ -46,8 +46,7 @@ double mean_over(const dist::Communicator& comm, double value) { return comm.sum
 // a node uses min(its ranks, its devices)).
 int count_peak_units(const dist::Communicator& world, Device device) {
   const dist::NodePlace place = [&world] {
-    const dist::CollectiveScope watched("the run's node grouping (MPI_Comm_split_type)", world,
-                                        dist::Patience::slow);
+    const dist::CollectiveScope watched("the run's node grouping (MPI_Comm_split_type)", world, dist::Patience::slow);
     return dist::node_place(world);
   }();
   const int per_node = device == Device::cuda ? std::min(place.local_size, std::max(1, cuda_device_count())) : 1;
@@ -250,8 +249,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
   {
     // Communicators and shared workspaces are made collectively (MPI_Comm_split_type,
     // MPI_Win_allocate_shared, barriers), each rank arriving from its own data scans.
-    const dist::CollectiveScope watched("the start-up's set-up of the backend and all-reduce workspaces",
-                                        world.world, dist::Patience::slow);
+    const dist::CollectiveScope watched("the start-up's set-up of the backend and all-reduce workspaces", world.world,
+                                        dist::Patience::slow);
     const dist::NodePlace node = dist::node_place(world.world);
     backend_ = backend::make_backend(cfg.run.device == config::Device::cuda ? Device::cuda : Device::cpu,
                                      {node.local_rank, node.local_size});
@@ -337,8 +336,8 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
     // Every rank raises the kind rank 0 raised (an InputError, e.g. a directory in the way of
     // config.yaml, or a RunError), so an in-process caller sees one error on all of them.
     {
-      const dist::CollectiveScope watched("the start-up's broadcast of rank 0's error kind (MPI_Bcast)",
-                                          world.world, dist::Patience::slow);
+      const dist::CollectiveScope watched("the start-up's broadcast of rank 0's error kind (MPI_Bcast)", world.world,
+                                          dist::Patience::slow);
       MPI_CHECK(MPI_Bcast(&rank0_input_error, 1, MPI_C_BOOL, 0, world.world.get()));
     }
     if (write_failure) std::rethrow_exception(write_failure);

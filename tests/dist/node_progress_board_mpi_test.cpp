@@ -5,8 +5,8 @@
 // run is not a wait); ranks waiting in different collectives are a deadlock, in the same one a
 // stuck MPI (nobody is missing on a one-node job); a board one rank cannot make is made by none.
 // Also /proc's view of a stopped, an exited and a reaped child.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <mpi.h>
 #include <signal.h>
 #include <sys/resource.h>

@@ -31,9 +31,9 @@
 #include "comm/all_reduce.h"
 #include "comm/p2p/cuda_ipc_workspace.h"
 #include "comm/p2p/pipeline_schedule.h"
-#include "p2p_flags.cuh"  // P2pCallHeader, P2pFaultRecord (plain C++)
 #include "core/quant_spec.h"
 #include "dist/communicator.h"
+#include "p2p_flags.cuh"  // P2pCallHeader, P2pFaultRecord (plain C++)
 
 namespace echo::cuda {
 struct DeviceQuantReport;
