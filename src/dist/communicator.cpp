@@ -59,7 +59,12 @@ Communicator::~Communicator() {
   if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
-void Communicator::barrier() const { MPI_CHECK(MPI_Barrier(comm_)); }
+// barrier and all_ranks serve start-up's set-up (workspaces, communicators): slow scopes, as the
+// peers may still be busy with their own part of it.
+void Communicator::barrier() const {
+  const CollectiveScope watched("a barrier of start-up's set-up (MPI_Barrier)", *this, Patience::slow);
+  MPI_CHECK(MPI_Barrier(comm_));
+}
 
 double Communicator::sum_in_rank_order(double value) const {
   std::vector<double> parts(static_cast<size_t>(size_));
@@ -72,6 +77,8 @@ double Communicator::sum_in_rank_order(double value) const {
 
 bool Communicator::all_ranks(bool ok) const {
   int mine = ok ? 1 : 0, all = 0;
+  const CollectiveScope watched("an agreement of start-up's set-up (MPI_Allreduce of a yes or no)", *this,
+                                Patience::slow);
   MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm_));
   return all != 0;
 }

@@ -153,7 +153,11 @@ uint64_t resumed_samples(const ResumePoint& point, const std::optional<config::C
 // rank sees every hash, so all refuse together.
 void check_same_data_everywhere(uint64_t hash, const std::string& path, const dist::Communicator& world) {
   std::vector<uint64_t> hashes(static_cast<size_t>(world.size()));
-  MPI_Allgather(&hash, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.get());
+  {
+    const dist::CollectiveScope watched("the start-up's comparison of data.train's hash (MPI_Allgather)", world,
+                                        dist::Patience::slow);
+    MPI_CHECK(MPI_Allgather(&hash, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.get()));
+  }
   for (size_t r = 1; r < hashes.size(); ++r)
     ECHO_INPUT_CHECK(hashes[r] == hashes[0],
                      "'data.train' = {} is not the same data on every rank: rank 0 reads content hash {}, rank {} "

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "cuda_check.h"
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 #include "pool_tensor.cuh"
 #include "quantize.cuh"
@@ -246,6 +247,7 @@ int CudaDeviceEcho::group_rescale_exponent(Site site) {
   to_host(&bits, &counters()->max_bits, sizeof bits);
   const float local = bits_float(bits);  // non-finite entries entered as +inf (compensator.cuh)
   float gmax = 0.0f;
+  const dist::CollectiveScope watched("the device Echo's backward rescale max over MPI", comm_);
   MPI_CHECK(MPI_Allreduce(&local, &gmax, 1, MPI_FLOAT, MPI_MAX, comm_.get()));
   check_rescale_max(gmax, site);
   return rescale_exponent(gmax);
@@ -426,6 +428,7 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
     if (host_send_.size() < send_layout.buffer_bytes) host_send_.resize(send_layout.buffer_bytes);
     if (host_recv_.size() < recv_layout.buffer_bytes) host_recv_.resize(recv_layout.buffer_bytes);
     to_host(host_send_.data(), send, send_layout.buffer_bytes);
+    const dist::CollectiveScope watched("the device Echo's exchange to the owners over MPI (MPI_Alltoallv)", comm_);
     MPI_CHECK(MPI_Alltoallv(host_send_.data(), send_layout.counts.data(), send_layout.displs.data(), MPI_BYTE,
                             host_recv_.data(), recv_layout.counts.data(), recv_layout.displs.data(), MPI_BYTE,
                             comm_.get()));
@@ -450,6 +453,7 @@ size_t CudaDeviceEcho::two_collective_qar(float* y, size_t n, const QuantSpec& s
     if (host_own_.size() < L.own_code_bytes) host_own_.resize(L.own_code_bytes);
     if (host_gathered_.size() < gather.buffer_bytes) host_gathered_.resize(gather.buffer_bytes);
     to_host(host_own_.data(), own, static_cast<size_t>(gather.counts[me]));
+    const dist::CollectiveScope watched("the device Echo's gather of the sums over MPI (MPI_Allgatherv)", comm_);
     MPI_CHECK(MPI_Allgatherv(host_own_.data(), gather.counts[me], MPI_BYTE, host_gathered_.data(),
                              gather.counts.data(), gather.displs.data(), MPI_BYTE, comm_.get()));
     to_device(gathered, host_gathered_.data(), gather.buffer_bytes);
