@@ -316,14 +316,7 @@ int bench_main(int argc, char** argv) {
   const auto sizes = parse_sizes(o.sizes, static_cast<size_t>(o.step_factor), kMaxMessageBytes,
                                  "echo_bench's largest message (--sizes)");
   require_16bit_values(sizes, "--sizes");
-  // A message shorter than one group times one partial group per call, not the codec at that
-  // size (echo_quant_bench refuses the same).
-  if (o.impl == "echo")
-    for (const size_t bytes : sizes)
-      ECHO_INPUT_CHECK(bytes / 2 >= static_cast<size_t>(o.group_size),
-                       "--sizes {} holds {} 16-bit values, fewer than one group of --group-size {}: each call would "
-                       "quantize one partial group; give sizes of at least {} or a smaller --group-size",
-                       format_size(bytes), bytes / 2, o.group_size, format_size(static_cast<size_t>(o.group_size) * 2));
+  if (o.impl == "echo") require_one_group(sizes, o.group_size);  // as echo_quant_bench refuses
   const MachineInfo machine = describe_machine();
   check_memory(sizes, world);
   auto impl = make_impl(o, world);

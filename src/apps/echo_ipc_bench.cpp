@@ -207,11 +207,7 @@ int bench_main(int argc, char** argv) {
   // The sizes are checked before the device is: a bad --sizes is named on a machine without one.
   const std::vector<size_t> sizes = parse_sizes(o.sizes);
   require_16bit_values(sizes, "--sizes");
-  for (const size_t bytes : sizes)  // as echo_bench: one partial group per call times no codec
-    ECHO_INPUT_CHECK(bytes / 2 >= static_cast<size_t>(o.group_size),
-                     "--sizes {} holds {} 16-bit values, fewer than one group of --group-size {}: each call would "
-                     "quantize one partial group; give sizes of at least {} or a smaller --group-size",
-                     format_size(bytes), bytes / 2, o.group_size, format_size(static_cast<size_t>(o.group_size) * 2));
+  require_one_group(sizes, o.group_size);
   auto world = dist::Communicator::borrow(MPI_COMM_WORLD);
   const int devices = cuda_device_count();
   ECHO_INPUT_CHECK(devices > 0, "echo_ipc_bench needs a usable CUDA device (none found, or no driver)");

@@ -71,6 +71,14 @@ void require_16bit_values(const std::vector<size_t>& sizes, const std::string& o
                      option, bytes);
 }
 
+void require_one_group(const std::vector<size_t>& sizes, int group_size) {
+  for (const size_t bytes : sizes)
+    ECHO_INPUT_CHECK(bytes / 2 >= static_cast<size_t>(group_size),
+                     "--sizes {} holds {} 16-bit values, fewer than one group of --group-size {}: each call would "
+                     "quantize one partial group; give sizes of at least {} or a smaller --group-size",
+                     format_size(bytes), bytes / 2, group_size, format_size(static_cast<size_t>(group_size) * 2));
+}
+
 std::string format_size(size_t bytes) {
   if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) return fmt::format("{}G", bytes >> 30);
   if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return fmt::format("{}M", bytes >> 20);

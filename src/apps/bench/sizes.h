@@ -21,6 +21,9 @@ std::vector<size_t> parse_sizes(const std::string& spec, size_t step_factor = 2,
 // 16-bit values: the benchmarks' sizes are bytes of a bf16 message, and an odd byte would be
 // dropped from the count while the table still showed it.
 void require_16bit_values(const std::vector<size_t>& sizes, const std::string& option);
+// Refuses (echo::InputError naming the size) a message of fewer 16-bit values than one codec group
+// of `group_size`: each call would quantize one partial group, not time the codec at that size.
+void require_one_group(const std::vector<size_t>& sizes, int group_size);
 std::string format_size(size_t bytes);  // 268435456 -> "256M"
 
 }  // namespace echo::bench
