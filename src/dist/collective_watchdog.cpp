@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/runnable_clock.h"
 #include "core/seconds_text.h"
 #include "core/stopwatch.h"
 #include "dist/communicator.h"
@@ -68,7 +69,9 @@ struct Watchdog {
     // continues it before ending it), must not blame the peers it kept waiting.
     uint64_t excused_for = ~uint64_t{0};
     int64_t excused_ns = 0;
+    const RunnableClock runnable;  // tells this thread's stop from its starvation
     int64_t last_look = steady_now_ns();
+    int64_t last_runnable = runnable.read();
     for (;;) {
       // A quarter of the smaller limit in force between looks (at most 0.1 s, at least 10 ms): an
       // overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's. Short
@@ -81,7 +84,11 @@ struct Watchdog {
       std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
       const int64_t now = steady_now_ns();
       const int64_t late = now - last_look - poll;  // beyond the sleep asked for
+      const int64_t runnable_now = runnable.read();
+      const int64_t stopped =
+          stopped_part_ns(now - last_look, poll, runnable_now >= 0 && last_runnable >= 0 ? runnable_now - last_runnable : -1);
       last_look = now;
+      last_runnable = runnable_now;
       if (NodeProgressBoard* b = board.load()) b->beat(now, poll);
       const uint64_t gen = generation.load();
       const char* w = what.load();
@@ -91,9 +98,11 @@ struct Watchdog {
       const uint64_t in_comm = members.load();
       if ((gen & 1) != 0 || w == nullptr || gen == fired_for || generation.load() != gen) continue;
       if (gen != excused_for) excused_for = gen, excused_ns = 0;
-      // A thread woken far later than asked was not running: a scheduler's delay is milliseconds.
+      // A thread woken far later than asked was stopped, or starved of a CPU: the part of the
+      // delay it was not even runnable (core/runnable_clock.h) is its stop. Below the threshold,
+      // a scheduler's noise.
       if (late > std::max<int64_t>(2 * poll, 200'000'000))
-        excused_ns += std::min(late, std::max<int64_t>(0, now - since));
+        excused_ns += std::min(stopped, std::max<int64_t>(0, now - since));
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
       if (timeout <= 0) continue;

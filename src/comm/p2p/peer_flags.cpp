@@ -8,6 +8,7 @@
 
 #include "comm/p2p/p2p_geometry.h"
 #include "core/error.h"
+#include "core/runnable_clock.h"
 #include "core/seconds_text.h"
 #include "dist/collective_watchdog.h"
 
@@ -69,6 +70,8 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
   auto last_look = start;
   // Seconds this process did not run (stopped, then continued): not a wait for the peer.
   double not_running = 0;
+  thread_local const RunnableClock runnable;  // this thread's (opened once per thread)
+  int64_t last_runnable = -1;                 // unknown until the first look
   bool long_wait = false;  // past 100 ms: the peer is far behind (or stopped)
   for (uint64_t polls = 1;; ++polls) {
     value = observe(flag);
@@ -82,10 +85,18 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
       const auto now = clock::now();
       // 64 polls take milliseconds (yields, or at most 64 sleeps of 1 ms); a gap of over a second
       // between two looks is time this process was stopped (SIGSTOP, Ctrl-Z; mpirun's abort
-      // continues it), which must not make it blame the peer it kept waiting.
+      // continues it), which must not make it blame the peer it kept waiting, or time it was
+      // starved of a CPU, which is a real wait: the thread's runnable clock tells them apart
+      // (core/runnable_clock.h). Read from the first look on: one read per 64 polls, none on the
+      // many short waits; a stop before the first look is excused whole, as without the clock.
+      const int64_t runnable_now = runnable.read();
       const double gap = std::chrono::duration<double>(now - last_look).count();
+      if (gap > 1.0)
+        not_running += 1e-9 * static_cast<double>(stopped_part_ns(
+                                  static_cast<int64_t>(gap * 1e9), 0,
+                                  runnable_now >= 0 && last_runnable >= 0 ? runnable_now - last_runnable : -1));
       last_look = now;
-      if (gap > 1.0) not_running += gap;
+      last_runnable = runnable_now;
       const double waited = std::chrono::duration<double>(now - start).count() - not_running;
       // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
       if (ctx.timeout_s > 0 && waited >= ctx.timeout_s) {
