@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <new>
 #include <sstream>
@@ -49,15 +48,30 @@ static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>
 namespace {
 
 ProcessStat read_stat(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!in || !std::getline(in, text)) return {};
+  ProcessStat s;
+  // open/read, not a stream: errno must say why a read failed. No such file (ENOENT, or ESRCH
+  // for a process that ends while read) is "no such process"; anything else (EMFILE when the
+  // rank is out of descriptors, EACCES under hidepid) says nothing about the process.
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  char buffer[1024];
+  ssize_t n = -1;
+  if (fd >= 0) {
+    n = read(fd, buffer, sizeof buffer - 1);
+    const int read_errno = errno;
+    close(fd);
+    errno = read_errno;
+  }
+  if (n < 0) {
+    if (errno != ENOENT && errno != ESRCH) s.read_error = errno;
+    return s;
+  }
+  const std::string text(buffer, static_cast<size_t>(n));
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the fields start after the
   // last ')'. The state is field 3, the start time field 22.
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos) return {};
-  std::istringstream fields(text.substr(close + 1));
-  ProcessStat s;
+  const size_t close_paren = text.rfind(')');
+  if (close_paren == std::string::npos) return s;
+  std::istringstream fields(text.substr(close_paren + 1));
   std::string skip;
   fields >> s.state;
   for (int field = 4; field < 22 && fields; ++field) fields >> skip;
@@ -235,6 +249,8 @@ std::string NodeProgressBoard::process_problem(int i, int64_t now_ns) const {
                              seconds_between(beat, now_ns))
                        : std::string();
   const ProcessStat st = process_stat(s.pid.load());
+  if (st.read_error != 0)
+    return fmt::format("could not be looked at (/proc/{}/stat: {})", s.pid.load(), std::strerror(st.read_error));
   // No process under the number now, or another one (the number was reused): it ended.
   if (st.state == 0 || st.start_ticks != s.start_ticks.load() || st.state == 'Z' || st.state == 'X')
     return "is gone (it exited or was killed)";

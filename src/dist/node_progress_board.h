@@ -58,10 +58,13 @@ class NodeProgressBoard {
 
 // A process on this machine as /proc/<pid>/stat shows it: its state letter ('R', 'S', 'D', 'T',
 // 't', 'Z', ...; 0 when there is no such process) and its start time (clock ticks after boot),
-// which tells a process from a later one that got the same number.
+// which tells a process from a later one that got the same number. read_error is the errno of a
+// read that failed for a reason other than "no such process" (EMFILE, EACCES): then state is 0
+// but the process may well be there.
 struct ProcessStat {
   char state = 0;
   uint64_t start_ticks = 0;
+  int read_error = 0;
 };
 ProcessStat process_stat(int pid);
 

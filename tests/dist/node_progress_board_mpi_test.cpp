@@ -5,6 +5,7 @@
 // run is not a wait); ranks waiting in different collectives are a deadlock, in the same one a
 // stuck MPI (nobody is missing on a one-node job); a board one rank cannot make is made by none.
 // Also /proc's view of a stopped, an exited and a reaped child.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -14,8 +15,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -280,6 +283,28 @@ TEST(ProcessStat, StoppedExitedAndReapedChildren) {
   EXPECT_EQ(process_stat(child).state, 0);
   EXPECT_EQ(process_stat(0).state, 0);
   EXPECT_EQ(process_stat(-5).state, 0);
+}
+
+// A rank out of descriptors cannot read /proc: that says nothing of the peer, which must not be
+// called gone (the board's message then says "could not be looked at (...Too many open files)").
+TEST(ProcessStat, AReadThatFailsIsNotAProcessGone) {
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  rlimit low = before;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fds;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds.push_back(fd);
+  const int open_errno = errno;
+  const ProcessStat st = process_stat(static_cast<int>(getpid()));
+  for (const int fd : fds) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+  ASSERT_EQ(open_errno, EMFILE);
+  EXPECT_EQ(st.state, 0);
+  EXPECT_EQ(st.read_error, EMFILE);
+  // With descriptors back, the same read sees this process, and an absent one is no error.
+  EXPECT_EQ(process_stat(static_cast<int>(getpid())).read_error, 0);
+  EXPECT_EQ(process_stat(std::numeric_limits<int>::max()).read_error, 0);
 }
 
 }  // namespace
