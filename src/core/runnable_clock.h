@@ -31,6 +31,11 @@ class RunnableClock {
   int fd_ = -1;
 };
 
+// The clock's growth between two reads; -1 if either was unknown.
+inline int64_t runnable_growth(int64_t before, int64_t after) {
+  return before >= 0 && after >= 0 ? after - before : -1;
+}
+
 // Of a gap of gap_ns between two looks, of which the thread meant to sleep asleep_ns, the part it
 // was neither asleep, running nor runnable: stopped. runnable_ns is the clock's growth over the
 // gap; negative (unknown) excuses the whole gap past the sleep, as a stop would.

@@ -85,8 +85,7 @@ struct Watchdog {
       const int64_t now = steady_now_ns();
       const int64_t late = now - last_look - poll;  // beyond the sleep asked for
       const int64_t runnable_now = runnable.read();
-      const int64_t stopped =
-          stopped_part_ns(now - last_look, poll, runnable_now >= 0 && last_runnable >= 0 ? runnable_now - last_runnable : -1);
+      const int64_t stopped = stopped_part_ns(now - last_look, poll, runnable_growth(last_runnable, runnable_now));
       last_look = now;
       last_runnable = runnable_now;
       if (NodeProgressBoard* b = board.load()) b->beat(now, poll);

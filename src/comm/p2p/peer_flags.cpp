@@ -92,9 +92,8 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
       const int64_t runnable_now = runnable.read();
       const double gap = std::chrono::duration<double>(now - last_look).count();
       if (gap > 1.0)
-        not_running += 1e-9 * static_cast<double>(stopped_part_ns(
-                                  static_cast<int64_t>(gap * 1e9), 0,
-                                  runnable_now >= 0 && last_runnable >= 0 ? runnable_now - last_runnable : -1));
+        not_running += 1e-9 * static_cast<double>(stopped_part_ns(static_cast<int64_t>(gap * 1e9), 0,
+                                                                  runnable_growth(last_runnable, runnable_now)));
       last_look = now;
       last_runnable = runnable_now;
       const double waited = std::chrono::duration<double>(now - start).count() - not_running;
