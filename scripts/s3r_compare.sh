@@ -9,8 +9,9 @@
 # --out it is printed at the end.
 # The runs go to --runs (default runs/s3r), each with its log RUNS/NAME_SEED.log.
 # Refused before anything runs: STEPS that is not a whole number >= 1 (without a leading zero) or
-# given twice, an option with an empty value, an --out that is a folder or in a folder that does
-# not exist, a --runs that is not a folder, an --echo-train that is not an executable file.
+# given twice, an option with an empty value, an --out that is a folder or below a file or a folder
+# this user cannot write in (a missing folder of --out is made, as --runs is), a --runs that is
+# not a folder, an --echo-train that is not an executable file.
 # A SIGTERM, SIGHUP or SIGINT (Ctrl-C) is passed on to the running echo_train (through
 # scripts/mpirun.sh: it stops at the end of its step); the script then exits 128 + n, --out as it was.
 set -euo pipefail
@@ -34,8 +35,12 @@ steps=${steps:-200}
 if [[ -n $out ]]; then
   [[ $out != */ && ! -d $out ]] || die "--out $out_arg is a folder: give the table's file name (--out DIR/table.md)"
   [[ ! -e $out || -f $out ]] || die "--out $out_arg is not a regular file"
-  [[ -d $(dirname "$out") ]] || die "--out $out_arg: folder $(dirname "$out") does not exist"
-  [[ -w $(dirname "$out") ]] || die "--out $out_arg: folder $(dirname "$out") is not writable"
+  # A missing folder is made (as --runs is) once the checks pass; what exists of it must be a
+  # folder this user can write in.
+  have=$(dirname "$out")
+  while [[ ! -e $have && ! -L $have ]]; do have=$(dirname "$have"); done
+  [[ -d $have ]] || die "--out $out_arg: $have is not a folder"
+  [[ -w $have ]] || die "--out $out_arg: folder $have is not writable"
 fi
 cd "$(dirname "$0")/.."
 echo_train=${echo_train:-$PWD/build/echo_train}
@@ -51,6 +56,7 @@ modes=(
   "S3R-EC two_way|linear.mode=int8 linear.backward_rounding=s3r linear.thresholds=per_token linear.ec=two_way"
 )
 err=$(mkdir -p "$runs" 2>&1) || die "--runs $runs: cannot make the folder: ${err#mkdir: }"
+[[ -z $out ]] || err=$(mkdir -p "$(dirname "$out")" 2>&1) || die "--out $out_arg: cannot make its folder: ${err#mkdir: }"
 # The table is built in a temporary file: beside --out, so that the final mv is a rename.
 table=$(mktemp "${out:-${TMPDIR:-/tmp}/s3r_compare}.XXXXXX")
 trap 'rm -f "$table"' EXIT

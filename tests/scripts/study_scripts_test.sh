@@ -144,6 +144,12 @@ grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/table.m
 (umask 077 && bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out "$work/new.md" \
   >/dev/null 2>&1) || fail "s3r_compare.sh --out new.md failed"
 [[ $(stat -c %a "$work/new.md") == 600 ]] || fail "a new --out under umask 077 has mode $(stat -c %a "$work/new.md"), not 600"
+# A folder of --out that does not exist yet is made (the README's `--out runs/s3r/table.md` on a
+# fresh clone), relative to the caller's folder.
+(cd "$work" && bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out new-dir/deep/t.md \
+  >/dev/null 2>&1) || fail "s3r_compare.sh --out new-dir/deep/t.md (folders to make) failed"
+grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/new-dir/deep/t.md" ||
+  fail "s3r_compare.sh did not write $work/new-dir/deep/t.md: $(ls -R "$work/new-dir" 2>&1)"
 
 # Paths with a space (--runs, --out: the title line quotes --out as a shell would), under a
 # comma-decimal locale (bash's printf %f reads 2.001 as a bad number there): de_DE, built here.
@@ -184,7 +190,11 @@ s3r_refused "STEPS '99999999999999999999' is not a whole number >= 1 (at most 9 
 s3r_refused "unknown option '--seeds' (see the header of $src/scripts/s3r_compare.sh)" --seeds 1
 s3r_refused "--out $work/a-folder is a folder: give the table's file name (--out DIR/table.md)" --out "$work/a-folder"
 s3r_refused "--out $work/new/ is a folder: give the table's file name (--out DIR/table.md)" --out "$work/new/"
-s3r_refused "--out $work/none/t.md: folder $work/none does not exist" --out "$work/none/t.md"
+s3r_refused "--out $work/a-file/deep/t.md: $work/a-file is not a folder" --out "$work/a-file/deep/t.md"
+if [[ $(id -u) != 0 ]]; then  # root writes anywhere
+  mkdir -p "$work/read-only" && chmod 555 "$work/read-only"
+  s3r_refused "--out $work/read-only/new/t.md: folder $work/read-only is not writable" --out "$work/read-only/new/t.md"
+fi
 s3r_refused "--out /dev/null is not a regular file" --out /dev/null
 s3r_refused "--out needs a value, not an empty one" --out ""
 s3r_refused "--echo-train needs a value, not an empty one" --echo-train ""
