@@ -210,16 +210,22 @@ int depth_main(int argc, char** argv) {
   uint64_t seed = 0;
   CLI::App app{
       "echo_depth: accumulated error of an N-site residual stream through Echo's QAR vs Theorem 1 / Eqn. (21)"};
-  app.add_option("--sites", sites, "stream depths N to report (comma-separated; at most 512)")->delimiter(',');
-  app.add_option("--eta", etas, "compensator gains η (comma-separated, each in [0, 1])")->delimiter(',');
+  app.add_option("--sites", sites, "stream depths N to report (comma-separated; at most 512)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--eta", etas, "compensator gains η (comma-separated, each in [0, 1])")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--coeffs", coeff_text, "BETA1,BETA2,A of the compensator (repeatable; default 0.7,0.3,0.35)");
   app.add_option("--cases", cases, "coherent (same contribution every site), independent (fresh per site)")
-      ->delimiter(',');
-  app.add_option("--elements", elements, "values per all-reduce");
-  app.add_option("--bits", bits, "code width, 4 or 8");
-  app.add_option("--group-size", group_size, "values per quantization group (power of two)");
-  app.add_option("--quantizer", quantizer, "symmetric, asym_naive, asym_zero_aware");
-  app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test");
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--elements", elements, "values per all-reduce")->capture_default_str();
+  app.add_option("--bits", bits, "code width, 4 or 8")->capture_default_str();
+  app.add_option("--group-size", group_size, "values per quantization group (power of two)")->capture_default_str();
+  app.add_option("--quantizer", quantizer, "symmetric, asym_naive, asym_zero_aware")->capture_default_str();
+  app.add_option("--seed", seed, "input seed; 0 feeds the streams of tests/comm/compensator_mpi_test")
+      ->capture_default_str();
   app.add_option("--json", json_path, "write the rows as JSON (rank 0)")->check(echo::apps::writable_output());
   app.add_option("--csv", csv_path, "write the rows as CSV, one per (case, η, coefficients, N) (rank 0)")
       ->check(echo::apps::writable_output());
