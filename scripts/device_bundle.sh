@@ -51,6 +51,7 @@ die() { echo "device_bundle: $*" >&2; exit 1; }
 
 [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || die "$BUILD_DIR is not a configured build (bash scripts/setup.sh first)"
 command -v ompi_info >/dev/null || die "ompi_info not found: Open MPI must be installed here"
+command -v xz >/dev/null || die "xz not found (apt-get install xz-utils): the payload is packed with it"
 
 # find_bin NAME: the executable NAME in BUILD_DIR, built (-j2) when missing; waits while
 # another build is linking it (a file that is not yet a complete ELF). Prints nothing when it
@@ -192,33 +193,49 @@ cat >"$STAGE/env.sh" <<EOF_ENV
 # source bundle/env.sh: puts the bundle's programs, libraries and Open MPI first (made by
 # scripts/device_bundle.sh). Unpacks payload.tar.xz beside this file into ECHO_BUNDLE_UNPACK
 # (default \$TMPDIR/echo-bundle-UID), again whenever the payload changed, and sets ECHO_BUNDLE to
-# it. NOTE: not into bundle/ itself: unpacked (170 MB) it could no longer travel to a device
+# it. NOTE: not into bundle/ itself: unpacked (179 MB) it could no longer travel to a device
 # machine (64 MiB). ECHO_BUNDLE_FALLBACK=all|none forces the fallback libraries on or off;
 # ECHO_BUNDLE_UNXZ=python unpacks with Python's lzma even where xz is installed (a check).
 _eb_src=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 _eb=\${ECHO_BUNDLE_UNPACK:-\${TMPDIR:-/tmp}/echo-bundle-\$(id -u)}
 _eb_stamp="\$_eb_src \$(stat -c '%s %Y' "\$_eb_src/payload.tar.xz" 2>/dev/null)"
-# _eb_unpack ARCHIVE DIR: tar with xz, or Python's tarfile (lzma is in its standard library).
+# _eb_unpack TOOL ARCHIVE DIR: tar with xz, or Python's tarfile (lzma is in its standard library).
 _eb_unpack() {
-  if [[ \${ECHO_BUNDLE_UNXZ:-} != python ]] && command -v xz >/dev/null; then
-    tar -xJf "\$1" -C "\$2"
+  if [[ \$1 == xz ]]; then
+    tar -xJf "\$2" -C "\$3"
   else
     # NOTE: the payload is ours (made by device_bundle.sh): no extraction filter (Python 3.14's
     # default "data" filter would refuse nothing here, but older ones lack the argument).
     python3 -c 'import sys, tarfile
 kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
-tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **kw)' "\$1" "\$2"
+tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **kw)' "\$2" "\$3"
   fi
 }
 if [[ ! -f "\$_eb/.unpacked" || \$(cat "\$_eb/.unpacked") != "\$_eb_stamp" ]]; then
-  # NOTE: only a folder this file unpacked before (or an empty one) is cleared.
-  if [[ -d "\$_eb" && ! -f "\$_eb/.unpacked" && -n \$(ls -A "\$_eb" 2>/dev/null) ]]; then
+  # NOTE: only a folder this file unpacked (.unpacked) or began to unpack (.unpacking: an unpack
+  # that was interrupted), or an empty one, is cleared.
+  if [[ -d "\$_eb" && ! -f "\$_eb/.unpacked" && ! -f "\$_eb/.unpacking" && -n \$(ls -A "\$_eb" 2>/dev/null) ]]; then
     echo "env.sh: \$_eb holds files that are not an unpacked bundle; set ECHO_BUNDLE_UNPACK to an empty folder" >&2
     return 1 2>/dev/null || exit 1
   fi
-  rm -rf "\$_eb" && mkdir -p "\$_eb" &&
-    _eb_unpack "\$_eb_src/payload.tar.xz" "\$_eb" && echo "\$_eb_stamp" >"\$_eb/.unpacked" ||
-    echo "env.sh: cannot unpack \$_eb_src/payload.tar.xz into \$_eb (it needs xz, or python3)" >&2
+  _eb_err="" _eb_tool=python
+  if [[ \${ECHO_BUNDLE_UNXZ:-} != python ]] && command -v xz >/dev/null; then
+    _eb_tool=xz
+  elif ! python3 -c 'import lzma' 2>/dev/null; then
+    _eb_err="neither xz nor a python3 with its lzma module is installed here"
+  fi
+  if [[ -z \$_eb_err ]] && ! { rm -rf "\$_eb" && mkdir -p "\$_eb" && : >"\$_eb/.unpacking"; }; then
+    _eb_err="cannot make the folder"
+  fi
+  if [[ -z \$_eb_err ]] && ! _eb_out=\$(_eb_unpack \$_eb_tool "\$_eb_src/payload.tar.xz" "\$_eb" 2>&1); then
+    _eb_err="\$_eb_tool failed: \$(tail -n 3 <<<"\$_eb_out")"
+    rm -rf "\$_eb"  # a half-unpacked bundle is never used
+  fi
+  if [[ -n \$_eb_err ]]; then
+    echo "env.sh: cannot unpack \$_eb_src/payload.tar.xz into \$_eb: \$_eb_err" >&2
+    return 1 2>/dev/null || exit 1
+  fi
+  rm -f "\$_eb/.unpacking" && echo "\$_eb_stamp" >"\$_eb/.unpacked"
 fi
 export ECHO_BUNDLE=\$_eb ECHO_BUNDLE_GLIBC_NEEDED=$glibc_need ECHO_BUNDLE_GLIBCXX_NEEDED=$cxx_need
 # _eb_sys_has SONAME [NEEDLE]: the machine has its own SONAME (containing NEEDLE).
@@ -272,7 +289,6 @@ EOF_ENV
   echo "files:"
   (cd "$P" && find . -type f -printf '%10s %P\n' | sort -k2)
 } >"$STAGE/MANIFEST.txt"
-command -v xz >/dev/null || die "xz not found (apt-get install xz-utils)"
 tar -cf - -C "$P" . | xz -9 -T2 >"$STAGE/payload.tar.xz"
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE"
@@ -308,6 +324,10 @@ check "env.sh unpacks the payload outside bundle/" \
   '[[ $ECHO_BUNDLE == */u ]] && test -x $ECHO_BUNDLE/bin/echo_train && test -d $ECHO_BUNDLE/openmpi/lib && ! test -e b/bin'
 check "env.sh unpacks with Python's lzma where xz is missing (the same files, modes and links)" \
   'ECHO_BUNDLE_UNPACK=$PWD/upy ECHO_BUNDLE_UNXZ=python bash -c "source b/env.sh && cd \$ECHO_BUNDLE && find . ! -name .unpacked -printf \"%M %l %s %P\n\" | sort" >upy.txt && (cd u && find . ! -name .unpacked -printf "%M %l %s %P\n" | sort) >uxz.txt && diff uxz.txt upy.txt && test -s upy.txt'
+check "env.sh refuses a truncated payload (source fails, nothing unpacked is left)" \
+  'cp -r b bt && head -c 1000000 b/payload.tar.xz >bt/payload.tar.xz && ! ECHO_BUNDLE_UNPACK=$PWD/ut bash -c "source bt/env.sh" 2>ut.err && grep -q "cannot unpack" ut.err && ! test -e ut'
+check "env.sh redoes an interrupted unpack (.unpacking left behind)" \
+  'mkdir ui && touch ui/.unpacking ui/half && ECHO_BUNDLE_UNPACK=$PWD/ui bash -c "source b/env.sh && test -x \$ECHO_BUNDLE/bin/echo_train && ! test -e \$ECHO_BUNDLE/half && ! test -e \$ECHO_BUNDLE/.unpacking"'
 mapfile -t bins < <(tar -tJf "$BUNDLE/payload.tar.xz" | sed -n 's|^\./bin/||p' | grep . | sort)
 for b in "${bins[@]}"; do
   case "$b" in

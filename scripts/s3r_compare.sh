@@ -41,6 +41,8 @@ if [[ -n $out ]]; then
   while [[ ! -e $have && ! -L $have ]]; do have=$(dirname "$have"); done
   [[ -d $have ]] || die "--out $out_arg: $have is not a folder"
   [[ -w $have ]] || die "--out $out_arg: folder $have is not writable"
+  # As the kernel reads it ("missing/../b/t.md" is b/t.md): mkdir -p would make "missing" too.
+  out=$(realpath -m -- "$out")
 fi
 cd "$(dirname "$0")/.."
 echo_train=${echo_train:-$PWD/build/echo_train}

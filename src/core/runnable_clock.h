@@ -8,7 +8,9 @@
 // (runnable) all along, and its wait is real: the peers' time passed. The kernel keeps both sums
 // per thread in /proc/thread-self/schedstat (time on a CPU, time runnable on a run queue; see the
 // kernel's Documentation/scheduler/sched-stats.rst), so the gap less their growth is the time the
-// thread was stopped (or asleep). docs/design.md §3 "Who holds it up".
+// thread was stopped (or asleep). NOTE: a virtual machine's steal time (the host ran another
+// guest) is in neither sum, so it still counts as a stop, as every late look did before this
+// clock. docs/design.md §3 "Who holds it up".
 #pragma once
 
 #include <cstdint>

@@ -242,15 +242,18 @@ std::string NodeProgressBoard::process_problem(int i, int64_t now_ns) const {
   const ProgressSlot& s = slots_[i];
   const int64_t beat = s.heartbeat_ns.load(), poll = s.poll_ns.load();
   const bool not_running = beat > 0 && now_ns - beat > 2 * poll + 1'000'000'000;
-  if (!visible_[static_cast<size_t>(i)])
-    return not_running ? fmt::format(
-                             "has not run for {} s (its process cannot be seen from here: stopped, gone or "
-                             "starved of CPU)",
-                             seconds_between(beat, now_ns))
+  // Without /proc (a peer it did not show at start-up, or a read that fails now: this rank out of
+  // descriptors) the heartbeat alone speaks; the caller goes on to the scopes, which need no /proc.
+  const auto heartbeat_only = [&](const std::string& why) {
+    return not_running ? fmt::format("has not run for {} s ({}: stopped, gone or starved of CPU)",
+                                     seconds_between(beat, now_ns), why)
                        : std::string();
+  };
+  if (!visible_[static_cast<size_t>(i)]) return heartbeat_only("its process cannot be seen from here");
   const ProcessStat st = process_stat(s.pid.load());
   if (st.read_error != 0)
-    return fmt::format("could not be looked at (/proc/{}/stat: {})", s.pid.load(), std::strerror(st.read_error));
+    return heartbeat_only(
+        fmt::format("/proc/{}/stat could not be read: {}", s.pid.load(), std::strerror(st.read_error)));
   // No process under the number now, or another one (the number was reused): it ended.
   if (st.state == 0 || st.start_ticks != s.start_ticks.load() || st.state == 'Z' || st.state == 'X')
     return "is gone (it exited or was killed)";

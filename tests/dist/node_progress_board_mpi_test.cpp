@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -285,8 +286,47 @@ TEST(ProcessStat, StoppedExitedAndReapedChildren) {
   EXPECT_EQ(process_stat(-5).state, 0);
 }
 
+// Runs `look` with this process's descriptors used up (RLIMIT_NOFILE lowered to 64, then filled),
+// and gives them back. Returns open()'s errno once full (EMFILE).
+int with_no_descriptors_left(const std::function<void()>& look) {
+  rlimit before{};
+  if (getrlimit(RLIMIT_NOFILE, &before) != 0) return errno;
+  rlimit low = before;
+  low.rlim_cur = 64;
+  if (setrlimit(RLIMIT_NOFILE, &low) != 0) return errno;
+  std::vector<int> fds;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds.push_back(fd);
+  const int open_errno = errno;
+  look();
+  for (const int fd : fds) close(fd);
+  setrlimit(RLIMIT_NOFILE, &before);
+  return open_errno;
+}
+
+// Out of descriptors, rank 0 cannot read rank 1's /proc: a live rank 1 is no problem, and a
+// stopped one is judged by its heartbeat, never called gone.
+TEST_F(NodeProgressBoardTest, AProcReadThatFailsFallsBackToTheHeartbeat) {
+  world_.barrier();
+  if (world_.rank() == 0) {
+    std::string alive, stopped;
+    ASSERT_EQ(with_no_descriptors_left([&] { alive = describe_peer_process(1); }), EMFILE);
+    EXPECT_EQ(alive, "");
+    kill(pids_[1], SIGSTOP);
+    std::this_thread::sleep_for(1500ms);  // past two looks + 1 s: its heartbeat is stale
+    ASSERT_EQ(with_no_descriptors_left([&] { stopped = describe_peer_process(1); }), EMFILE);
+    kill(pids_[1], SIGCONT);
+    EXPECT_EQ(stopped.find("is gone"), std::string::npos) << stopped;
+    EXPECT_NE(stopped.find(rank1("has not run for ")), std::string::npos) << stopped;
+    EXPECT_NE(stopped.find("(/proc/" + std::to_string(pids_[1]) + "/stat could not be read: Too many open files: "
+                           "stopped, gone or starved of CPU)"),
+              std::string::npos)
+        << stopped;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 1 waits here, stopped and continued
+}
+
 // A rank out of descriptors cannot read /proc: that says nothing of the peer, which must not be
-// called gone (the board's message then says "could not be looked at (...Too many open files)").
+// called gone (the board then goes by the peer's heartbeat).
 TEST(ProcessStat, AReadThatFailsIsNotAProcessGone) {
   rlimit before{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);

@@ -150,6 +150,10 @@ grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/table.m
   >/dev/null 2>&1) || fail "s3r_compare.sh --out new-dir/deep/t.md (folders to make) failed"
 grep -qF '| S3R-EC two_way | 2.0010 | 2.0020 | 2.0030 | 2.0020 |' "$work/new-dir/deep/t.md" ||
   fail "s3r_compare.sh did not write $work/new-dir/deep/t.md: $(ls -R "$work/new-dir" 2>&1)"
+# "missing/../b/t.md" is b/t.md, and "missing" is not made.
+(cd "$work" && bash "$src/scripts/s3r_compare.sh" 4 --runs "$work/s3r" --echo-train "$work/ok" --out never/../dotdot/t.md \
+  >/dev/null 2>&1) || fail "s3r_compare.sh --out never/../dotdot/t.md failed"
+[[ -s $work/dotdot/t.md && ! -e $work/never ]] || fail "--out never/../dotdot/t.md: $(ls "$work")"
 
 # Paths with a space (--runs, --out: the title line quotes --out as a shell would), under a
 # comma-decimal locale (bash's printf %f reads 2.001 as a bad number there): de_DE, built here.

@@ -72,7 +72,8 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
   double not_running = 0;
   thread_local const RunnableClock runnable;  // this thread's (opened once per thread)
   int64_t last_runnable = -1;                 // unknown until the first look
-  bool long_wait = false;  // past 100 ms: the peer is far behind (or stopped)
+  int64_t asked_sleep_ns = 0;                 // the sleeps asked for since the last look
+  bool long_wait = false;                     // past 100 ms: the peer is far behind (or stopped)
   for (uint64_t polls = 1;; ++polls) {
     value = observe(flag);
     if (value == expected) break;
@@ -92,10 +93,11 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
       const int64_t runnable_now = runnable.read();
       const double gap = std::chrono::duration<double>(now - last_look).count();
       if (gap > 1.0)
-        not_running += 1e-9 * static_cast<double>(stopped_part_ns(static_cast<int64_t>(gap * 1e9), 0,
+        not_running += 1e-9 * static_cast<double>(stopped_part_ns(static_cast<int64_t>(gap * 1e9), asked_sleep_ns,
                                                                   runnable_growth(last_runnable, runnable_now)));
       last_look = now;
       last_runnable = runnable_now;
+      asked_sleep_ns = 0;
       const double waited = std::chrono::duration<double>(now - start).count() - not_running;
       // A stopped or lost peer is the run's fault, not echo's: a run error, no "[at file:line]".
       if (ctx.timeout_s > 0 && waited >= ctx.timeout_s) {
@@ -110,10 +112,13 @@ double wait_for_peer(uint64_t* flag, uint64_t expected, uint64_t* peer_header, c
     // NOTE: oversubscribed ranks (more ranks than cores, as in CI) need the core the waiter holds:
     // yield at once, and sleep once the wait is long. Past 100 ms, 1 ms sleeps (at most 1% more
     // wait): with 20 µs sleeps a stopped peer cost ~17% of a core until peer_timeout_s.
-    if (polls < 4096)
+    if (polls < 4096) {
       sched_yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(long_wait ? 1000 : 20));
+    } else {
+      const int64_t sleep_us = long_wait ? 1000 : 20;
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      asked_sleep_ns += sleep_us * 1000;  // asleep, not stopped (stopped_part_ns)
+    }
   }
   return std::chrono::duration<double>(clock::now() - start).count();
 }
