@@ -317,7 +317,8 @@ TEST_F(NodeProgressBoardTest, AProcReadThatFailsFallsBackToTheHeartbeat) {
     kill(pids_[1], SIGCONT);
     EXPECT_EQ(stopped.find("is gone"), std::string::npos) << stopped;
     EXPECT_NE(stopped.find(rank1("has not run for ")), std::string::npos) << stopped;
-    EXPECT_NE(stopped.find("(/proc/" + std::to_string(pids_[1]) + "/stat could not be read: Too many open files: "
+    EXPECT_NE(stopped.find("(/proc/" + std::to_string(pids_[1]) +
+                           "/stat could not be read: Too many open files: "
                            "stopped, gone or starved of CPU)"),
               std::string::npos)
         << stopped;
