@@ -27,12 +27,16 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "apps/bench/sizes.h"
 #include "apps/bench/timing.h"
@@ -175,7 +179,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed calls per size and row (>= 1)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed calls per size and row (>= 0)")->capture_default_str();
   app.add_option("--group-size", o.group_size, "values per quantization group")->capture_default_str();
-  app.add_option("--peer-timeout", o.peer_timeout_s, "cuda_ipc: seconds a wait for a peer may last")
+  app.add_option("--peer-timeout", o.peer_timeout_s, "cuda_ipc: seconds a wait for a peer may last (0.001 to 86400)")
+      ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   app.add_option("--slot-kib", o.slot_kib, "cuda_ipc workspace slot sizes in KiB, one set of cuda_ipc rows each")
       ->delimiter(',')
@@ -228,6 +233,7 @@ int bench_main(int argc, char** argv) {
     std::printf("%8s  %-48s %5s %12s %10s %10s %8s %7s %10s\n", "size", "row", "place", "median(us)", "algbw",
                 "ceiling", "frac", "tiles", "wrong");
   }
+  std::vector<std::string> wrong_rows;  // "SIZE ROW (in|out): N wrong", for the exit status
   for (size_t bytes : sizes) {
     const size_t n = bytes / 2;
     const std::vector<uint16_t> host = input_bits(n, me);
@@ -292,6 +298,7 @@ int bench_main(int argc, char** argv) {
       auto report = [&](const char* place, const LatencyStats& stats, size_t wrong_here) {
         unsigned long long mine = wrong_here, total = 0;
         MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.get());
+        if (total > 0) wrong_rows.push_back(fmt::format("{} {} ({}): {} wrong", format_size(bytes), r.name, place, total));
         const double algbw = static_cast<double>(bytes) / (stats.median_us * 1e3);
         if (me != 0) return;
         std::printf("%8s  %-48s %5s %12.1f %10.1f %10.1f %8.3f %7zu %10llu\n", format_size(bytes).c_str(),
@@ -329,6 +336,14 @@ int bench_main(int argc, char** argv) {
       impl->raise_deferred_faults();
       report("out", s_oop, differing(to_host_bits(x), out));
     }
+  }
+  // Every row is printed first; then a wrong element anywhere is the run's failure (the device
+  // check reads only the exit status).
+  if (!wrong_rows.empty()) {
+    if (me == 0)
+      std::fprintf(stderr, "echo_ipc_bench: FAILED: %zu row(s) with wrong elements: %s\n", wrong_rows.size(),
+                   fmt::format("{}", fmt::join(wrong_rows, "; ")).c_str());
+    return 1;
   }
   return 0;
 }

@@ -143,14 +143,6 @@ void start_thread(Watchdog& w) {
   std::call_once(w.started, [&w] { std::thread([&w] { w.watch(); }).detach(); });
 }
 
-// Seconds as nanoseconds in an int64: a limit past ~285 years (or inf) is as good as none, and
-// the cast of a larger double is undefined (on x86 it gave a negative number: the watch was off).
-int64_t limit_ns(double seconds) {
-  constexpr double kLongest = 9.0e18;  // ns
-  // A positive limit under 1 ns stays a limit (1 ns), not "off".
-  return seconds > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::min(seconds * 1e9, kLongest))) : 0;
-}
-
 }  // namespace
 
 void set_collective_timeout(double seconds, int rank) {

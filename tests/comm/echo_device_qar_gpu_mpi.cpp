@@ -22,6 +22,7 @@
 
 #include "../support/cuda_pool.h"
 #include "../support/gpu_test.h"
+#include "../support/node_local_gpu.h"
 #include "../support/test_data.h"
 #include "comm/echo/device_state_bytes.h"
 #include "comm/echo/echo_all_reduce.h"
@@ -35,6 +36,11 @@ namespace echo::comm {
 namespace {
 
 using echo::testing::random_normal;
+
+// Each rank on GPU local_rank % count (tests/support/node_local_gpu.h): several GPUs test the
+// cross-GPU paths; ECHO_TEST_SAME_GPU=1 keeps them all on one.
+const ::testing::Environment* const kNodeLocalGpu =
+    ::testing::AddGlobalTestEnvironment(new echo::testing::NodeLocalGpu);
 
 dist::Communicator world() { return dist::Communicator::borrow(MPI_COMM_WORLD); }
 
@@ -112,16 +118,19 @@ void run_case(const Case& c, bool bf16) {
         std::vector<uint16_t> want_bits(c.n), got_bits(c.n);
         for (size_t i = 0; i < c.n; ++i) want_bits[i] = float_to_bf16_bits(want[i]);
         std::memcpy(got_bits.data(), got.raw(), c.n * sizeof(uint16_t));
-        ASSERT_EQ(got_bits, want_bits);
+        // NOTE: EXPECT, not ASSERT, before a collective: a rank returning alone would leave the
+        // others in expect_same_on_all_ranks' broadcast; all stop together below.
+        EXPECT_EQ(got_bits, want_bits);
         std::vector<uint32_t> widened(c.n);
         for (size_t i = 0; i < c.n; ++i) widened[i] = got_bits[i];
         expect_same_on_all_ranks(widened, "bf16 output");
       } else {
         std::vector<float> got_values(c.n);
         std::memcpy(got_values.data(), got.raw(), c.n * sizeof(float));
-        ASSERT_EQ(bits_of(got_values), bits_of(want));
+        EXPECT_EQ(bits_of(got_values), bits_of(want));
         expect_same_on_all_ranks(bits_of(got_values), "output");
       }
+      if (!comm.all_ranks(!::testing::Test::HasFailure())) return;  // every rank stops at the first failure
     }
     if (c.compensate) {
       ASSERT_NE(dev.device_path(), nullptr);

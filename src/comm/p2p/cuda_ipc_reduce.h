@@ -32,6 +32,7 @@
 #include "comm/p2p/cuda_ipc_workspace.h"
 #include "comm/p2p/pipeline_schedule.h"
 #include "core/quant_spec.h"
+#include "core/stopwatch.h"
 #include "dist/communicator.h"
 #include "p2p_flags.cuh"  // P2pCallHeader, P2pFaultRecord (plain C++)
 
@@ -114,9 +115,9 @@ class CudaIpcReduce {
   void decode(const CallCodec& codec, const uint8_t* in, size_t n, float* out, cudaStream_t stream);
   void reserve_tiles(size_t tile_elems);
   void throw_fault(const cuda::P2pFaultRecord& fault, Site site) const;
-  // The limit for the device's waits; a limit past ~285 years (or inf) is as good as none (the
-  // cast of a larger double is undefined).
-  uint64_t timeout_ns() const { return static_cast<uint64_t>(std::min(peer_timeout_s_ * 1e9, 9.0e18)); }
+  // The limit for the device's waits (0: none; core/stopwatch.h: a positive sub-ns limit is 1 ns,
+  // never "none", and inf is clamped).
+  uint64_t timeout_ns() const { return static_cast<uint64_t>(limit_ns(peer_timeout_s_)); }
 
   const dist::Communicator& comm_;
   std::shared_ptr<CudaIpcWorkspace> ws_;
