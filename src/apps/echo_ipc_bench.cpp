@@ -24,11 +24,11 @@
 // several ranks may share one GPU, where the copy ceiling is what the kernels share too.
 // NOTE: never run on a GPU when written; scripts/device_check.sh runs it.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -298,7 +298,8 @@ int bench_main(int argc, char** argv) {
       auto report = [&](const char* place, const LatencyStats& stats, size_t wrong_here) {
         unsigned long long mine = wrong_here, total = 0;
         MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.get());
-        if (total > 0) wrong_rows.push_back(fmt::format("{} {} ({}): {} wrong", format_size(bytes), r.name, place, total));
+        if (total > 0)
+          wrong_rows.push_back(fmt::format("{} {} ({}): {} wrong", format_size(bytes), r.name, place, total));
         const double algbw = static_cast<double>(bytes) / (stats.median_us * 1e3);
         if (me != 0) return;
         std::printf("%8s  %-48s %5s %12.1f %10.1f %10.1f %8.3f %7zu %10llu\n", format_size(bytes).c_str(),

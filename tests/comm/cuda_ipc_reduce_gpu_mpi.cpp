@@ -21,8 +21,8 @@
 #include <string>
 
 #include "../support/gpu_test.h"
-#include "../support/node_local_gpu.h"
 #include "../support/mpi_util.h"
+#include "../support/node_local_gpu.h"
 #include "../support/test_data.h"
 #include "comm/codec.h"
 #include "comm/echo/echo_all_reduce.h"
@@ -47,7 +47,6 @@ using p2p::P2pGeometry;
 // cross-GPU paths; ECHO_TEST_SAME_GPU=1 keeps them all on one.
 const ::testing::Environment* const kNodeLocalGpu =
     ::testing::AddGlobalTestEnvironment(new echo::testing::NodeLocalGpu);
-
 
 // Small slots, so that a few thousand elements already take several rounds. `tiles` also keeps
 // the workspaces of the fault tests apart from the others (one workspace per geometry).
@@ -149,7 +148,8 @@ TEST(CudaIpcReduce, CallsOfChangingShapesStayInStep) {
     // NOTE: printed, not asserted (a timed test fails on a slow machine, not on a bug): ranks that
     // share one GPU without MPS time-slice, a slice per handoff; what this costs is a number to
     // read in the device check's log. A hang ends in the device waits' timeouts.
-    if (group.rank() == 0) std::printf("[ timing ] 150 calls of changing shapes: %.2f s at P = %d\n", seconds, group.size());
+    if (group.rank() == 0)
+      std::printf("[ timing ] 150 calls of changing shapes: %.2f s at P = %d\n", seconds, group.size());
     EXPECT_LE(ipc->cached_schedules(), 64u);
   });
 }
