@@ -107,10 +107,13 @@ print(":".join(dirs))' 2>/dev/null)
 test_env() { [[ -f "$TESTS_ENV" ]] && sed -n "s/^$1 //p" "$TESTS_ENV"; }
 # gtest_counts LOG: "passed failed skipped" from a GoogleTest log.
 gtest_counts() {
-  local p f s
-  p=$(grep -aoE '\[  PASSED  \] [0-9]+' "$1" | tail -1 | grep -oE '[0-9]+$')
-  f=$(grep -aoE '\[  FAILED  \] [0-9]+ tests?,' "$1" | tail -1 | grep -oE '[0-9]+')
-  s=$(grep -aoE '\[  SKIPPED \] [0-9]+ tests?,' "$1" | tail -1 | grep -oE '[0-9]+')
+  local p f s text
+  # NOTE: without colour codes: under mpirun a rank's stdout is a terminal to gtest, which then
+  # colours "[  PASSED  ] <ESC>[m3 tests" (the counts read 0 and a passing MPI test failed its row).
+  text=$(sed 's/\x1b\[[0-9;]*m//g' "$1" 2>/dev/null)
+  p=$(grep -aoE '\[  PASSED  \] [0-9]+' <<<"$text" | tail -1 | grep -oE '[0-9]+$')
+  f=$(grep -aoE '\[  FAILED  \] [0-9]+ tests?,' <<<"$text" | tail -1 | grep -oE '[0-9]+')
+  s=$(grep -aoE '\[  SKIPPED \] [0-9]+ tests?,' <<<"$text" | tail -1 | grep -oE '[0-9]+')
   echo "${p:-0} ${f:-0} ${s:-0}"
 }
 row() { echo "$1|$2" >"$SD/row"; }  # row STATUS DETAIL: this stage's line of the table
@@ -212,7 +215,7 @@ stage_gpu_tests() {
     read -r p f s <<<"$(gtest_counts "$SD/$t.log")"
     tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
     if [[ $rc -eq 0 && $s -eq 0 && $p -gt 0 ]]; then c=ok ok=$((ok + 1)); else c=FAIL; [[ $rc -eq 124 ]] && c=TIMEOUT; fi
-    sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d' "$t" "$c" "$p" "$f" "$s")"
+    sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d%s' "$t" "$c" "$p" "$f" "$s" "$([[ $t == *_mpi_* ]] && echo " (np 2; ok or FAIL: all its runs)")")"
   done
   local st=PASS
   [[ $ok -eq $total && $total -gt 0 ]] || st=FAIL
