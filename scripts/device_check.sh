@@ -24,7 +24,8 @@
 #                  echo_quant_bench; JSON in OUT_DIR
 #   6 multi-rank   the bundled MPI tests under mpirun -np 2 and -np 4 (oversubscribed, one GPU; CPU
 #                  tests CI runs too, so last)
-# Every process loads all its kernels at start (CUDA_MODULE_LOADING=EAGER).
+# Every process loads all its kernels at start (CUDA_MODULE_LOADING=EAGER). ECHO_CHECK_STAGES
+# (comma-separated names) runs only those stages.
 # Logs and JSON go to WORK/<stage>/ (ECHO_CHECK_WORK, default $TMPDIR/echo-device-check) and come
 # back as OUT_DIR/logs.tgz (repacked after every stage and every 30 s: the device tool returns at
 # most 8 files, 2 folders down), beside OUT_DIR/summary.txt and setup.log. Exit status 1 when
@@ -46,6 +47,16 @@ DEADLINE=${ECHO_CHECK_DEADLINE:-545}
 # bundle's Debian libz, libcrypto or libgomp first, nor /usr/local/cuda's libraries over torch's.
 export ECHO_CHECK_SYS_LDP=${ECHO_CHECK_SYS_LDP-${LD_LIBRARY_PATH:-}}
 STAGES=(environment gpu_tests loss_parity hf_load benchmarks multi_rank)
+# ECHO_CHECK_STAGES=environment,gpu_tests runs only those (in the order above): a short first call
+# where device time is scarce (a machine's start counts too), the rest in a second one.
+if [[ -n ${ECHO_CHECK_STAGES:-} ]]; then
+  chosen=()
+  for s in ${ECHO_CHECK_STAGES//,/ }; do
+    [[ " ${STAGES[*]} " == *" $s "* ]] || { echo "device_check: ECHO_CHECK_STAGES: unknown stage '$s' (stages: ${STAGES[*]})" >&2; exit 2; }
+  done
+  for s in "${STAGES[@]}"; do [[ ",$ECHO_CHECK_STAGES," == *",$s,"* ]] && chosen+=("$s"); done
+  STAGES=("${chosen[@]}")
+fi
 # Every kernel loaded when a process starts, not at its first launch: a first launch while this
 # process's own wait kernel spins on a peer can need a context synchronization (CUDA Programming
 # Guide, "Lazy Loading", concurrent execution hazards), a stall that would read as a peer fault.
