@@ -175,6 +175,19 @@ stage_environment() {
 }
 
 # --- stage 2: gpu tests ---------------------------------------------------------------------
+# another_mpi_run T NP LIMIT SUFFIX LABEL [VAR=VALUE...]: one more run of the multi-rank gpu test T
+# under mpirun -np NP (the VARs passed to every rank), logged to $SD/T_SUFFIX.log, with its own
+# sub-row labelled LABEL; returns its exit status.
+another_mpi_run() {
+  local t=$1 np=$2 limit=$3 suffix=$4 label=$5 rc=0 p f s v exports=(-x ECHO_REQUIRE_GPU)
+  shift 5
+  for v in "$@"; do exports+=(-x "${v%%=*}"); done
+  env $(test_env "$t") ECHO_REQUIRE_GPU=1 "$@" timeout --foreground -k 5 "$limit" "${MPIRUN[@]}" -np "$np" "${exports[@]}" \
+    "$BIN/$t" >"$SD/${t}_$suffix.log" 2>&1 || rc=$?
+  read -r p f s <<<"$(gtest_counts "$SD/${t}_$suffix.log")"
+  sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d (%s)' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$p" "$f" "$s" "$label")"
+  return "$rc"
+}
 stage_gpu_tests() {
   local ok=0 total=0 tp=0 tf=0 ts=0 t rc rc4 c p f s gpus ordered=()
   # The cuda_ipc transport first (issue 11's never-run code, and the likeliest to be cut by the
@@ -202,19 +215,13 @@ stage_gpu_tests() {
       # sums of three copies (its own row; a failure at np 2 must not hide what np 4 shows).
       if [[ $t == cuda_ipc_reduce_* ]]; then
         rc4=0
-        env $(test_env "$t") ECHO_REQUIRE_GPU=1 timeout --foreground -k 5 90 "${MPIRUN[@]}" -np 4 -x ECHO_REQUIRE_GPU "$BIN/$t" \
-          >"$SD/${t}_np4.log" 2>&1 || rc4=$?
-        read -r p f s <<<"$(gtest_counts "$SD/${t}_np4.log")"
-        sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d (np 4)' "$t" "$([[ $rc4 -eq 0 ]] && echo ok || echo FAIL)" "$p" "$f" "$s")"
+        another_mpi_run "$t" 4 90 np4 "np 4" || rc4=$?
         ((rc == 0)) && rc=$rc4
         # With two GPUs or more the ranks above ran on distinct GPUs (tests/support/node_local_gpu.h):
         # the same-GPU paths once more, every rank on device 0.
         if ((gpus >= 2)); then
           rc4=0
-          env $(test_env "$t") ECHO_REQUIRE_GPU=1 ECHO_TEST_SAME_GPU=1 timeout --foreground -k 5 60 "${MPIRUN[@]}" -np 2 \
-            -x ECHO_REQUIRE_GPU -x ECHO_TEST_SAME_GPU "$BIN/$t" >"$SD/${t}_same_gpu.log" 2>&1 || rc4=$?
-          read -r p f s <<<"$(gtest_counts "$SD/${t}_same_gpu.log")"
-          sub "$(printf '%-28s %-7s passed %3d failed %3d skipped %3d (np 2, one GPU)' "$t" "$([[ $rc4 -eq 0 ]] && echo ok || echo FAIL)" "$p" "$f" "$s")"
+          another_mpi_run "$t" 2 60 same_gpu "np 2, one GPU" ECHO_TEST_SAME_GPU=1 || rc4=$?
           ((rc == 0)) && rc=$rc4
         fi
         # What a handoff between ranks costs here (printed by the test, not asserted).

@@ -342,8 +342,8 @@ int bench_main(int argc, char** argv) {
   // check reads only the exit status).
   if (!wrong_rows.empty()) {
     if (me == 0)
-      std::fprintf(stderr, "echo_ipc_bench: FAILED: %zu row(s) with wrong elements: %s\n", wrong_rows.size(),
-                   fmt::format("{}", fmt::join(wrong_rows, "; ")).c_str());
+      fmt::print(stderr, "echo_ipc_bench: FAILED: {} row(s) with wrong elements: {}\n", wrong_rows.size(),
+                 fmt::join(wrong_rows, "; "));
     return 1;
   }
   return 0;
