@@ -3,6 +3,7 @@
 // runs, written with once-rounded intrinsics, so weights and moments get the CPU's bits.
 #include "backend/adamw_math.h"
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -37,8 +38,8 @@ void adamw_step(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, float decay, c
   check_numel(op, "v", v, w.numel());
   const int64_t n = w.numel();
   if (n == 0) return;
-  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(ptr<float>(w), ptr<float>(g), ptr<float>(m),
-                                                                 ptr<float>(v), n, decay, s);
+  ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, adamw_kernel)
+  (ptr<float>(w), ptr<float>(g), ptr<float>(m), ptr<float>(v), n, decay, s);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -9,6 +9,7 @@
 // n_kv (seq, seq) matrices contiguously, so its row `row` is (g, i) = (row / seq, row % seq) and
 // lse[b, h, i] sits at (b*n_q + r)*seq + g*group*seq + i.
 // clang-format off
+#include "launch.cuh"
 #include "cuda_check.h"
 #include "device_util.cuh"
 // clang-format on
@@ -252,11 +253,11 @@ void attention_forward(GemmContext& ctx, const Tensor& q, const Tensor& k, const
       scores_gemm(ctx, sh, t, at(q, q_batch + r * sh.d), at(k, kv_batch), s, stream);
       float* lse_head = lse_data + (b * sh.n_q + r) * sh.seq;
       if (bf16) {
-        causal_softmax_forward_kernel<__nv_bfloat16><<<grid_for(rows, 1), kThreads, 0, stream>>>(
-            s, static_cast<__nv_bfloat16*>(p), lse_head, sh.seq, rows, group * sh.seq);
+        ECHO_LAUNCH(grid_for(rows, 1), kThreads, 0, stream, causal_softmax_forward_kernel<__nv_bfloat16>)
+        (s, static_cast<__nv_bfloat16*>(p), lse_head, sh.seq, rows, group * sh.seq);
       } else {
-        causal_softmax_forward_kernel<float>
-            <<<grid_for(rows, 1), kThreads, 0, stream>>>(s, s, lse_head, sh.seq, rows, group * sh.seq);
+        ECHO_LAUNCH(grid_for(rows, 1), kThreads, 0, stream, causal_softmax_forward_kernel<float>)
+        (s, s, lse_head, sh.seq, rows, group * sh.seq);
       }
       CUDA_CHECK(cudaGetLastError());
       // O_h = P_g V_g
@@ -310,12 +311,12 @@ void attention_backward(GemmContext& ctx, const Tensor& dout, const Tensor& q, c
                            MatrixRef{dp, DType::f32, sh.seq, score_elems}, stream);
       const float* lse_head = lse_data + (b * sh.n_q + r) * sh.seq;
       if (bf16) {
-        causal_softmax_backward_kernel<__nv_bfloat16><<<grid_for(rows, 1), kThreads, 0, stream>>>(
-            s, dp, lse_head, group * sh.seq, sh.seq, rows, scale, static_cast<__nv_bfloat16*>(p),
-            static_cast<__nv_bfloat16*>(ds));
+        ECHO_LAUNCH(grid_for(rows, 1), kThreads, 0, stream, causal_softmax_backward_kernel<__nv_bfloat16>)
+        (s, dp, lse_head, group * sh.seq, sh.seq, rows, scale, static_cast<__nv_bfloat16*>(p),
+         static_cast<__nv_bfloat16*>(ds));
       } else {
-        causal_softmax_backward_kernel<float><<<grid_for(rows, 1), kThreads, 0, stream>>>(
-            s, dp, lse_head, group * sh.seq, sh.seq, rows, scale, s, dp);
+        ECHO_LAUNCH(grid_for(rows, 1), kThreads, 0, stream, causal_softmax_backward_kernel<float>)
+        (s, dp, lse_head, group * sh.seq, sh.seq, rows, scale, s, dp);
       }
       CUDA_CHECK(cudaGetLastError());
       // dQ_h = dS_g K_g (each query head written once)
@@ -333,13 +334,13 @@ void attention_backward(GemmContext& ctx, const Tensor& dout, const Tensor& q, c
     }
     if (bf16) {
       const unsigned grid = grid_for(kv_batch_elems, kThreads);
-      f32_to_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-          static_cast<const float*>(dk_acc), reinterpret_cast<__nv_bfloat16*>(const_cast<char*>(at(dk, kv_batch))),
-          kv_batch_elems);
+      ECHO_LAUNCH(grid, kThreads, 0, stream, f32_to_bf16_kernel)
+      (static_cast<const float*>(dk_acc), reinterpret_cast<__nv_bfloat16*>(const_cast<char*>(at(dk, kv_batch))),
+       kv_batch_elems);
       CUDA_CHECK(cudaGetLastError());
-      f32_to_bf16_kernel<<<grid, kThreads, 0, stream>>>(
-          static_cast<const float*>(dv_acc), reinterpret_cast<__nv_bfloat16*>(const_cast<char*>(at(dv, kv_batch))),
-          kv_batch_elems);
+      ECHO_LAUNCH(grid, kThreads, 0, stream, f32_to_bf16_kernel)
+      (static_cast<const float*>(dv_acc), reinterpret_cast<__nv_bfloat16*>(const_cast<char*>(at(dv, kv_batch))),
+       kv_batch_elems);
       CUDA_CHECK(cudaGetLastError());
     }
   }

@@ -1,6 +1,7 @@
 // bf16_codec.cuh: one thread per element, grid-stride; the conversions are core/half.h's ECHO_HD
 // functions, so the bits are the host codec's.
 // clang-format off
+#include "launch.cuh"
 #include "cuda_check.h"
 // clang-format on
 
@@ -53,21 +54,21 @@ __global__ void decode_kernel(const uint16_t* __restrict__ in, size_t n, float* 
 void bf16_encode(const float* x, size_t n, uint8_t* out, cudaStream_t stream) {
   if (n == 0) return;
   ECHO_CHECK(x != nullptr && out != nullptr, "bf16_encode of {} values needs non-null buffers", n);
-  encode_kernel<<<blocks(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<uint16_t*>(out));
+  ECHO_LAUNCH(blocks(n), kThreads, 0, stream, encode_kernel)(x, n, reinterpret_cast<uint16_t*>(out));
   CUDA_CHECK(cudaGetLastError());
 }
 
 void bf16_round(float* acc, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   ECHO_CHECK(acc != nullptr, "bf16_round of {} values needs a non-null buffer", n);
-  round_kernel<<<blocks(n), kThreads, 0, stream>>>(acc, n);
+  ECHO_LAUNCH(blocks(n), kThreads, 0, stream, round_kernel)(acc, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void bf16_decode_add(const uint8_t* in, size_t n, float* acc, cudaStream_t stream) {
   if (n == 0) return;
   ECHO_CHECK(in != nullptr && acc != nullptr, "bf16_decode_add of {} values needs non-null buffers", n);
-  decode_add_kernel<<<blocks(n), kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(in), n, acc);
+  ECHO_LAUNCH(blocks(n), kThreads, 0, stream, decode_add_kernel)(reinterpret_cast<const uint16_t*>(in), n, acc);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -75,7 +76,7 @@ void bf16_decode(const uint8_t* in, size_t n, float* out, DeviceQuantReport* rep
   if (n == 0) return;
   ECHO_CHECK(in != nullptr && out != nullptr && report != nullptr, "bf16_decode of {} values needs non-null buffers",
              n);
-  decode_kernel<<<blocks(n), kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(in), n, out, report);
+  ECHO_LAUNCH(blocks(n), kThreads, 0, stream, decode_kernel)(reinterpret_cast<const uint16_t*>(in), n, out, report);
   CUDA_CHECK(cudaGetLastError());
 }
 

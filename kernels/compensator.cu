@@ -2,6 +2,7 @@
 // element (grid-stride), calling the ECHO_HD arithmetic the CPU reference calls; the group max
 // is exact in any order (max is order-free), so a block reduction plus one atomicMax suffices.
 // clang-format off
+#include "launch.cuh"
 #include "cuda_check.h"
 // clang-format on
 
@@ -97,7 +98,7 @@ void echo_rescale_exponent(const uint32_t* max_bits, int* exponent, unsigned lon
                            unsigned long long* fault, cudaStream_t stream) {
   ECHO_CHECK(max_bits != nullptr && exponent != nullptr && fault != nullptr,
              "echo_rescale_exponent needs the max, the exponent and the fault word");
-  rescale_exponent_kernel<<<1, 1, 0, stream>>>(max_bits, exponent, fault_key, fault);
+  ECHO_LAUNCH(1, 1, 0, stream, rescale_exponent_kernel)(max_bits, exponent, fault_key, fault);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -108,15 +109,15 @@ void echo_compensate(const void* x, bool x_bf16, size_t n, const float* m1, cons
   ECHO_CHECK(x != nullptr && (x_comp != nullptr || max_bits != nullptr),
              "echo_compensate of {} values needs an input and an output (x' or the max)", n);
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr), "echo_compensate needs the compensator state");
-  compensate_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
-      x, x_bf16, n, m1, m2, coeffs != nullptr, coeffs ? *coeffs : comm::CompensatorCoeffs{}, x_comp, y, max_bits);
+  ECHO_LAUNCH(blocks_for(n), kBlockThreads, 0, stream, compensate_kernel)
+  (x, x_bf16, n, m1, m2, coeffs != nullptr, coeffs ? *coeffs : comm::CompensatorCoeffs{}, x_comp, y, max_bits);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void echo_scale_pow2(const float* x, size_t n, int e, float* y, cudaStream_t stream, const int* e_device) {
   if (n == 0) return;
   ECHO_CHECK(x != nullptr && y != nullptr, "echo_scale_pow2 of {} values needs non-null buffers", n);
-  scale_pow2_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(x, n, e, e_device, y);
+  ECHO_LAUNCH(blocks_for(n), kBlockThreads, 0, stream, scale_pow2_kernel)(x, n, e, e_device, y);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -138,9 +139,9 @@ void echo_finish(const float* y, size_t n, int e, const float* x_comp, float num
                "as f32)",
                n, out_bf16 ? "bf16" : "f32");
   }
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(
-      y, n, e, e_device, x_comp, nullptr, false, num_ranks, m1, m2, coeffs != nullptr,
-      coeffs ? *coeffs : comm::CompensatorCoeffs{}, out, out_bf16);
+  ECHO_LAUNCH(blocks_for(n), kBlockThreads, 0, stream, finish_kernel)
+  (y, n, e, e_device, x_comp, nullptr, false, num_ranks, m1, m2, coeffs != nullptr,
+   coeffs ? *coeffs : comm::CompensatorCoeffs{}, out, out_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -151,9 +152,9 @@ void echo_finish_recompute(const float* y, size_t n, int e, void* x, bool x_bf16
   ECHO_CHECK(coeffs == nullptr || (m1 != nullptr && m2 != nullptr),
              "echo_finish_recompute needs the compensator state to update it");
   // NOTE: x is read and written by the same thread, element by element: in place is safe.
-  finish_kernel<<<blocks_for(n), kBlockThreads, 0, stream>>>(y, n, e, e_device, nullptr, x, x_bf16, num_ranks, m1, m2,
-                                                             coeffs != nullptr,
-                                                             coeffs ? *coeffs : comm::CompensatorCoeffs{}, x, x_bf16);
+  ECHO_LAUNCH(blocks_for(n), kBlockThreads, 0, stream, finish_kernel)
+  (y, n, e, e_device, nullptr, x, x_bf16, num_ranks, m1, m2, coeffs != nullptr,
+   coeffs ? *coeffs : comm::CompensatorCoeffs{}, x, x_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -99,8 +100,8 @@ void launch_stats(const Tensor& logits, const Tensor& targets, int64_t tokens, i
                   int32_t ignore_index, double* stats, cudaStream_t stream) {
   dispatch_activation(logits.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    cross_entropy_stats_kernel<T><<<blocks_for(tokens, 1), kThreads, 0, stream>>>(
-        ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin, vocab_local, ignore_index, stats);
+    ECHO_LAUNCH(blocks_for(tokens, 1), kThreads, 0, stream, cross_entropy_stats_kernel<T>)
+    (ptr<T>(logits), ptr<int32_t>(targets), tokens, vocab_begin, vocab_local, ignore_index, stats);
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -214,7 +215,7 @@ void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64
   ECHO_CHECK(divisor > 0, "cuda::{}: divisor {} must be > 0", op, divisor);
   if (!reducer.local && !reducer.device) {  // the reductions go through the host: the loss comes back anyway
     const double loss = cross_entropy_forward(logits, targets, vocab_begin, ignore_index, reducer, lse, stream);
-    add_scalar_kernel<<<1, 1, 0, stream>>>(ptr<double>(loss_acc), loss / divisor);
+    ECHO_LAUNCH(1, 1, 0, stream, add_scalar_kernel)(ptr<double>(loss_acc), loss / divisor);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -230,15 +231,15 @@ void cross_entropy_accumulate(const Tensor& logits, const Tensor& targets, int64
     CUDA_CHECK(cudaMemcpyAsync(group_max.as<double>(), stats.as<double>() + kMax * tokens,
                                static_cast<size_t>(tokens) * sizeof(double), cudaMemcpyDeviceToDevice, stream));
     reducer.device(group_max.as<double>(), tokens, DType::f64, backend::ReduceOp::max, stream);
-    rescale_to_group_max_kernel<<<blocks_for(tokens, kThreads), kThreads, 0, stream>>>(stats.as<double>(),
-                                                                                       group_max.as<double>(), tokens);
+    ECHO_LAUNCH(blocks_for(tokens, kThreads), kThreads, 0, stream, rescale_to_group_max_kernel)
+    (stats.as<double>(), group_max.as<double>(), tokens);
     CUDA_CHECK(cudaGetLastError());
     // The shard sums, target logits and owner counts are adjacent rows of stats: one sum.
     static_assert(kTargetLogit == kSumExp + 1 && kOwner == kSumExp + 2);
     reducer.device(stats.as<double>() + kSumExp * tokens, 3 * tokens, DType::f64, backend::ReduceOp::sum, stream);
   }
-  cross_entropy_finish_kernel<<<1, kThreads, 0, stream>>>(stats.as<double>(), tokens, ptr<float>(lse), divisor,
-                                                          ptr<double>(loss_acc));
+  ECHO_LAUNCH(1, kThreads, 0, stream, cross_entropy_finish_kernel)
+  (stats.as<double>(), tokens, ptr<float>(lse), divisor, ptr<double>(loss_acc));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -256,9 +257,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
   dispatch_activation(logits.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    cross_entropy_backward_kernel<T><<<blocks_for(tokens, 1), kThreads, 0, stream>>>(
-        ptr<T>(logits), ptr<int32_t>(targets), ptr<float>(lse), tokens, vocab_begin, vocab_local, ignore_index, scale,
-        ptr<T>(dlogits));
+    ECHO_LAUNCH(blocks_for(tokens, 1), kThreads, 0, stream, cross_entropy_backward_kernel<T>)
+    (ptr<T>(logits), ptr<int32_t>(targets), ptr<float>(lse), tokens, vocab_begin, vocab_local, ignore_index, scale,
+     ptr<T>(dlogits));
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -167,7 +168,7 @@ void add_inplace(Tensor& y, const Tensor& x, cudaStream_t stream) {
     dispatch_float(x.dtype(), [&](auto dx) {
       constexpr DType DY = decltype(dy)::value, DX = decltype(dx)::value;
       if constexpr (DY != DType::f64 && DY != DType::f16 && DX != DType::f64 && DX != DType::f16) {
-        add_kernel<DY, DX><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(typed<DY>(y), typed<DX>(x), n);
+        ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, add_kernel<DY, DX>)(typed<DY>(y), typed<DX>(x), n);
       }
     });
   });
@@ -196,7 +197,7 @@ void cast(Tensor& y, const Tensor& x, cudaStream_t stream) {
   dispatch_float(y.dtype(), [&](auto dy) {
     dispatch_float(x.dtype(), [&](auto dx) {
       constexpr DType DY = decltype(dy)::value, DX = decltype(dx)::value;
-      cast_kernel<DY, DX><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(typed<DY>(y), typed<DX>(x), n);
+      ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, cast_kernel<DY, DX>)(typed<DY>(y), typed<DX>(x), n);
     });
   });
   CUDA_CHECK(cudaGetLastError());
@@ -209,21 +210,21 @@ void fill(Tensor& y, double value, cudaStream_t stream) {
   const unsigned blocks = blocks_for(n, kThreads);
   switch (y.dtype()) {
     case DType::f32:
-      fill_kernel<uint32_t>
-          <<<blocks, kThreads, 0, stream>>>(static_cast<uint32_t*>(y.raw()), n, float_bits(static_cast<float>(value)));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, fill_kernel<uint32_t>)
+      (static_cast<uint32_t*>(y.raw()), n, float_bits(static_cast<float>(value)));
       break;
     case DType::bf16:
-      fill_kernel<uint16_t>
-          <<<blocks, kThreads, 0, stream>>>(static_cast<uint16_t*>(y.raw()), n, double_to_bf16_bits(value));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, fill_kernel<uint16_t>)
+      (static_cast<uint16_t*>(y.raw()), n, double_to_bf16_bits(value));
       break;
     case DType::f16:
-      fill_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(static_cast<uint16_t*>(y.raw()), n,
-                                                             double_to_half_bits(value));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, fill_kernel<uint16_t>)
+      (static_cast<uint16_t*>(y.raw()), n, double_to_half_bits(value));
       break;
     default: {
       uint64_t bits;
       std::memcpy(&bits, &value, sizeof bits);
-      fill_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(static_cast<uint64_t*>(y.raw()), n, bits);
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, fill_kernel<uint64_t>)(static_cast<uint64_t*>(y.raw()), n, bits);
       break;
     }
   }
@@ -237,7 +238,7 @@ void scale(Tensor& y, double factor, cudaStream_t stream) {
   dispatch_float(y.dtype(), [&](auto dy) {
     constexpr DType D = decltype(dy)::value;
     if constexpr (D != DType::f16) {
-      scale_kernel<D><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(typed<D>(y), n, factor);
+      ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, scale_kernel<D>)(typed<D>(y), n, factor);
     }
   });
   CUDA_CHECK(cudaGetLastError());

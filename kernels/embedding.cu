@@ -13,6 +13,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -86,8 +87,8 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, int64_t vocab_
   if (n == 0) return;
   dispatch_activation(table.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    embedding_forward_kernel<T><<<blocks_for(n, 1), kThreads, 0, stream>>>(
-        ptr<int32_t>(tokens), n, ptr<T>(table), vocab_begin, vocab_local, hidden, ptr<T>(out));
+    ECHO_LAUNCH(blocks_for(n, 1), kThreads, 0, stream, embedding_forward_kernel<T>)
+    (ptr<int32_t>(tokens), n, ptr<T>(table), vocab_begin, vocab_local, hidden, ptr<T>(out));
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -116,15 +117,15 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, int64_t vocab_
   Scratch sorted(static_cast<size_t>(n) * sizeof(uint64_t), stream);
   Scratch sort_temp(sort_bytes > 0 ? sort_bytes : 1, stream);  // a null pointer would mean a size query
 
-  embedding_keys_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(ptr<int32_t>(tokens), n, vocab_begin,
-                                                                          vocab_local, keys.as<uint64_t>());
+  ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, embedding_keys_kernel)
+  (ptr<int32_t>(tokens), n, vocab_begin, vocab_local, keys.as<uint64_t>());
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp.as<void>(), sort_bytes, keys.as<uint64_t>(),
                                             sorted.as<uint64_t>(), num_items, 0, end_bit, stream));
   dispatch_activation(dout.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    embedding_backward_kernel<T><<<blocks_for(n, 1), kThreads, 0, stream>>>(
-        sorted.as<uint64_t>(), n, ptr<T>(dout), vocab_local, hidden, ptr<float>(dtable_accum));
+    ECHO_LAUNCH(blocks_for(n, 1), kThreads, 0, stream, embedding_backward_kernel<T>)
+    (sorted.as<uint64_t>(), n, ptr<T>(dout), vocab_local, hidden, ptr<float>(dtable_accum));
   });
   CUDA_CHECK(cudaGetLastError());
 }

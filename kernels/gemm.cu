@@ -6,6 +6,7 @@
 // computed as the column-major C^T (n, m) = op(B)^T op(A)^T: cuBLASLt's "A" is our B, its "B" is
 // our A, its m is our n, and each transpose flag keeps its meaning for its own buffer.
 // clang-format off
+#include "launch.cuh"
 #include "cuda_check.h"
 #include "device_util.cuh"
 // clang-format on
@@ -410,10 +411,9 @@ void run_fallback(const Problem& p, float alpha, float beta, cudaStream_t stream
   const auto launch = [&](auto in_tag, auto out_tag) {
     using TIn = decltype(in_tag);
     using TOut = decltype(out_tag);
-    fallback_gemm_kernel<TIn, TOut>
-        <<<grid, block, 0, stream>>>(p.trans_a, p.trans_b, p.m, p.n, p.k, p.batch, alpha,
-                                     static_cast<const TIn*>(p.a.data), p.a.ld, sa, static_cast<const TIn*>(p.b.data),
-                                     p.b.ld, sb, beta, static_cast<TOut*>(const_cast<void*>(p.c.data)), p.c.ld, sc);
+    ECHO_LAUNCH(grid, block, 0, stream, fallback_gemm_kernel<TIn, TOut>)
+    (p.trans_a, p.trans_b, p.m, p.n, p.k, p.batch, alpha, static_cast<const TIn*>(p.a.data), p.a.ld, sa,
+     static_cast<const TIn*>(p.b.data), p.b.ld, sb, beta, static_cast<TOut*>(const_cast<void*>(p.c.data)), p.c.ld, sc);
   };
   if (p.a.dtype == DType::f32)
     launch(float{}, float{});
@@ -488,12 +488,11 @@ void checked_matmul(GemmContext& ctx, const char* op, const Problem& p, double a
     const unsigned grid = grid_for(p.batch * p.m * p.n, kThreads);
     const float beta_f = static_cast<float>(beta);
     if (p.c.dtype == DType::f32) {
-      scale_matrix_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<float*>(const_cast<void*>(p.c.data)), p.m,
-                                                                p.n, p.c.ld, p.batch, p.c.batch_stride, beta_f);
+      ECHO_LAUNCH(grid, kThreads, 0, stream, scale_matrix_kernel<float>)
+      (static_cast<float*>(const_cast<void*>(p.c.data)), p.m, p.n, p.c.ld, p.batch, p.c.batch_stride, beta_f);
     } else {
-      scale_matrix_kernel<__nv_bfloat16>
-          <<<grid, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(const_cast<void*>(p.c.data)), p.m, p.n, p.c.ld,
-                                          p.batch, p.c.batch_stride, beta_f);
+      ECHO_LAUNCH(grid, kThreads, 0, stream, scale_matrix_kernel<__nv_bfloat16>)
+      (static_cast<__nv_bfloat16*>(const_cast<void*>(p.c.data)), p.m, p.n, p.c.ld, p.batch, p.c.batch_stride, beta_f);
     }
     CUDA_CHECK(cudaGetLastError());
     return;
@@ -571,7 +570,7 @@ void run_s8_tn(GemmContext::Impl& ctx, int64_t m, int64_t n, int64_t k, const in
                     MatrixRef{first ? c : partial, DType::i32, first ? ldc : n, 0}};
     run_matmul(ctx, "gemm_s8s32", p, 1.0, 0.0, stream);
     if (!first) {
-      add_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(partial, n, c, ldc, m, n);
+      ECHO_LAUNCH(grid_for(m * n, kThreads), kThreads, 0, stream, add_i32_kernel)(partial, n, c, ldc, m, n);
       CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -581,8 +580,8 @@ void launch_pack_s8(const void* src, int64_t ld, bool transposed, int64_t rows, 
                     int64_t dst_rows, int64_t dst_cols, cudaStream_t stream) {
   const int64_t tiles = ((dst_rows + kTile - 1) / kTile) * ((dst_cols + kTile - 1) / kTile);
   const dim3 block(kTile, kTileRowsPerPass);
-  pack_s8_kernel<<<grid_for(tiles, 1), block, 0, stream>>>(static_cast<const int8_t*>(src), ld, transposed, rows, cols,
-                                                           dst, dst_rows, dst_cols);
+  ECHO_LAUNCH(grid_for(tiles, 1), block, 0, stream, pack_s8_kernel)
+  (static_cast<const int8_t*>(src), ld, transposed, rows, cols, dst, dst_rows, dst_cols);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -691,7 +690,7 @@ void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, c
   GemmContext::Impl& impl = ctx.impl();
   int32_t* c_ptr = static_cast<int32_t*>(const_cast<void*>(vc.data));
   if (k == 0) {
-    zero_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(c_ptr, m, n, vc.ld);
+    ECHO_LAUNCH(grid_for(m * n, kThreads), kThreads, 0, stream, zero_i32_kernel)(c_ptr, m, n, vc.ld);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -718,7 +717,7 @@ void gemm_s8s32(GemmContext& ctx, bool trans_a, bool trans_b, const Tensor& a, c
   launch_pack_s8(va.data, va.ld, trans_a, m, k, a_packed, p.m, p.k, stream);
   launch_pack_s8(vb.data, vb.ld, !trans_b, n, k, b_packed, p.n, p.k, stream);
   run_s8_tn(impl, p.m, p.n, p.k, a_packed, p.k, b_packed, p.k, c_out, p.n, partial, stream);
-  copy_i32_kernel<<<grid_for(m * n, kThreads), kThreads, 0, stream>>>(c_out, p.n, c_ptr, vc.ld, m, n);
+  ECHO_LAUNCH(grid_for(m * n, kThreads), kThreads, 0, stream, copy_i32_kernel)(c_out, p.n, c_ptr, vc.ld, m, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

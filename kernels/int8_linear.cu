@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "device_util.cuh"
 #include "int8_linear.cuh"
+#include "launch.cuh"
 #include "pool_tensor.cuh"
 #include "quant/s3r_math.h"
 
@@ -471,11 +472,13 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
   if (rows > 0)
     dispatch_activation(x.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      row_absmax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(x), rows, in, amax_x.as<float>(), bad_x);
+      ECHO_LAUNCH(row_blocks(rows), kThreads, 0, stream, row_absmax_kernel<T>)
+      (ptr<T>(x), rows, in, amax_x.as<float>(), bad_x);
     });
   dispatch_activation(w.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    row_absmax_kernel<T><<<row_blocks(out), kThreads, 0, stream>>>(ptr<T>(w), out, in, amax_w.as<float>(), bad_w);
+    ECHO_LAUNCH(row_blocks(out), kThreads, 0, stream, row_absmax_kernel<T>)
+    (ptr<T>(w), out, in, amax_w.as<float>(), bad_w);
   });
   check_launch();
   if (faults == nullptr) {
@@ -497,13 +500,13 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
   if (rows > 0)
     dispatch_activation(x.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      quantize_rows_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(x), rows, in, amax_x.as<float>(), x_q,
-                                                                         ptr<float>(saved.s_x));
+      ECHO_LAUNCH(row_blocks(rows), kThreads, 0, stream, quantize_rows_kernel<T>)
+      (ptr<T>(x), rows, in, amax_x.as<float>(), x_q, ptr<float>(saved.s_x));
     });
   dispatch_activation(w.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    quantize_rows_kernel<T>
-        <<<row_blocks(out), kThreads, 0, stream>>>(ptr<T>(w), out, in, amax_w.as<float>(), w_q, ptr<float>(saved.s_w));
+    ECHO_LAUNCH(row_blocks(out), kThreads, 0, stream, quantize_rows_kernel<T>)
+    (ptr<T>(w), out, in, amax_w.as<float>(), w_q, ptr<float>(saved.s_w));
   });
   check_launch();
   if (rows == 0) return;
@@ -513,8 +516,8 @@ void int8_linear_forward(GemmContext& gemm, const quant::Int8LinearConfig& cfg, 
   gemm_s8s32(gemm, false, true, saved.x_q.view({rows, in}), saved.w_q.view({out, in}), acc_t, stream);
   dispatch_activation(y.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    forward_epilogue_kernel<T><<<blocks_for(rows * out, kThreads), kThreads, 0, stream>>>(
-        acc.as<int32_t>(), rows, out, ptr<float>(saved.s_x), ptr<float>(saved.s_w), ptr<T>(y));
+    ECHO_LAUNCH(blocks_for(rows * out, kThreads), kThreads, 0, stream, forward_epilogue_kernel<T>)
+    (acc.as<int32_t>(), rows, out, ptr<float>(saved.s_x), ptr<float>(saved.s_w), ptr<T>(y));
   });
   check_launch();
 }
@@ -565,10 +568,10 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   if (rows > 0)
     dispatch_activation(dy.dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      gradient_amax_kernel<T>
-          <<<row_blocks(rows), kThreads, 0, stream>>>(ptr<T>(dy), rows, out, s_x, s_w, row_amax.as<float>(), bad);
+      ECHO_LAUNCH(row_blocks(rows), kThreads, 0, stream, gradient_amax_kernel<T>)
+      (ptr<T>(dy), rows, out, s_x, s_w, row_amax.as<float>(), bad);
     });
-  max_kernel<<<1, kThreads, 0, stream>>>(row_amax.as<float>(), rows, g_amax_dev.as<float>());
+  ECHO_LAUNCH(1, kThreads, 0, stream, max_kernel)(row_amax.as<float>(), rows, g_amax_dev.as<float>());
   check_launch();
   GradientScale scale;
   float g_amax = 0.0f;
@@ -614,8 +617,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   rule.scale = scale;
   dispatch_activation(dy.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    quantize_gradient_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(
-        ptr<T>(dy), rows, out, s_x, s_w, rule, q.as<int8_t>(), want_e ? e.as<float>() : nullptr);
+    ECHO_LAUNCH(row_blocks(rows), kThreads, 0, stream, quantize_gradient_kernel<T>)
+    (ptr<T>(dy), rows, out, s_x, s_w, rule, q.as<int8_t>(), want_e ? e.as<float>() : nullptr);
   });
   check_launch();
 
@@ -631,10 +634,10 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
   Scratch upart(ec_dw ? bytes_of(num_b * in, sizeof(double)) : 0, stream);
   if (ec) {
     const int64_t rows_per_block = kThreads / 8;
-    ec_row_sums_kernel<<<blocks_for(rows, rows_per_block), kThreads, 0, stream>>>(e.as<float>(), rows, out,
-                                                                                  sums.as<double>());
-    ec_col_means_kernel<<<blocks_for(num_b * out, kThreads), kThreads, 0, stream>>>(e.as<float>(), num_b, seq, out,
-                                                                                    col_mean.as<double>());
+    ECHO_LAUNCH(blocks_for(rows, rows_per_block), kThreads, 0, stream, ec_row_sums_kernel)
+    (e.as<float>(), rows, out, sums.as<double>());
+    ECHO_LAUNCH(blocks_for(num_b * out, kThreads), kThreads, 0, stream, ec_col_means_kernel)
+    (e.as<float>(), num_b, seq, out, col_mean.as<double>());
     check_launch();
     double global_cols = static_cast<double>(out);
     if (ctx.tp_style == quant::TpStyle::column && ctx.tp->device) {
@@ -653,17 +656,17 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
       wait(stream);  // NOTE: the host buffer goes out of scope here
     }
     ECHO_CHECK(global_cols > 0, "error correction needs at least one channel");
-    ec_means_kernel<<<blocks_for(num_b, kThreads), kThreads, 0, stream>>>(
-        sums.as<double>(), num_b, seq, global_cols, row_mean.as<double>(), grand_mean.as<double>());
+    ECHO_LAUNCH(blocks_for(num_b, kThreads), kThreads, 0, stream, ec_means_kernel)
+    (sums.as<double>(), num_b, seq, global_cols, row_mean.as<double>(), grand_mean.as<double>());
     if (ec_dx)
-      ec_dx_factor_kernel<<<blocks_for((num_b + 1) * in, kThreads), kThreads, 0, stream>>>(
-          col_mean.as<double>(), ptr<int8_t>(saved.w_q), num_b, out, in, r_factor.as<float>());
+      ECHO_LAUNCH(blocks_for((num_b + 1) * in, kThreads), kThreads, 0, stream, ec_dx_factor_kernel)
+      (col_mean.as<double>(), ptr<int8_t>(saved.w_q), num_b, out, in, r_factor.as<float>());
     if (ec_dw) {
-      ec_dw_partials_kernel<<<blocks_for(num_b * in, kThreads), kThreads, 0, stream>>>(
-          ptr<int8_t>(saved.x_q), row_mean.as<double>(), grand_mean.as<double>(), num_b, seq, in, n_factor.as<float>(),
-          upart.as<double>());
-      ec_dw_token_row_kernel<<<blocks_for(in, kThreads), kThreads, 0, stream>>>(upart.as<double>(), num_b, in,
-                                                                                n_factor.as<float>());
+      ECHO_LAUNCH(blocks_for(num_b * in, kThreads), kThreads, 0, stream, ec_dw_partials_kernel)
+      (ptr<int8_t>(saved.x_q), row_mean.as<double>(), grand_mean.as<double>(), num_b, seq, in, n_factor.as<float>(),
+       upart.as<double>());
+      ECHO_LAUNCH(blocks_for(in, kThreads), kThreads, 0, stream, ec_dw_token_row_kernel)
+      (upart.as<double>(), num_b, in, n_factor.as<float>());
     }
     check_launch();
   }
@@ -679,8 +682,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     if (ec_dx) ecx = EcDx{row_mean.as<double>(), grand_mean.as<double>(), r_factor.as<float>(), num_b, seq};
     dispatch_activation(dx->dtype(), [&](auto type) {
       using T = typename decltype(type)::type;
-      dx_epilogue_kernel<T><<<blocks_for(rows * in, kThreads), kThreads, 0, stream>>>(
-          acc.as<int32_t>(), rows, in, s_x, scale, accumulate_dx, ecx, ptr<T>(*dx));
+      ECHO_LAUNCH(blocks_for(rows * in, kThreads), kThreads, 0, stream, dx_epilogue_kernel<T>)
+      (acc.as<int32_t>(), rows, in, s_x, scale, accumulate_dx, ecx, ptr<T>(*dx));
     });
     check_launch();
   }
@@ -689,8 +692,8 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     gemm_s8s32(gemm, true, false, q_t, saved.x_q.view({rows, in}), acc_t, stream);
     EcDw ecw;
     if (ec_dw) ecw = EcDw{col_mean.as<double>(), n_factor.as<float>(), num_b};
-    dw_epilogue_kernel<<<blocks_for(out * in, kThreads), kThreads, 0, stream>>>(acc.as<int32_t>(), out, in, s_w, scale,
-                                                                                ecw, ptr<float>(*dw_accum));
+    ECHO_LAUNCH(blocks_for(out * in, kThreads), kThreads, 0, stream, dw_epilogue_kernel)
+    (acc.as<int32_t>(), out, in, s_w, scale, ecw, ptr<float>(*dw_accum));
     check_launch();
   }
 

@@ -2,6 +2,7 @@
 // single block, so on a GPU shared by several ranks it leaves the SMs to the peers' kernels.
 // NOTE: never run on a GPU when written; cuda_ipc_reduce_gpu_mpi_test checks the transport.
 // clang-format off
+#include "launch.cuh"
 #include "cuda_check.h"
 // clang-format on
 
@@ -13,6 +14,15 @@ namespace echo::cuda {
 
 namespace {
 
+#ifdef ECHO_KERNEL_EMU
+// The kernel emulator (tests/emu) has no PTX: the same orderings through the compiler's atomics,
+// which order the host's memory as the PTX does the GPU's.
+__device__ uint64_t load_acquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+__device__ uint64_t load_relaxed(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+__device__ void store_release(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+__device__ void store_relaxed(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+__device__ uint64_t now_ns() { return ::echo::emu::now_ns(); }
+#else
 // System-scope acquire load and release store (PTX ISA memory consistency model, sm_70+): the
 // flag orders the peer's slot writes before it with this rank's slot reads after it, across
 // processes and GPUs.
@@ -37,6 +47,7 @@ __device__ uint64_t now_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+#endif
 
 using comm::p2p::kHeaderMaxSeq;
 using comm::p2p::kHeaderMaxValue;
@@ -178,27 +189,27 @@ __global__ void group_max_kernel(uint64_t* my_header, P2pFlagList peers, P2pCall
 }  // namespace
 
 void p2p_write_header(uint64_t* header, P2pCallHeader h, cudaStream_t stream) {
-  write_header_kernel<<<1, 1, 0, stream>>>(header, h);
+  ECHO_LAUNCH(1, 1, 0, stream, write_header_kernel)(header, h);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void p2p_publish(const P2pFlagList& flags, uint64_t value, const P2pFaultRecord* record, cudaStream_t stream) {
   if (flags.count == 0) return;
-  publish_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, value, record);
+  ECHO_LAUNCH(1, kMaxP2pPeers, 0, stream, publish_kernel)(flags, value, record);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void p2p_wait(const P2pFlagList& flags, uint64_t expected, P2pCallHeader mine, int stage, int tile,
               uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
   if (flags.count == 0) return;
-  wait_kernel<<<1, kMaxP2pPeers, 0, stream>>>(flags, expected, mine, stage, tile, timeout_ns, record);
+  ECHO_LAUNCH(1, kMaxP2pPeers, 0, stream, wait_kernel)(flags, expected, mine, stage, tile, timeout_ns, record);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void p2p_group_max_bits(uint64_t* my_header, const P2pFlagList& peers, P2pCallHeader mine, uint64_t max_seq,
                         uint32_t* bits, uint64_t timeout_ns, P2pFaultRecord* record, cudaStream_t stream) {
   ECHO_CHECK(max_seq > 0, "p2p_group_max_bits: max numbers start at 1 (0 is an unwritten header)");
-  group_max_kernel<<<1, kMaxP2pPeers, 0, stream>>>(my_header, peers, mine, max_seq, bits, timeout_ns, record);
+  ECHO_LAUNCH(1, kMaxP2pPeers, 0, stream, group_max_kernel)(my_header, peers, mine, max_seq, bits, timeout_ns, record);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -9,6 +9,7 @@
 // thread of a group's first element reports a poisoned group. Bit-identity with the CPU rests on
 // quantizer.h using __f*_rn intrinsics on the device (no FMA contraction, no fast-math).
 // clang-format off
+#include "launch.cuh"
 #include "cuda_check.h"
 // clang-format on
 
@@ -131,9 +132,9 @@ void launch_quantize(const float* x, size_t n, const QuantSpec& spec, uint8_t* w
   const WireLayout layout = comm::wire_layout(n, spec);
   const unsigned blocks = blocks_for(layout.num_groups, kBlockThreads / kWarpSize);
   if (spec.bits == 4) {
-    quantize_kernel<4><<<blocks, kBlockThreads, 0, stream>>>(x, n, spec, layout, wire, report);
+    ECHO_LAUNCH(blocks, kBlockThreads, 0, stream, quantize_kernel<4>)(x, n, spec, layout, wire, report);
   } else {
-    quantize_kernel<8><<<blocks, kBlockThreads, 0, stream>>>(x, n, spec, layout, wire, report);
+    ECHO_LAUNCH(blocks, kBlockThreads, 0, stream, quantize_kernel<8>)(x, n, spec, layout, wire, report);
   }
   CUDA_CHECK(cudaGetLastError());
 }
@@ -149,9 +150,11 @@ void launch_dequantize(const uint8_t* wire, size_t n, const QuantSpec& spec, flo
   const int shift = log2_exact(spec.group_size);
   const unsigned blocks = blocks_for(n, kBlockThreads);
   if (spec.bits == 4) {
-    dequantize_kernel<4, kAdd><<<blocks, kBlockThreads, 0, stream>>>(wire, n, spec, layout, shift, out, report);
+    ECHO_LAUNCH(blocks, kBlockThreads, 0, stream, dequantize_kernel<4, kAdd>)
+    (wire, n, spec, layout, shift, out, report);
   } else {
-    dequantize_kernel<8, kAdd><<<blocks, kBlockThreads, 0, stream>>>(wire, n, spec, layout, shift, out, report);
+    ECHO_LAUNCH(blocks, kBlockThreads, 0, stream, dequantize_kernel<8, kAdd>)
+    (wire, n, spec, layout, shift, out, report);
   }
   CUDA_CHECK(cudaGetLastError());
 }
@@ -174,7 +177,7 @@ __global__ void note_if_poisoned_kernel(const DeviceQuantReport* report, unsigne
 void note_if_poisoned(const DeviceQuantReport* report, unsigned long long key, unsigned long long* word,
                       cudaStream_t stream) {
   ECHO_CHECK(report != nullptr && word != nullptr, "note_if_poisoned needs a device report and a word");
-  note_if_poisoned_kernel<<<1, 1, 0, stream>>>(report, key, word);
+  ECHO_LAUNCH(1, 1, 0, stream, note_if_poisoned_kernel)(report, key, word);
   CUDA_CHECK(cudaGetLastError());
 }
 

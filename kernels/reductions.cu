@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -73,10 +74,11 @@ void reduce_into(const char* op, const Tensor& x, Tensor& acc, cudaStream_t stre
   Scratch partial(static_cast<size_t>(blocks) * sizeof(double), stream);
   dispatch_activation(x.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    partial_kernel<Op, T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(ptr<T>(x), n, partial.as<double>());
+    ECHO_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, stream, partial_kernel<Op, T>)
+    (ptr<T>(x), n, partial.as<double>());
   });
   CUDA_CHECK(cudaGetLastError());
-  final_kernel<Op><<<1, kThreads, 0, stream>>>(partial.as<double>(), blocks, ptr<double>(acc));
+  ECHO_LAUNCH(1, kThreads, 0, stream, final_kernel<Op>)(partial.as<double>(), blocks, ptr<double>(acc));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -146,11 +147,11 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& out, 
   dispatch_activation(x.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
     if (dim <= kWarpRowMaxDim) {
-      rmsnorm_forward_kernel<T, false>
-          <<<blocks, kThreads, 0, stream>>>(ptr<T>(x), ptr<T>(w), rows, dim, eps_f, ptr<T>(out), ptr<float>(rstd));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, rmsnorm_forward_kernel<T, false>)
+      (ptr<T>(x), ptr<T>(w), rows, dim, eps_f, ptr<T>(out), ptr<float>(rstd));
     } else {
-      rmsnorm_forward_kernel<T, true>
-          <<<blocks, kThreads, 0, stream>>>(ptr<T>(x), ptr<T>(w), rows, dim, eps_f, ptr<T>(out), ptr<float>(rstd));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, rmsnorm_forward_kernel<T, true>)
+      (ptr<T>(x), ptr<T>(w), rows, dim, eps_f, ptr<T>(out), ptr<float>(rstd));
     }
   });
   CUDA_CHECK(cudaGetLastError());
@@ -186,20 +187,20 @@ void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, cons
   dispatch_activation(x.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
     // NOTE: dw first: dx may overwrite dout.
-    rmsnorm_dw_partial_kernel<T><<<partial_grid, kThreads, 0, stream>>>(ptr<T>(dout), ptr<T>(x), ptr<float>(rstd), rows,
-                                                                        dim, rows_per_chunk, partial.as<float>());
+    ECHO_LAUNCH(partial_grid, kThreads, 0, stream, rmsnorm_dw_partial_kernel<T>)
+    (ptr<T>(dout), ptr<T>(x), ptr<float>(rstd), rows, dim, rows_per_chunk, partial.as<float>());
     CUDA_CHECK(cudaGetLastError());
     if (dim <= kWarpRowMaxDim) {
-      rmsnorm_backward_dx_kernel<T, false><<<blocks, kThreads, 0, stream>>>(ptr<T>(dout), ptr<T>(x), ptr<T>(w),
-                                                                            ptr<float>(rstd), rows, dim, ptr<T>(dx));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, rmsnorm_backward_dx_kernel<T, false>)
+      (ptr<T>(dout), ptr<T>(x), ptr<T>(w), ptr<float>(rstd), rows, dim, ptr<T>(dx));
     } else {
-      rmsnorm_backward_dx_kernel<T, true><<<blocks, kThreads, 0, stream>>>(ptr<T>(dout), ptr<T>(x), ptr<T>(w),
-                                                                           ptr<float>(rstd), rows, dim, ptr<T>(dx));
+      ECHO_LAUNCH(blocks, kThreads, 0, stream, rmsnorm_backward_dx_kernel<T, true>)
+      (ptr<T>(dout), ptr<T>(x), ptr<T>(w), ptr<float>(rstd), rows, dim, ptr<T>(dx));
     }
     CUDA_CHECK(cudaGetLastError());
   });
-  rmsnorm_dw_final_kernel<<<final_blocks, kThreads, 0, stream>>>(partial.as<float>(), chunks, dim,
-                                                                 ptr<float>(dw_accum));
+  ECHO_LAUNCH(final_blocks, kThreads, 0, stream, rmsnorm_dw_final_kernel)
+  (partial.as<float>(), chunks, dim, ptr<float>(dw_accum));
   CUDA_CHECK(cudaGetLastError());
 }
 

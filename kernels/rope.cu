@@ -5,6 +5,7 @@
 // cos and sin in double with no cache (any position works, as on the CPU), then rotates that pair
 // in every head of the token; consecutive threads take consecutive i, so the loads coalesce.
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -52,8 +53,8 @@ void rope_rotate(const char* op, const char* x_name, Tensor& x, const Tensor& po
   const unsigned blocks = blocks_for(tokens * (head_dim / 2), kThreads);
   dispatch_activation(x.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    rope_kernel<T>
-        <<<blocks, kThreads, 0, stream>>>(ptr<T>(x), ptr<int32_t>(positions), tokens, heads, head_dim, base, sign);
+    ECHO_LAUNCH(blocks, kThreads, 0, stream, rope_kernel<T>)
+    (ptr<T>(x), ptr<int32_t>(positions), tokens, heads, head_dim, base, sign);
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -2,6 +2,7 @@
 // CPU reference src/backend/cpu/swiglu.cpp). One thread per element (grid-stride), fp32 math in
 // the CPU's order, results rounded once to the activation dtype.
 #include "device_util.cuh"
+#include "launch.cuh"
 #include "ops.cuh"
 
 namespace echo::cuda {
@@ -51,8 +52,8 @@ void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out, cudaStrea
   if (n == 0) return;
   dispatch_activation(gate.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    swiglu_forward_kernel<T>
-        <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(ptr<T>(gate), ptr<T>(up), n, ptr<T>(out));
+    ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, swiglu_forward_kernel<T>)
+    (ptr<T>(gate), ptr<T>(up), n, ptr<T>(out));
   });
   CUDA_CHECK(cudaGetLastError());
 }
@@ -69,8 +70,8 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, T
   if (n == 0) return;
   dispatch_activation(gate.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
-    swiglu_backward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(ptr<T>(dout), ptr<T>(gate), ptr<T>(up),
-                                                                                n, ptr<T>(dgate), ptr<T>(dup));
+    ECHO_LAUNCH(blocks_for(n, kThreads), kThreads, 0, stream, swiglu_backward_kernel<T>)
+    (ptr<T>(dout), ptr<T>(gate), ptr<T>(up), n, ptr<T>(dgate), ptr<T>(dup));
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -8,9 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # python3-yaml, python3-numpy, python3-matplotlib: scripts/sweep.py and scripts/plot.py (and their tests).
+# libboost-context-dev: the kernel emulator's fibers (tests/emu, CUDA builds only).
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libutf8proc-dev
-          libxxhash-dev libssl-dev libdnnl-dev ocl-icd-opencl-dev python3-yaml python3-numpy python3-matplotlib)
+          libxxhash-dev libssl-dev libdnnl-dev ocl-icd-opencl-dev libboost-context-dev python3-yaml python3-numpy python3-matplotlib)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,164 @@
+// The kernel emulator's device side (docs/design.md §16): compiles the CUDA C++ of kernels/*.cu
+// with the host compiler and runs each launch on the CPU, one fiber per GPU thread, so CI (no
+// GPU) executes the kernels' indexing, loops, shared memory, barriers and shuffles against the CPU
+// reference, under the sanitizers. Force-included (-include) before everything else in the emulated
+// kernel objects; kernels launch through ECHO_LAUNCH (kernels/launch.cuh), which calls launch()
+// below here instead of using <<<...>>>.
+//
+// What it checks beyond the results: launch shapes the hardware refuses (block > 1024 threads,
+// grid y/z > 65535, zero sizes) become the launch error cudaGetLastError reports; a __syncthreads
+// that not every live thread of the block reaches, a shuffle whose warp has exited or diverged
+// lanes, and a deadlocked block abort with the kernel's name. Threads run in a chosen order
+// (ECHO_EMU_ORDER=forward|reverse|shuffle) so a missing barrier shows as a different result.
+// What it cannot check: concurrency between blocks or with the host (blocks run one after another,
+// launches run to completion when issued), memory-model ordering, timing, and device limits other
+// than the launch shape. It is not a GPU: docs/design.md §16 says what only a GPU run proves.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+
+// The CUDA qualifiers mean nothing on the host: every function is a host function and a
+// __shared__ variable is one per block (blocks run one at a time, each thread of a block is a
+// fiber of the same OS thread).
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static thread_local
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+namespace echo::emu {
+
+constexpr int kWarpSize = 32;
+
+// What the running fiber sees as its built-in variables.
+struct ThreadContext {
+  uint3 thread_idx;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+};
+
+const ThreadContext& current_thread();
+// The running thread's lane: its linear index in the block (x fastest) modulo 32.
+int current_lane();
+// %globaltimer's stand-in: the host's monotonic clock in ns.
+uint64_t now_ns();
+
+// Barriers: the calling fiber waits until every live thread of its block (or lanes of its warp)
+// arrives. Abort on divergence, as described above.
+void sync_block();
+// Exchanges `bytes` bytes of each lane of the caller's warp: copies `mine` in, waits for the whole
+// warp, copies lane `src_lane`'s bytes to `out`, waits again (so a slot is not overwritten early).
+void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what);
+
+// Runs body() once per thread of every block of the grid. A launch shape the hardware refuses
+// records cudaErrorInvalidConfiguration for cudaGetLastError and runs nothing.
+void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+              const std::function<void()>& body);
+
+template <class... Params>
+class BoundKernel {
+ public:
+  BoundKernel(const char* name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+              void (*kernel)(Params...))
+      : name_(name), grid_(grid), block_(block), shared_bytes_(shared_bytes), stream_(stream), kernel_(kernel) {}
+
+  // NOTE: each thread gets its own copies of the arguments, converted to the parameter types as a
+  // real launch does once on the host.
+  template <class... Args>
+  void operator()(Args&&... args) const {
+    static_assert(sizeof...(Args) == sizeof...(Params), "kernel launched with the wrong number of arguments");
+    const std::tuple<std::decay_t<Params>...> converted(static_cast<Params>(args)...);
+    auto kernel = kernel_;
+    run_grid(name_, grid_, block_, shared_bytes_, stream_, [&converted, kernel] { std::apply(kernel, converted); });
+  }
+
+ private:
+  const char* name_;
+  dim3 grid_, block_;
+  size_t shared_bytes_;
+  cudaStream_t stream_;
+  void (*kernel_)(Params...);
+};
+
+// The configuration half of ECHO_LAUNCH; bind() takes the kernel, the call its arguments.
+struct LaunchConfig {
+  const char* name;
+  dim3 grid, block;
+  size_t shared_bytes;
+  cudaStream_t stream;
+  template <class... Params>
+  BoundKernel<Params...> bind(void (*kernel)(Params...)) const {
+    return BoundKernel<Params...>(name, grid, block, shared_bytes, stream, kernel);
+  }
+};
+
+}  // namespace echo::emu
+
+#define threadIdx (::echo::emu::current_thread().thread_idx)
+#define blockIdx (::echo::emu::current_thread().block_idx)
+#define blockDim (::echo::emu::current_thread().block_dim)
+#define gridDim (::echo::emu::current_thread().grid_dim)
+
+inline void __syncthreads() { ::echo::emu::sync_block(); }
+// The emulator runs blocks one after another and a fiber switch is a full fence.
+inline void __threadfence() {}
+inline void __threadfence_system() {}
+inline void __nanosleep(unsigned) {}
+
+// Lane l reads lane l ^ lane_mask; with width < 32, a lane whose partner lies in a later group of
+// `width` lanes reads its own value (the CUDA C++ Programming Guide's rule).
+template <class T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = ::echo::emu::kWarpSize) {
+  static_assert(std::is_trivially_copyable_v<T>, "shuffles move trivially copyable values");
+  constexpr int kWarp = ::echo::emu::kWarpSize;
+  if (width < 1 || width > kWarp || (width & (width - 1)) != 0)
+    ::echo::emu::warp_exchange(nullptr, nullptr, -1, 0, mask, "__shfl_xor_sync width not a power of two <= 32");
+  const int lane = ::echo::emu::current_lane();
+  int src = lane ^ (lane_mask & (kWarp - 1));
+  if (src >= (lane / width + 1) * width) src = lane;
+  T out;
+  ::echo::emu::warp_exchange(&value, &out, src, sizeof(T), mask, "__shfl_xor_sync");
+  return out;
+}
+
+// Atomics: fibers of one OS thread never interleave inside a call, so a plain read-modify-write
+// is atomic here.
+template <class T>
+T atomicAdd(T* address, std::type_identity_t<T> value) {
+  const T old = *address;
+  *address = old + value;
+  return old;
+}
+template <class T>
+T atomicMax(T* address, std::type_identity_t<T> value) {
+  const T old = *address;
+  if (value > old) *address = value;
+  return old;
+}
+template <class T>
+T atomicMin(T* address, std::type_identity_t<T> value) {
+  const T old = *address;
+  if (value < old) *address = value;
+  return old;
+}
+template <class T>
+T atomicCAS(T* address, std::type_identity_t<T> compare, std::type_identity_t<T> value) {
+  const T old = *address;
+  if (old == compare) *address = value;
+  return old;
+}

@@ -1,0 +1,394 @@
+// The part of the CUDA runtime API the kernels and their tests use, on host memory (docs/design.md
+// §16). Linked into the emulator's test programs, these definitions take the place of
+// libcudart's (an executable's symbols come first). A launch runs to completion when issued, so
+// every stream and event is already complete; device memory is host memory, kept in a table so a
+// copy whose direction does not match its pointers, a double free and a free of a pointer never
+// allocated are reported as the runtime reports them (an error code) instead of passing.
+#include "cuda_emu_runtime.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace echo::emu {
+namespace {
+
+constexpr size_t kAlignment = 256;                 // cudaMalloc's guarantee
+constexpr size_t kDeviceBytes = size_t{80} << 30;  // what the emulated device reports
+const cudaStream_t kLegacyStream = reinterpret_cast<cudaStream_t>(0x1);
+const cudaStream_t kPerThreadStream = reinterpret_cast<cudaStream_t>(0x2);
+
+struct State {
+  std::mutex mutex;
+  std::map<const char*, size_t> device;  // live device allocations: start -> bytes
+  std::set<cudaStream_t> streams;
+  std::set<cudaEvent_t> events;
+  cudaError_t last_error = cudaSuccess;
+  size_t used = 0;
+  size_t used_high = 0;  // the default pool's high-water marks (reset by setting them to 0)
+};
+
+State& state() {
+  static State* s = new State;  // NOTE: leaked on purpose: static destructors may still free
+  return *s;
+}
+
+}  // namespace
+
+bool is_device_range(const void* p, size_t bytes) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const char* c = static_cast<const char*>(p);
+  auto it = s.device.upper_bound(c);
+  if (it == s.device.begin()) return false;
+  --it;
+  return c >= it->first && c + bytes <= it->first + it->second;
+}
+
+namespace {
+
+cudaError_t fail_with(cudaError_t error) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.last_error = error;
+  return error;
+}
+
+cudaError_t allocate(void** p, size_t bytes) {
+  if (p == nullptr) return fail_with(cudaErrorInvalidValue);
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.used + bytes > kDeviceBytes) {
+      s.last_error = cudaErrorMemoryAllocation;
+      return cudaErrorMemoryAllocation;
+    }
+  }
+  // NOTE: exact sizes (rounded to the alignment only in the pointer, not the block) so a
+  // kernel reading past the end is caught by ASan in the sanitized build.
+  void* block = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (block == nullptr) return fail_with(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.device[static_cast<const char*>(block)] = bytes;
+  s.used += bytes;
+  s.used_high = std::max(s.used_high, s.used);
+  *p = block;
+  return cudaSuccess;
+}
+
+cudaError_t release(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.device.find(static_cast<const char*>(p));
+  if (it == s.device.end()) {
+    s.last_error = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
+  s.used -= it->second;
+  s.device.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+bool stream_ok(cudaStream_t stream) {
+  if (stream == nullptr || stream == kLegacyStream || stream == kPerThreadStream) return true;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.streams.count(stream) > 0;
+}
+
+cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return fail_with(cudaErrorInvalidValue);
+  const bool dst_device = is_device_range(dst, bytes);
+  const bool src_device = is_device_range(src, bytes);
+  bool ok = true;
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      ok = dst_device && !src_device;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = !dst_device && src_device;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = dst_device && src_device;
+      break;
+    case cudaMemcpyHostToHost:
+      ok = !dst_device && !src_device;
+      break;
+    case cudaMemcpyDefault:
+      ok = true;
+      break;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "echo kernel emulator: cudaMemcpy kind %d does not match its pointers (dst %s, src %s)\n",
+                 static_cast<int>(kind), dst_device ? "device" : "host", src_device ? "device" : "host");
+    return fail_with(cudaErrorInvalidValue);
+  }
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t set(void* p, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!is_device_range(p, bytes)) return fail_with(cudaErrorInvalidValue);
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+void record_launch_error(cudaError_t error) { (void)fail_with(error); }
+
+void check_stream(cudaStream_t stream, const char* kernel_name) {
+  if (stream_ok(stream)) return;
+  std::fprintf(stderr, "echo kernel emulator: kernel %s launched on a stream that does not exist\n", kernel_name);
+  std::abort();
+}
+
+const std::string& thread_order() {
+  static const std::string order = [] {
+    const char* v = std::getenv("ECHO_EMU_ORDER");
+    const std::string s = v == nullptr || v[0] == '\0' ? "reverse" : v;
+    if (s != "forward" && s != "reverse" && s != "shuffle") {
+      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_ORDER=%s (expected forward, reverse or shuffle)\n",
+                   s.c_str());
+      std::exit(2);
+    }
+    return s;
+  }();
+  return order;
+}
+
+}  // namespace echo::emu
+
+using echo::emu::allocate;
+using echo::emu::copy;
+using echo::emu::fail_with;
+using echo::emu::release;
+using echo::emu::set;
+using echo::emu::state;
+using echo::emu::stream_ok;
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail_with(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail_with(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail_with(cudaErrorInvalidDevice); }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return fail_with(cudaErrorInvalidValue);
+  if (device != 0) return fail_with(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "echo kernel emulator");
+  prop->totalGlobalMem = echo::emu::kDeviceBytes;
+  prop->sharedMemPerBlock = size_t{48} << 10;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 0x7fffffff;
+  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char* id, int length, int device) {
+  if (id == nullptr || length < 13) return fail_with(cudaErrorInvalidValue);
+  if (device != 0) return fail_with(cudaErrorInvalidDevice);
+  std::snprintf(id, static_cast<size_t>(length), "0000:00:00.0");
+  return cudaSuccess;
+}
+
+// One default pool: cudaMallocAsync's memory; its attributes are the allocator's counts.
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (pool == nullptr) return fail_with(cudaErrorInvalidValue);
+  if (device != 0) return fail_with(cudaErrorInvalidDevice);
+  static char the_pool;
+  *pool = reinterpret_cast<cudaMemPool_t>(&the_pool);
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (pool == nullptr || value == nullptr) return fail_with(cudaErrorInvalidValue);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  switch (attr) {
+    case cudaMemPoolAttrReleaseThreshold:
+      return cudaSuccess;  // memory is freed at once here: nothing is held back to release
+    case cudaMemPoolAttrReservedMemHigh:
+    case cudaMemPoolAttrUsedMemHigh:
+      if (*static_cast<uint64_t*>(value) != 0) break;  // the runtime accepts only a reset to 0
+      s.used_high = s.used;
+      return cudaSuccess;
+    default:
+      break;
+  }
+  s.last_error = cudaErrorInvalidValue;
+  return cudaErrorInvalidValue;
+}
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (pool == nullptr || value == nullptr) return fail_with(cudaErrorInvalidValue);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  uint64_t v = 0;
+  switch (attr) {
+    case cudaMemPoolAttrReservedMemCurrent:
+    case cudaMemPoolAttrUsedMemCurrent:
+      v = s.used;
+      break;
+    case cudaMemPoolAttrReservedMemHigh:
+    case cudaMemPoolAttrUsedMemHigh:
+      v = s.used_high;
+      break;
+    case cudaMemPoolAttrReleaseThreshold:
+      v = 0;
+      break;
+    default:
+      s.last_error = cudaErrorInvalidValue;
+      return cudaErrorInvalidValue;
+  }
+  *static_cast<uint64_t*>(value) = v;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const cudaError_t e = s.last_error;
+  s.last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.last_error;
+}
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    default:
+      return "cudaError (emulated)";
+  }
+}
+const char* cudaGetErrorString(cudaError_t error) { return cudaGetErrorName(error); }
+
+cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes); }
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  return allocate(p, bytes);
+}
+cudaError_t cudaFree(void* p) { return release(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  return release(p);
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (p == nullptr) return fail_with(cudaErrorInvalidValue);
+  *p = std::malloc(bytes == 0 ? 1 : bytes);
+  return *p == nullptr ? fail_with(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (free_bytes != nullptr) *free_bytes = echo::emu::kDeviceBytes - s.used;
+  if (total_bytes != nullptr) *total_bytes = echo::emu::kDeviceBytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  return copy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  return copy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return set(p, value, bytes); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  return set(p, value, bytes);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  if (stream == nullptr) return fail_with(cudaErrorInvalidValue);
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.streams.insert(*stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.streams.erase(stream) == 0) {
+    s.last_error = cudaErrorInvalidResourceHandle;
+    return cudaErrorInvalidResourceHandle;
+  }
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t, unsigned int) {
+  return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  if (event == nullptr) return fail_with(cudaErrorInvalidValue);
+  *event = reinterpret_cast<cudaEvent_t>(new char);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.events.insert(*event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.events.erase(event) == 0) {
+    s.last_error = cudaErrorInvalidResourceHandle;
+    return cudaErrorInvalidResourceHandle;
+  }
+  delete reinterpret_cast<char*>(event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) {
+  return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+
+}  // extern "C"

@@ -1,0 +1,21 @@
+// The kernel emulator's host side (tests/emu/cuda_emu_runtime.cpp): the launch error state and the
+// stream check the scheduler shares with the emulated CUDA runtime API.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace echo::emu {
+
+// True when [p, p + bytes) lies inside one live allocation of cudaMalloc / cudaMallocAsync.
+bool is_device_range(const void* p, size_t bytes);
+// Records a launch error for the next cudaGetLastError / cudaPeekAtLastError, as the runtime does.
+void record_launch_error(cudaError_t error);
+// Aborts naming the kernel when `stream` is neither a default stream nor one created and not
+// destroyed.
+void check_stream(cudaStream_t stream, const char* kernel_name);
+// ECHO_EMU_ORDER: "forward", "reverse" (the default) or "shuffle".
+const std::string& thread_order();
+
+}  // namespace echo::emu

@@ -1,0 +1,202 @@
+// The kernel emulator itself (tests/emu/cuda_emu.h): every thread of a 3-D grid runs once with its
+// built-in variables; a barrier orders shared-memory writes before reads in every thread order;
+// a butterfly shuffle gives the hand-worked lane values; a launch shape the hardware refuses is a
+// launch error and runs nothing; a divergent barrier, a shuffle after a lane returned and a
+// deadlock abort naming the kernel; the runtime refuses a copy whose direction does not match its
+// pointers; the CUB stand-in sorts stably over a bit range. Compiled with cuda_emu.h force-included.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <vector>
+
+#include "launch.cuh"
+
+namespace {
+
+__global__ void record_indices_kernel(int* seen, unsigned* coords) {
+  const unsigned block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const unsigned thread = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const unsigned flat = block * (blockDim.x * blockDim.y * blockDim.z) + thread;
+  seen[flat] += 1;
+  coords[flat * 6 + 0] = threadIdx.x;
+  coords[flat * 6 + 1] = threadIdx.y;
+  coords[flat * 6 + 2] = threadIdx.z;
+  coords[flat * 6 + 3] = blockIdx.x;
+  coords[flat * 6 + 4] = blockIdx.y;
+  coords[flat * 6 + 5] = blockIdx.z;
+}
+
+// out[i] = in[i] + in[(i + 1) % n] of the block's tile, through shared memory.
+__global__ void neighbour_sum_kernel(const int* in, int* out) {
+  __shared__ int tile[256];
+  const unsigned i = threadIdx.x;
+  tile[i] = in[blockIdx.x * blockDim.x + i];
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + i] = tile[i] + tile[(i + 1) % blockDim.x];
+}
+
+__global__ void butterfly_kernel(const float* in, float* out, int lane_mask) {
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, in[threadIdx.x], lane_mask);
+}
+
+__global__ void divergent_barrier_kernel(int* out) {
+  if (threadIdx.x == 5) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void shuffle_after_return_kernel(int* out) {
+  if (threadIdx.x == 3) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+}
+
+// Half of warp 0 shuffles while the rest of the block waits at the barrier: neither can open.
+__global__ void deadlock_kernel(int* out) {
+  if (threadIdx.x < 16) {
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+  } else {
+    __syncthreads();
+  }
+}
+
+template <class T>
+T* device_copy(const std::vector<T>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+template <class T>
+std::vector<T> host_copy(const T* p, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+TEST(KernelEmulator, EveryThreadOfA3dGridRunsOnceWithItsIndices) {
+  const dim3 grid(3, 2, 2), block(4, 3, 2);
+  const size_t n = 3 * 2 * 2 * 4 * 3 * 2;
+  int* seen = device_copy(std::vector<int>(n, 0));
+  unsigned* coords = device_copy(std::vector<unsigned>(n * 6, 99));
+  ECHO_LAUNCH(grid, block, 0, nullptr, record_indices_kernel)(seen, coords);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<int> s = host_copy(seen, n);
+  const std::vector<unsigned> c = host_copy(coords, n * 6);
+  for (size_t flat = 0; flat < n; ++flat) {
+    ASSERT_EQ(s[flat], 1) << flat;
+    const size_t thread = flat % 24, blk = flat / 24;
+    EXPECT_EQ(c[flat * 6 + 0], thread % 4);
+    EXPECT_EQ(c[flat * 6 + 1], thread / 4 % 3);
+    EXPECT_EQ(c[flat * 6 + 2], thread / 12);
+    EXPECT_EQ(c[flat * 6 + 3], blk % 3);
+    EXPECT_EQ(c[flat * 6 + 4], blk / 3 % 2);
+    EXPECT_EQ(c[flat * 6 + 5], blk / 6);
+  }
+  cudaFree(seen);
+  cudaFree(coords);
+}
+
+TEST(KernelEmulator, ABarrierOrdersSharedMemoryInEveryThreadOrder) {
+  std::vector<int> in(3 * 256);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(7 * i + 3);
+  int* d_in = device_copy(in);
+  int* d_out = device_copy(std::vector<int>(in.size(), 0));
+  ECHO_LAUNCH(3, 256, 0, nullptr, neighbour_sum_kernel)(d_in, d_out);
+  const std::vector<int> out = host_copy(d_out, in.size());
+  for (size_t b = 0; b < 3; ++b)
+    for (size_t i = 0; i < 256; ++i) ASSERT_EQ(out[b * 256 + i], in[b * 256 + i] + in[b * 256 + (i + 1) % 256]);
+  cudaFree(d_in);
+  cudaFree(d_out);
+}
+
+TEST(KernelEmulator, AButterflyShuffleSwapsTheLanesItPairs) {
+  std::vector<float> in(64);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = 0.5f + static_cast<float>(i);
+  float* d_in = device_copy(in);
+  float* d_out = device_copy(std::vector<float>(64, 0.0f));
+  for (int lane_mask : {1, 6, 16}) {
+    ECHO_LAUNCH(1, 64, 0, nullptr, butterfly_kernel)(d_in, d_out, lane_mask);
+    const std::vector<float> out = host_copy(d_out, 64);
+    for (int t = 0; t < 64; ++t) {
+      const int partner = (t / 32) * 32 + ((t % 32) ^ lane_mask);  // lanes pair within their warp
+      ASSERT_EQ(out[static_cast<size_t>(t)], in[static_cast<size_t>(partner)]) << "mask " << lane_mask << " t " << t;
+    }
+  }
+  cudaFree(d_in);
+  cudaFree(d_out);
+}
+
+TEST(KernelEmulator, ALaunchShapeTheHardwareRefusesIsALaunchErrorAndRunsNothing) {
+  int* seen = device_copy(std::vector<int>(2048, 0));
+  unsigned* coords = device_copy(std::vector<unsigned>(2048 * 6, 0));
+  ECHO_LAUNCH(1, 1025, 0, nullptr, record_indices_kernel)(seen, coords);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // read once, then cleared, as the runtime does
+  ECHO_LAUNCH(dim3(1, 65536, 1), 1, 0, nullptr, record_indices_kernel)(seen, coords);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  ECHO_LAUNCH(0, 32, 0, nullptr, record_indices_kernel)(seen, coords);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  for (int v : host_copy(seen, 2048)) ASSERT_EQ(v, 0);
+  cudaFree(seen);
+  cudaFree(coords);
+}
+
+TEST(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
+  int* out = device_copy(std::vector<int>(64, 0));
+  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)(out); };
+  EXPECT_DEATH(launch(),
+               "divergent_barrier_kernel.*__syncthreads reached by 63 threads after 1 threads of the block returned");
+  cudaFree(out);
+}
+
+TEST(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
+  int* out = device_copy(std::vector<int>(32, 0));
+  const auto launch = [out] { ECHO_LAUNCH(1, 32, 0, nullptr, shuffle_after_return_kernel)(out); };
+  EXPECT_DEATH(launch(), "shuffle_after_return_kernel.*__shfl_xor_sync with the full mask after lane 3 returned");
+  cudaFree(out);
+}
+
+TEST(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
+  float* in = device_copy(std::vector<float>(40, 1.0f));
+  float* out = device_copy(std::vector<float>(40, 0.0f));
+  const auto launch = [in, out] { ECHO_LAUNCH(1, 40, 0, nullptr, butterfly_kernel)(in, out, 1); };
+  EXPECT_DEATH(launch(), "in a warp of 8 threads");
+  cudaFree(in);
+  cudaFree(out);
+}
+
+TEST(KernelEmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAreADeadlock) {
+  int* out = device_copy(std::vector<int>(64, 0));
+  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out); };
+  EXPECT_DEATH(launch(), "deadlock_kernel.*deadlock: 0 running, 48 at __syncthreads, 16 in a warp shuffle");
+  cudaFree(out);
+}
+
+TEST(KernelEmulator, ACopyWhoseDirectionDoesNotMatchItsPointersIsRefused) {
+  std::vector<int> host(16, 5);
+  int* device = device_copy(host);
+  EXPECT_EQ(cudaMemcpy(device, host.data(), 64, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, 68, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);  // past the end
+  EXPECT_EQ(cudaMemcpy(host.data(), device, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);  // never allocated by cudaMalloc
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaFree(device), cudaSuccess);
+  EXPECT_EQ(cudaFree(device), cudaErrorInvalidValue);  // twice
+  (void)cudaGetLastError();
+}
+
+TEST(KernelEmulator, TheCubStandInSortsStablyOverTheBitRange) {
+  // Keys whose bits 0..7 are noise and whose bits 8..15 order them; stable among equal keys.
+  const std::vector<uint64_t> in = {0x0301, 0x0102, 0x0303, 0x0104, 0xff0205, 0x0106};
+  size_t bytes = 0;
+  ASSERT_EQ(cub::DeviceRadixSort::SortKeys(nullptr, bytes, in.data(), nullptr, 6, 8, 16), cudaSuccess);
+  std::vector<char> temp(bytes);
+  std::vector<uint64_t> out(6);
+  ASSERT_EQ(cub::DeviceRadixSort::SortKeys(temp.data(), bytes, in.data(), out.data(), 6, 8, 16), cudaSuccess);
+  EXPECT_EQ(out, (std::vector<uint64_t>{0x0102, 0x0104, 0x0106, 0xff0205, 0x0301, 0x0303}));
+}
+
+}  // namespace
