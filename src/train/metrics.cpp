@@ -39,7 +39,7 @@ DevicePeak cpu_peak() {
   if (mhz <= 0) mhz = 2000;  // no clock reported: assume 2 GHz, and say so below
   const double peak = cores * mhz * 1e6 * 32.0, int8 = cores * mhz * 1e6 * 128.0;
   return {peak, int8,
-          fmt::format("CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s (int8: x 128 ops/cycle = "
+          fmt::format("the CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s (int8: x 128 ops/cycle = "
                       "{:.1f} GOP/s)",
                       cores, mhz / 1e3, peak / 1e9, int8 / 1e9)};
 }
@@ -55,9 +55,9 @@ DevicePeak gpu_peak(const std::string& device_model) {
   for (const Known& k : kKnown)
     if (device_model.find(k.match) != std::string::npos)
       return {k.bf16, k.int8,
-              fmt::format("GPU peak of one {} (data sheet, dense): {:.0f} bf16 TFLOP/s, {:.0f} int8 TOP/s",
+              fmt::format("the GPU peak of one {} (data sheet, dense): {:.0f} bf16 TFLOP/s, {:.0f} int8 TOP/s",
                           device_model, k.bf16 / 1e12, k.int8 / 1e12)};
-  return {0, 0, fmt::format("nothing: no peak is known for the GPU '{}', so MFU is reported as 0", device_model)};
+  return {0, 0, fmt::format("no peak: none is known for the GPU '{}', so MFU is reported as 0", device_model)};
 }
 
 double mfu(double fp_flops, double int8_ops, double seconds, const DevicePeak& peak, int units) {

@@ -358,7 +358,7 @@ Trainer::Trainer(const config::Config& cfg, const dist::World& world, RunDirMode
       "model: {} parameters, {} layers, hidden {}, tp {} dp {}, all-reduce {}; {} micro-batches of {} x {} per step",
       num_params_, shape_.layers, shape_.hidden, L.tp, L.dp, comm::describe(*blocks_), num_micro_,
       cfg.train.micro_batch, cfg.data.seq_len);
-  logger->info("MFU is measured against the {}", peak_.description);
+  logger->info("MFU is measured against {}", peak_.description);
   logger->info("memory per rank, planned: {}", memory_plan_.describe());
   // Legal but seldom meant: a warmup as long as the run never decays (and, longer, never reaches optim.lr).
   if (L.rank == 0 && cfg.schedule.warmup_steps >= cfg.train.steps)

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "core/half.h"
 #include "cuda_emu_runtime.h"
@@ -258,17 +259,33 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return static_cast<int64_t>(r) + static_cast<int64_t>(cc) * l.ld + batch * l.batch_stride;
   };
   const bool ta = d.trans_a == CUBLAS_OP_T, tb = d.trans_b == CUBLAS_OP_T;
+  const bool integer = int8_problem(a);
+  // op(A) row by row (m x k) and op(B) column by column (n x k), so each dot product reads two
+  // contiguous rows.
+  std::vector<double> fa, fb;
+  std::vector<int32_t> ia, ib;
   for (int32_t batch = 0; batch < c.batch_count; ++batch) {
+    if (integer) {
+      ia.resize(m * k);
+      ib.resize(n * k);
+      for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t p = 0; p < k; ++p) ia[i * k + p] = static_cast<const int8_t*>(a_ptr)[at(a, ta, i, p, batch)];
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p) ib[j * k + p] = static_cast<const int8_t*>(b_ptr)[at(b, tb, p, j, batch)];
+    } else {
+      fa.resize(m * k);
+      fb.resize(n * k);
+      for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t p = 0; p < k; ++p) fa[i * k + p] = read_float(a_ptr, a.type, at(a, ta, i, p, batch));
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p) fb[j * k + p] = read_float(b_ptr, b.type, at(b, tb, p, j, batch));
+    }
     for (uint64_t j = 0; j < n; ++j) {
       for (uint64_t i = 0; i < m; ++i) {
         const int64_t ci = at(c, false, i, j, batch), di = at(dl, false, i, j, batch);
-        if (int8_problem(a)) {
+        if (integer) {
           uint32_t acc = 0;  // wraps like the hardware's int32 accumulator
-          for (uint64_t p = 0; p < k; ++p) {
-            const int32_t x = static_cast<const int8_t*>(a_ptr)[at(a, ta, i, p, batch)];
-            const int32_t y = static_cast<const int8_t*>(b_ptr)[at(b, tb, p, j, batch)];
-            acc += static_cast<uint32_t>(x * y);
-          }
+          for (uint64_t p = 0; p < k; ++p) acc += static_cast<uint32_t>(ia[i * k + p] * ib[j * k + p]);
           const uint32_t al = static_cast<uint32_t>(*static_cast<const int32_t*>(alpha));
           const uint32_t be = static_cast<uint32_t>(*static_cast<const int32_t*>(beta));
           uint32_t out = al * acc;
@@ -277,8 +294,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
           continue;
         }
         double acc = 0.0;
-        for (uint64_t p = 0; p < k; ++p)
-          acc += read_float(a_ptr, a.type, at(a, ta, i, p, batch)) * read_float(b_ptr, b.type, at(b, tb, p, j, batch));
+        for (uint64_t p = 0; p < k; ++p) acc += fa[i * k + p] * fb[j * k + p];
         const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
         // NOTE: beta == 0 does not read C, as in BLAS: a NaN there does not reach D.
         const float out = al * static_cast<float>(acc) +

@@ -76,6 +76,7 @@ struct Fiber {
   boost::context::fiber scheduler;  // resumed by the fiber to yield
   ThreadContext thread{};
   State state = State::ready;
+  bool exchange_parity = false;  // which of its warp's two slot sets the next exchange uses
 };
 
 // One block in flight on this OS thread.
@@ -84,7 +85,7 @@ struct Block {
   const std::function<void()>* body = nullptr;
   std::vector<Fiber> fibers;
   int current = -1;
-  std::vector<unsigned char> slots;  // kWarpSize * kSlotBytes per warp
+  std::vector<unsigned char> slots;  // 2 * kWarpSize * kSlotBytes per warp
 };
 
 thread_local Block* t_block = nullptr;
@@ -167,16 +168,24 @@ bool open_block_barrier(Block& b) {
   return true;
 }
 
-// Opens each warp's exchange barrier when all 32 lanes wait at it. True when any opened.
+// Opens each warp's exchange barrier when all 32 lanes wait at it; a lane that returned while
+// the others wait is a shuffle with the full mask over an exited lane (undefined on the GPU).
+// True when any opened.
 bool open_warp_barriers(Block& b) {
   bool opened = false;
   const size_t n = b.fibers.size();
   for (size_t first = 0; first < n; first += kWarpSize) {
     const size_t last = std::min(n, first + kWarpSize);
-    size_t waiting = 0;
-    for (size_t i = first; i < last; ++i) waiting += b.fibers[i].state == State::at_warp_barrier;
+    size_t waiting = 0, done = 0, first_done = 0;
+    for (size_t i = first; i < last; ++i) {
+      waiting += b.fibers[i].state == State::at_warp_barrier;
+      if (b.fibers[i].state == State::done && done++ == 0) first_done = i - first;
+    }
     if (waiting == 0) continue;
-    if (waiting != last - first) continue;  // the deadlock check below names a lane that never comes
+    if (waiting + done == last - first && done > 0)
+      fail("__shfl_xor_sync with the full mask after lane " + std::to_string(first_done) + " returned (warp " +
+           std::to_string(first / kWarpSize) + ")");
+    if (waiting != last - first) continue;  // the deadlock check names a lane that never comes
     for (size_t i = first; i < last; ++i) b.fibers[i].state = State::ready;
     opened = true;
   }
@@ -186,6 +195,7 @@ bool open_warp_barriers(Block& b) {
 void run_block(Block& b, const std::vector<int>& order) {
   for (size_t i = 0; i < b.fibers.size(); ++i) {
     b.fibers[i].state = State::ready;
+    b.fibers[i].exchange_parity = false;
     b.fibers[i].self = make_fiber(b, i);
   }
   for (;;) {
@@ -250,17 +260,17 @@ void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsi
   if (warp_first + kWarpSize > b->fibers.size())
     fail(std::string(what) + " with the full mask in a warp of " + std::to_string(b->fibers.size() - warp_first) +
          " threads (lanes that do not exist cannot take part)");
-  for (size_t i = warp_first; i < warp_first + kWarpSize; ++i)
-    if (b->fibers[i].state == State::done)
-      fail(std::string(what) + " with the full mask after lane " + std::to_string(i - warp_first) + " returned");
   if (bytes > kSlotBytes) fail(std::string(what) + " of a value wider than 16 bytes");
-  unsigned char* slots = b->slots.data() + warp_first * kSlotBytes;
-  std::memcpy(slots + (index - warp_first) * kSlotBytes, mine, bytes);
-  b->fibers[index].state = State::at_warp_barrier;
+  // NOTE: two slot sets used in turn, so one barrier per exchange is enough: a lane writes set
+  // `parity` again only after the next exchange's barrier, which every lane reaches after reading.
+  Fiber& me = b->fibers[index];
+  const size_t lane = index - warp_first;
+  unsigned char* slots = b->slots.data() + (warp_first * 2 + (me.exchange_parity ? kWarpSize : 0)) * kSlotBytes;
+  me.exchange_parity = !me.exchange_parity;
+  std::memcpy(slots + lane * kSlotBytes, mine, bytes);
+  me.state = State::at_warp_barrier;
   yield_to_scheduler(*b);
   std::memcpy(out, slots + static_cast<size_t>(src_lane) * kSlotBytes, bytes);
-  b->fibers[index].state = State::at_warp_barrier;  // nobody writes a slot before every lane read
-  yield_to_scheduler(*b);
 }
 
 void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
@@ -278,7 +288,7 @@ void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_byte
   b.kernel_name = kernel_name;
   b.body = &body;
   b.fibers.resize(static_cast<size_t>(threads));
-  b.slots.assign(static_cast<size_t>(threads + kWarpSize) * kSlotBytes, 0);
+  b.slots.assign(static_cast<size_t>(threads + kWarpSize) * 2 * kSlotBytes, 0);
   const std::vector<int> order = run_order(threads);
   t_block = &b;
   for (unsigned bz = 0; bz < grid.z; ++bz)
