@@ -103,7 +103,8 @@ cublasStatus_t check_problem(const Desc& d, const Layout& a, const Layout& b, co
   if (type_bytes(a.type) == 0 || type_bytes(c.type) == 0 || a.type != b.type || c.type != dl.type)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (int8_problem(a)) {
-    if (d.compute != CUBLAS_COMPUTE_32I || d.scale != CUDA_R_32I || c.type != CUDA_R_32I) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d.compute != CUBLAS_COMPUTE_32I || d.scale != CUDA_R_32I || c.type != CUDA_R_32I)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d.trans_a != CUBLAS_OP_T || d.trans_b != CUBLAS_OP_N) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (a.ld % 4 != 0 || b.ld % 4 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
@@ -136,10 +137,14 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 }
 const char* cublasLtGetStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS (emulated)";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "CUBLAS_STATUS (emulated)";
   }
 }
 const char* cublasLtGetStatusString(cublasStatus_t status) { return cublasLtGetStatusName(status); }
@@ -246,9 +251,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   } operands[] = {{"A", a_ptr, a}, {"B", b_ptr, b}, {"C", c_ptr, c}, {"D", d_ptr, dl}};
   for (const auto& o : operands) {
     if (!reachable(o.p, o.l)) {
-      std::fprintf(stderr, "echo kernel emulator: cublasLtMatmul's %s (%llu x %llu, ld %lld, batch %d) is not inside "
-                   "one device allocation\n", o.name, static_cast<unsigned long long>(o.l.rows),
-                   static_cast<unsigned long long>(o.l.cols), static_cast<long long>(o.l.ld), o.l.batch_count);
+      std::fprintf(stderr,
+                   "echo kernel emulator: cublasLtMatmul's %s (%llu x %llu, ld %lld, batch %d) is not inside "
+                   "one device allocation\n",
+                   o.name, static_cast<unsigned long long>(o.l.rows), static_cast<unsigned long long>(o.l.cols),
+                   static_cast<long long>(o.l.ld), o.l.batch_count);
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
@@ -297,8 +304,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         for (uint64_t p = 0; p < k; ++p) acc += fa[i * k + p] * fb[j * k + p];
         const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
         // NOTE: beta == 0 does not read C, as in BLAS: a NaN there does not reach D.
-        const float out = al * static_cast<float>(acc) +
-                          (be != 0.0f ? be * static_cast<float>(read_float(c_ptr, c.type, ci)) : 0.0f);
+        const float out =
+            al * static_cast<float>(acc) + (be != 0.0f ? be * static_cast<float>(read_float(c_ptr, c.type, ci)) : 0.0f);
         if (dl.type == CUDA_R_32F) {
           static_cast<float*>(d_ptr)[di] = out;
         } else {

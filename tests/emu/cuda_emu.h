@@ -55,6 +55,8 @@ struct ThreadContext {
 const ThreadContext& current_thread();
 // The running thread's lane: its linear index in the block (x fastest) modulo 32.
 int current_lane();
+// __nanosleep's stand-in: the other fibers of the block run, and the OS thread yields the CPU.
+void nap();
 // %globaltimer's stand-in: the host's monotonic clock in ns.
 uint64_t now_ns();
 
@@ -118,7 +120,8 @@ inline void __syncthreads() { ::echo::emu::sync_block(); }
 // The emulator runs blocks one after another and a fiber switch is a full fence.
 inline void __threadfence() {}
 inline void __threadfence_system() {}
-inline void __nanosleep(unsigned) {}
+// A spinning thread lets the other threads of its block, and the other processes, run.
+inline void __nanosleep(unsigned) { ::echo::emu::nap(); }
 
 // Lane l reads lane l ^ lane_mask; with width < 32, a lane whose partner lies in a later group of
 // `width` lanes reads its own value (the CUDA C++ Programming Guide's rule).

@@ -10,13 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <boost/context/fiber.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -238,9 +239,17 @@ int current_lane() {
   return b->current % kWarpSize;
 }
 
+void nap() {
+  std::this_thread::yield();
+  Block* b = t_block;
+  if (b == nullptr || b->current < 0) return;
+  yield_to_scheduler(*b);  // still ready: it runs again in the scheduler's next sweep
+}
+
 uint64_t now_ns() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 void sync_block() {

@@ -6,6 +6,10 @@
 // allocated are reported as the runtime reports them (an error code) instead of passing.
 #include "cuda_emu_runtime.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,14 +21,25 @@
 namespace echo::emu {
 namespace {
 
-constexpr size_t kAlignment = 256;                 // cudaMalloc's guarantee
-constexpr size_t kDeviceBytes = size_t{80} << 30;  // what the emulated device reports
+constexpr size_t kAlignment = 256;                        // cudaMalloc's guarantee
+constexpr size_t kIpcGranule = size_t{2} << 20;           // cudaMalloc sizes made exportable
+constexpr uint64_t kHandleMagic = 0x6563686f2d697063ull;  // "echo-ipc"
+constexpr size_t kDeviceBytes = size_t{80} << 30;         // what the emulated device reports
 const cudaStream_t kLegacyStream = reinterpret_cast<cudaStream_t>(0x1);
 const cudaStream_t kPerThreadStream = reinterpret_cast<cudaStream_t>(0x2);
 
+// Device memory: a heap block (ASan's redzones right after its last byte), or, for a cudaMalloc
+// of whole 2 MiB pages (what CUDA IPC exports, src/comm/p2p/cuda_ipc_workspace.cpp), a shared
+// memfd mapping another process can map by cudaIpcOpenMemHandle; or such a mapping of a peer's.
+struct Allocation {
+  size_t bytes = 0;
+  int fd = -1;          // the memfd of an exportable allocation (kept open for the peers)
+  bool opened = false;  // a peer's allocation mapped here: cudaIpcCloseMemHandle, not cudaFree
+};
+
 struct State {
   std::mutex mutex;
-  std::map<const char*, size_t> device;  // live device allocations: start -> bytes
+  std::map<const char*, Allocation> device;  // live device memory by start: allocations and opened handles
   std::set<cudaStream_t> streams;
   std::set<cudaEvent_t> events;
   cudaError_t last_error = cudaSuccess;
@@ -46,7 +61,7 @@ bool is_device_range(const void* p, size_t bytes) {
   auto it = s.device.upper_bound(c);
   if (it == s.device.begin()) return false;
   --it;
-  return c >= it->first && c + bytes <= it->first + it->second;
+  return c >= it->first && c + bytes <= it->first + it->second.bytes;
 }
 
 namespace {
@@ -58,7 +73,7 @@ cudaError_t fail_with(cudaError_t error) {
   return error;
 }
 
-cudaError_t allocate(void** p, size_t bytes) {
+cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   if (p == nullptr) return fail_with(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -70,12 +85,27 @@ cudaError_t allocate(void** p, size_t bytes) {
       return cudaErrorMemoryAllocation;
     }
   }
-  // NOTE: exact sizes (rounded to the alignment only in the pointer, not the block) so a
-  // kernel reading past the end is caught by ASan in the sanitized build.
-  void* block = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  if (block == nullptr) return fail_with(cudaErrorMemoryAllocation);
+  Allocation a;
+  a.bytes = bytes;
+  void* block = nullptr;
+  if (exportable && bytes % kIpcGranule == 0) {
+    a.fd = memfd_create("echo-emulated-device", MFD_CLOEXEC);
+    if (a.fd < 0 || ftruncate(a.fd, static_cast<off_t>(bytes)) != 0) {
+      if (a.fd >= 0) close(a.fd);
+      return fail_with(cudaErrorMemoryAllocation);
+    }
+    block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+    if (block == MAP_FAILED) {
+      close(a.fd);
+      return fail_with(cudaErrorMemoryAllocation);
+    }
+  } else {
+    // NOTE: the exact size, so ASan's redzone starts right after the last byte and a kernel
+    // reading past the end is named.
+    if (posix_memalign(&block, kAlignment, bytes) != 0) return fail_with(cudaErrorMemoryAllocation);
+  }
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.device[static_cast<const char*>(block)] = bytes;
+  s.device[static_cast<const char*>(block)] = a;
   s.used += bytes;
   s.used_high = std::max(s.used_high, s.used);
   *p = block;
@@ -87,13 +117,19 @@ cudaError_t release(void* p) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.device.find(static_cast<const char*>(p));
-  if (it == s.device.end()) {
+  if (it == s.device.end() || it->second.opened) {
     s.last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
-  s.used -= it->second;
+  const Allocation a = it->second;
+  s.used -= a.bytes;
   s.device.erase(it);
-  std::free(p);
+  if (a.fd >= 0) {
+    munmap(p, a.bytes);
+    close(a.fd);
+  } else {
+    std::free(p);
+  }
   return cudaSuccess;
 }
 
@@ -197,6 +233,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return fail_with(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "echo kernel emulator");
+  // Every process's one device is the same device: the same UUID (never all zeros, which the
+  // IPC workspace reads as "could not read").
+  std::memcpy(prop->uuid.bytes, "echo-emulated-0", 16);
   prop->totalGlobalMem = echo::emu::kDeviceBytes;
   prop->sharedMemPerBlock = size_t{48} << 10;
   prop->warpSize = 32;
@@ -300,10 +339,10 @@ const char* cudaGetErrorName(cudaError_t error) {
 }
 const char* cudaGetErrorString(cudaError_t error) { return cudaGetErrorName(error); }
 
-cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes); }
+cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, true); }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
-  return allocate(p, bytes);
+  return allocate(p, bytes, false);  // pool memory: not exportable with the legacy IPC calls
 }
 cudaError_t cudaFree(void* p) { return release(p); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
@@ -390,5 +429,80 @@ cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+
+// CUDA IPC between processes of this machine: a handle names the exporting process and the memfd
+// of a whole-2-MiB cudaMalloc; opening it maps that memfd (through /proc/<pid>/fd) here.
+struct EmulatedIpcHandle {
+  uint64_t magic;
+  int64_t pid;
+  int64_t fd;
+  uint64_t bytes;
+};
+static_assert(sizeof(EmulatedIpcHandle) <= sizeof(cudaIpcMemHandle_t));
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
+  if (handle == nullptr || p == nullptr) return fail_with(cudaErrorInvalidValue);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.device.find(static_cast<const char*>(p));
+  if (it == s.device.end() || it->second.fd < 0) {
+    std::fprintf(stderr,
+                 "echo kernel emulator: cudaIpcGetMemHandle of %p: only the start of a cudaMalloc of whole "
+                 "2 MiB pages can be exported here\n",
+                 p);
+    s.last_error = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
+  const EmulatedIpcHandle h{echo::emu::kHandleMagic, static_cast<int64_t>(getpid()), it->second.fd, it->second.bytes};
+  *handle = cudaIpcMemHandle_t{};
+  std::memcpy(handle->reserved, &h, sizeof h);
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned int) {
+  if (p == nullptr) return fail_with(cudaErrorInvalidValue);
+  EmulatedIpcHandle h;
+  std::memcpy(&h, handle.reserved, sizeof h);
+  if (h.magic != echo::emu::kHandleMagic) return fail_with(cudaErrorInvalidValue);
+  // NOTE: CUDA refuses to open a handle in the process that exported it.
+  if (h.pid == static_cast<int64_t>(getpid())) return fail_with(cudaErrorDeviceUninitialized);
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "echo kernel emulator: cudaIpcOpenMemHandle: cannot open %s\n", path.c_str());
+    return fail_with(cudaErrorInvalidValue);
+  }
+  void* mapped = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);  // the mapping keeps the memory
+  if (mapped == MAP_FAILED) return fail_with(cudaErrorMemoryAllocation);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  echo::emu::Allocation a;
+  a.bytes = h.bytes;
+  a.opened = true;
+  s.device[static_cast<const char*>(mapped)] = a;
+  *p = mapped;
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void* p) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.device.find(static_cast<const char*>(p));
+  if (it == s.device.end() || !it->second.opened) {
+    s.last_error = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
+  munmap(p, it->second.bytes);
+  s.device.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+  if (can == nullptr) return fail_with(cudaErrorInvalidValue);
+  if (device != 0 || peer != 0) return fail_with(cudaErrorInvalidDevice);
+  *can = 0;  // one device: no peer
+  return cudaSuccess;
+}
 
 }  // extern "C"
