@@ -1,6 +1,6 @@
 // ECHO_LAUNCH(grid, block, shared_bytes, stream, kernel)(arguments...): every kernel launch of
 // kernels/ goes through it. Under nvcc it is kernel<<<grid, block, shared_bytes, stream>>>(...);
-// built for the kernel emulator (ECHO_KERNEL_EMU, tests/emu/cuda_emu.h; docs/design.md §16) the
+// built for the kernel emulator (ECHO_KERNEL_EMU, tests/emu/cuda_emu.h; docs/design.md §15b) the
 // host compiler cannot parse <<<...>>>, and the same launch runs on the CPU instead.
 // NOTE: the kernel comes last so that a template kernel's commas (k<T, true>) stay one argument.
 #pragma once

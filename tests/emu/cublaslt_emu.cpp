@@ -1,5 +1,5 @@
 // The part of cuBLASLt kernels/gemm.cu uses, on the host, for the kernel emulator (docs/design.md
-// §15): descriptors hold what was set on them, the heuristic checks the problem the way the
+// §15b): descriptors hold what was set on them, the heuristic checks the problem the way the
 // library does where the rule is documented, and cublasLtMatmul computes D = alpha op(A) op(B) +
 // beta C in column-major order, batch by batch. What it checks: the shapes of A, B, C and D agree
 // with the operations (CUBLAS_STATUS_INVALID_VALUE otherwise); int8 inputs need the "TN" layout

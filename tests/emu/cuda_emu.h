@@ -1,4 +1,4 @@
-// The kernel emulator's device side (docs/design.md §16): compiles the CUDA C++ of kernels/*.cu
+// The kernel emulator's device side (docs/design.md §15b): compiles the CUDA C++ of kernels/*.cu
 // with the host compiler and runs each launch on the CPU, one fiber per GPU thread, so CI (no
 // GPU) executes the kernels' indexing, loops, shared memory, barriers and shuffles against the CPU
 // reference, under the sanitizers. Force-included (-include) before everything else in the emulated
@@ -12,7 +12,7 @@
 // (ECHO_EMU_ORDER=forward|reverse|shuffle) so a missing barrier shows as a different result.
 // What it cannot check: concurrency between blocks or with the host (blocks run one after another,
 // launches run to completion when issued), memory-model ordering, timing, and device limits other
-// than the launch shape. It is not a GPU: docs/design.md §16 says what only a GPU run proves.
+// than the launch shape. It is not a GPU: docs/design.md §15b says what only a GPU run proves.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-// The kernel emulator's scheduler (tests/emu/cuda_emu.h, docs/design.md §16): the blocks of a
+// The kernel emulator's scheduler (tests/emu/cuda_emu.h, docs/design.md §15b): the blocks of a
 // grid run one after another; the threads of a block are Boost.Context fibers of the calling OS thread,
 // run in the order ECHO_EMU_ORDER names until each returns or waits at a barrier, and a barrier
 // opens when every live thread it covers has arrived.

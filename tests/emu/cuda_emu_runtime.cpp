@@ -1,5 +1,5 @@
 // The part of the CUDA runtime API the kernels and their tests use, on host memory (docs/design.md
-// §16). Linked into the emulator's test programs, these definitions take the place of
+// §15b). Linked into the emulator's test programs, these definitions take the place of
 // libcudart's (an executable's symbols come first). A launch runs to completion when issued, so
 // every stream and event is already complete; device memory is host memory, kept in a table so a
 // copy whose direction does not match its pointers, a double free and a free of a pointer never
@@ -35,6 +35,7 @@ struct Allocation {
   size_t bytes = 0;
   int fd = -1;          // the memfd of an exportable allocation (kept open for the peers)
   bool opened = false;  // a peer's allocation mapped here: cudaIpcCloseMemHandle, not cudaFree
+  bool pooled = false;  // cudaMallocAsync's
 };
 
 struct State {
@@ -44,7 +45,10 @@ struct State {
   std::set<cudaEvent_t> events;
   cudaError_t last_error = cudaSuccess;
   size_t used = 0;
-  size_t used_high = 0;  // the default pool's high-water marks (reset by setting them to 0)
+  // The default pool (cudaMallocAsync's memory only, as on the device): bytes in use and their
+  // high-water mark, and bytes reserved: with the release threshold at its maximum (what the CUDA
+  // backend sets) the pool keeps what it once held, so it is the in-use mark never reset.
+  size_t pool_used = 0, pool_used_high = 0, pool_reserved = 0, pool_reserved_high = 0;
 };
 
 State& state() {
@@ -107,7 +111,13 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.device[static_cast<const char*>(block)] = a;
   s.used += bytes;
-  s.used_high = std::max(s.used_high, s.used);
+  if (!exportable) {
+    s.device[static_cast<const char*>(block)].pooled = true;
+    s.pool_used += bytes;
+    s.pool_used_high = std::max(s.pool_used_high, s.pool_used);
+    s.pool_reserved = std::max(s.pool_reserved, s.pool_used);
+    s.pool_reserved_high = std::max(s.pool_reserved_high, s.pool_reserved);
+  }
   *p = block;
   return cudaSuccess;
 }
@@ -123,6 +133,7 @@ cudaError_t release(void* p) {
   }
   const Allocation a = it->second;
   s.used -= a.bytes;
+  if (a.pooled) s.pool_used -= a.bytes;
   s.device.erase(it);
   if (a.fd >= 0) {
     munmap(p, a.bytes);
@@ -256,7 +267,9 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int length, int device) {
   return cudaSuccess;
 }
 
-// One default pool: cudaMallocAsync's memory; its attributes are the allocator's counts.
+// One default pool: cudaMallocAsync's memory; its attributes are the counts kept in allocate().
+// NOTE: only the maximum release threshold (the CUDA backend's) is modelled: memory the pool
+// once held stays reserved.
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   if (pool == nullptr) return fail_with(cudaErrorInvalidValue);
   if (device != 0) return fail_with(cudaErrorInvalidDevice);
@@ -270,11 +283,15 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
   std::lock_guard<std::mutex> lock(s.mutex);
   switch (attr) {
     case cudaMemPoolAttrReleaseThreshold:
-      return cudaSuccess;  // memory is freed at once here: nothing is held back to release
+      if (*static_cast<uint64_t*>(value) != UINT64_MAX) break;  // not modelled: say so
+      return cudaSuccess;
     case cudaMemPoolAttrReservedMemHigh:
-    case cudaMemPoolAttrUsedMemHigh:
       if (*static_cast<uint64_t*>(value) != 0) break;  // the runtime accepts only a reset to 0
-      s.used_high = s.used;
+      s.pool_reserved_high = s.pool_reserved;
+      return cudaSuccess;
+    case cudaMemPoolAttrUsedMemHigh:
+      if (*static_cast<uint64_t*>(value) != 0) break;
+      s.pool_used_high = s.pool_used;
       return cudaSuccess;
     default:
       break;
@@ -289,12 +306,16 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
   uint64_t v = 0;
   switch (attr) {
     case cudaMemPoolAttrReservedMemCurrent:
+      v = s.pool_reserved;
+      break;
     case cudaMemPoolAttrUsedMemCurrent:
-      v = s.used;
+      v = s.pool_used;
       break;
     case cudaMemPoolAttrReservedMemHigh:
+      v = s.pool_reserved_high;
+      break;
     case cudaMemPoolAttrUsedMemHigh:
-      v = s.used_high;
+      v = s.pool_used_high;
       break;
     case cudaMemPoolAttrReleaseThreshold:
       v = 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # echo_train on the CUDA backend, run by the kernel emulator (echo_train_emu: every kernel, the
-# cuBLASLt GEMMs and the CUDA runtime calls on the CPU; docs/design.md §15), against echo_train on
+# cuBLASLt GEMMs and the CUDA runtime calls on the CPU; docs/design.md §15b), against echo_train on
 # the CPU backend: the same config and data, step by step. The CUDA backend keeps activations in
 # bf16 where the CPU keeps f32, so the losses agree to bf16 noise, not bit for bit: every step's
 # relative difference must be under 2e-2, the bound of the device check's loss_parity stage. The

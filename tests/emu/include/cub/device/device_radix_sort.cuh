@@ -1,4 +1,4 @@
-// The kernel emulator's stand-in for CUB's DeviceRadixSort (tests/emu, docs/design.md §16): the
+// The kernel emulator's stand-in for CUB's DeviceRadixSort (tests/emu, docs/design.md §15b): the
 // one call kernels/embedding.cu makes, SortKeys of unsigned 64-bit keys over bits
 // [begin_bit, end_bit), as a stable sort on the host. Like CUB, a null temp pointer is a size query,
 // and a key's bits outside the range do not take part in the order.
