@@ -34,6 +34,8 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& out, 
 // two-pass reduction over rows).
 void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw_accum, cudaStream_t stream);
+// The scratch rmsnorm_backward takes from the pool for (rows, dim): its pass-1 partial sums.
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
 
 // ---- RoPE, rotate-half (rope.cu) -------------------------------------------------------------------
 // x: (tokens, heads, head_dim) in place, head_dim even; positions: i32 (tokens). Angles, cos, sin

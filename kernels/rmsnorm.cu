@@ -24,6 +24,18 @@ constexpr int64_t kMaxDwChunks = 4096;  // pass-1 chunks of rows (grid y <= 6553
 constexpr int64_t kMinRowsPerChunk = 16;
 constexpr int64_t kMaxPartialFloats = int64_t{1} << 22;  // 16 MiB of pass-1 sums at most
 
+// The weight gradient's pass-1 chunks of rows: from rows and dim only (never the device), so the
+// sum order is fixed. rows, dim > 0.
+struct DwChunking {
+  int64_t rows_per_chunk, chunks;
+};
+DwChunking dw_chunking(int64_t rows, int64_t dim) {
+  const int64_t chunks_wanted = std::max<int64_t>(
+      1, std::min({kMaxDwChunks, (rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk, kMaxPartialFloats / dim}));
+  const int64_t rows_per_chunk = (rows + chunks_wanted - 1) / chunks_wanted;
+  return {rows_per_chunk, (rows + rows_per_chunk - 1) / rows_per_chunk};
+}
+
 // A row per warp (kBlockRow false) or per block (true): the row loop, the lanes and the reduction.
 template <bool kBlockRow>
 struct RowGroup {
@@ -157,6 +169,11 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& out, 
   CUDA_CHECK(cudaGetLastError());
 }
 
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim) {
+  if (rows <= 0 || dim <= 0) return 0;
+  return static_cast<size_t>(dw_chunking(rows, dim).chunks * dim) * sizeof(float);
+}
+
 void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw_accum, cudaStream_t stream) {
   const char* op = "rmsnorm_backward";
@@ -174,11 +191,7 @@ void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, cons
   check_numel(op, "dw_accum", dw_accum, dim);
   if (rows == 0) return;
 
-  // The chunking depends only on rows and dim (never on the device), so the sum order is fixed.
-  const int64_t chunks_wanted = std::max<int64_t>(
-      1, std::min({kMaxDwChunks, (rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk, kMaxPartialFloats / dim}));
-  const int64_t rows_per_chunk = (rows + chunks_wanted - 1) / chunks_wanted;
-  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  const auto [rows_per_chunk, chunks] = dw_chunking(rows, dim);
   Scratch partial(static_cast<size_t>(chunks * dim) * sizeof(float), stream);
 
   const unsigned blocks = row_blocks(rows, dim);

@@ -49,10 +49,11 @@ class Backend {
   // a NaN or infinity in an INT8 linear's operand; kernels/deferred_faults.cuh), and clears it.
   // The trainer calls it once per step with the loss; the CPU raises in the op itself.
   virtual void raise_deferred_faults() = 0;
-  // Scratch the backend allocates by itself for attention over (batch, seq, heads, kv_heads,
-  // head_dim) in the activation dtype of f32 master weights, the trainer's (CUDA: the materialized
-  // scores, bf16; CPU: the (seq, seq) f32 score matrices of one head at a time, on the heap).
-  virtual size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+  // Scratch the backend allocates by itself for a layer over (batch, seq) tokens of `hidden`
+  // with (heads, kv_heads, head_dim) attention, in the activation dtype of f32 master weights, the
+  // trainer's (CUDA: the materialized attention scores, bf16, and the largest RMSNorm backward's
+  // partial sums; CPU: the (seq, seq) f32 score matrices of one head at a time, on the heap).
+  virtual size_t workspace_bytes(int64_t batch, int64_t seq, int64_t hidden, int64_t heads, int64_t kv_heads,
                                  int64_t head_dim) const = 0;
   // The scratch one INT8 linear call of (rows, in, out) takes beyond its saved operands
   // (model/memory_plan.h); seq_len is the example length EC groups rows by. CPU: its heap buffers

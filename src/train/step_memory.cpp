@@ -17,7 +17,7 @@ model::MemoryPlan plan_step_memory(const config::Config& cfg, const model::Model
   in.micro_batch = cfg.train.micro_batch;
   in.seq = cfg.data.seq_len;
   in.pass = pass;
-  in.workspace = backend.workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape.heads_local(),
+  in.workspace = backend.workspace_bytes(cfg.train.micro_batch, cfg.data.seq_len, shape.hidden, shape.heads_local(),
                                          shape.kv_heads_local(), shape.head_dim);
   const auto int8 = quant::Int8LinearConfig::from(cfg.linear, cfg.run.seed);
   if (int8.mode == config::LinearMode::int8) {

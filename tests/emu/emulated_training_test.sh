@@ -6,7 +6,9 @@
 # relative difference must be under 2e-2, the bound of the device check's loss_parity stage. The
 # cases: tp 1 with the exact all-reduce; tp 2 with Echo 4-bit forward and backward and the
 # compensator (two ranks on the one emulated device: Echo through host copies over MPI, the exact
-# reductions host-staged); tp 2 with S3R-EC INT8 linear layers as well.
+# reductions host-staged); tp 2 with S3R-EC INT8 linear layers as well. Each emulated run's step 1
+# must also be served from the start-up reservation of its memory plan (the emulated pool counts
+# cudaMallocAsync bytes as the device's does).
 #   emulated_training_test.sh BUILD_DIR MPIRUN [mpirun flags...]
 set -uo pipefail
 build=$1; shift
@@ -51,6 +53,11 @@ check() {
       { tail -25 "$work/$name-$dev.log"; fail "$name: echo_train on $dev failed"; }
   done
   grep -q "CUDA backend on device" "$work/$name-cuda.log" || fail "$name: the emulated run did not use the CUDA backend"
+  # The memory plan against the pool: step 1 must fit in the start-up reservation of the plan.
+  local memory
+  memory=$(grep -o 'memory: at most .*' "$work/$name-cuda.log" | head -1)
+  echo "$name: $memory"
+  [[ $memory == *"(the pool never grew)"* ]] || fail "$name: the CUDA backend's step 1 needed more than its memory plan"
   local verdict
   verdict=$(paste <(losses "$work/$name-cpu") <(losses "$work/$name-cuda") | awk '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > max) max = r

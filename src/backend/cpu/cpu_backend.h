@@ -24,7 +24,7 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   void raise_deferred_faults() override {}
   std::string memory_pool_note() const override { return {}; }
-  size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+  size_t workspace_bytes(int64_t batch, int64_t seq, int64_t hidden, int64_t heads, int64_t kv_heads,
                          int64_t head_dim) const override;
   quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
                                               int64_t out, int64_t seq_len) const override;

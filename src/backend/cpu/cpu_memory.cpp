@@ -15,7 +15,7 @@ CpuBackend::CpuBackend(int ranks_on_node) : ranks_on_node_(ranks_on_node) {
   ECHO_CHECK(ranks_on_node >= 1, "CpuBackend: ranks on the node must be at least 1, got {}", ranks_on_node);
 }
 
-size_t CpuBackend::workspace_bytes(int64_t, int64_t seq, int64_t, int64_t, int64_t) const {
+size_t CpuBackend::workspace_bytes(int64_t, int64_t seq, int64_t, int64_t, int64_t, int64_t) const {
   // backend/cpu/attention.cpp: forward holds one (seq, seq) matrix, backward two (P and dP), per
   // head in turn, whatever the batch and heads; they are not tensors, so the plan must add them.
   return 2 * static_cast<size_t>(seq) * static_cast<size_t>(seq) * sizeof(float);

@@ -87,9 +87,16 @@ class CudaBackend final : public Backend {
   Tensor to_host(const Tensor& src) override { return src.to(Device::cpu); }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void raise_deferred_faults() override { faults_->raise_if_any(stream_); }
-  size_t workspace_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+  size_t workspace_bytes(int64_t batch, int64_t seq, int64_t hidden, int64_t heads, int64_t kv_heads,
                          int64_t head_dim) const override {
-    return cuda::attention_workspace_bytes(batch, seq, heads, kv_heads, head_dim, DType::bf16);
+    // The attention workspace is kept (attention_workspace()); an RMSNorm backward's partial sums
+    // live during its call, while that workspace is held: the largest of the hidden norms' and
+    // the q / k norms' (a row per head).
+    const int64_t n = batch * seq;
+    return cuda::attention_workspace_bytes(batch, seq, heads, kv_heads, head_dim, DType::bf16) +
+           std::max({cuda::rmsnorm_backward_scratch_bytes(n, hidden),
+                     cuda::rmsnorm_backward_scratch_bytes(n * heads, head_dim),
+                     cuda::rmsnorm_backward_scratch_bytes(n * kv_heads, head_dim)});
   }
   quant::Int8LinearScratch int8_scratch_bytes(const quant::Int8LinearConfig& cfg, int64_t rows, int64_t in,
                                               int64_t out, int64_t seq_len) const override {
