@@ -108,6 +108,9 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
     // reading past the end is named.
     if (posix_memalign(&block, kAlignment, bytes) != 0) return fail_with(cudaErrorMemoryAllocation);
   }
+  // Fresh device memory holds whatever was there before: all-ones bytes here (NaN as f32 or
+  // bf16, -1 as an integer), so a kernel that reads before anything wrote shows in its result.
+  std::memset(block, 0xff, bytes);
   std::lock_guard<std::mutex> lock(s.mutex);
   s.device[static_cast<const char*>(block)] = a;
   s.used += bytes;

@@ -3,9 +3,10 @@
 // a butterfly shuffle gives the hand-worked lane values; a launch shape the hardware refuses is a
 // launch error and runs nothing; a divergent barrier, a shuffle after a lane returned and a
 // deadlock abort naming the kernel; the runtime refuses a copy whose direction does not match its
-// pointers; the CUB stand-in sorts stably over a bit range. Compiled with cuda_emu.h force-included.
+// pointers; fresh device memory is not zero; the CUB stand-in sorts stably over a bit range. Compiled with cuda_emu.h force-included.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 #include <vector>
@@ -186,6 +187,19 @@ TEST(KernelEmulator, ACopyWhoseDirectionDoesNotMatchItsPointersIsRefused) {
   EXPECT_EQ(cudaFree(device), cudaSuccess);
   EXPECT_EQ(cudaFree(device), cudaErrorInvalidValue);  // twice
   (void)cudaGetLastError();
+}
+
+TEST(KernelEmulator, FreshDeviceMemoryIsNotZero) {
+  // A kernel reading memory nothing wrote must not get zeros by luck: all-ones bytes, NaN as f32.
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&p, 64, nullptr), cudaSuccess);
+  const std::vector<float> f = host_copy(static_cast<const float*>(p), 16);
+  for (float v : f) EXPECT_TRUE(std::isnan(v));
+  EXPECT_EQ(cudaFreeAsync(p, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&p, size_t{2} << 20), cudaSuccess);  // the IPC-exportable kind too
+  const std::vector<int32_t> i = host_copy(static_cast<const int32_t*>(p), 16);
+  for (int32_t v : i) EXPECT_EQ(v, -1);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
 }
 
 TEST(KernelEmulator, TheCubStandInSortsStablyOverTheBitRange) {
