@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,7 +43,13 @@ struct State {
   std::mutex mutex;
   std::map<const char*, Allocation> device;  // live device memory by start: allocations and opened handles
   std::set<cudaStream_t> streams;
-  std::set<cudaEvent_t> events;
+  // Live events: their flags and when they were last recorded (host ns; 0 never): a launch ends
+  // before its call returns, so an event is complete when recorded.
+  struct Event {
+    unsigned flags = 0;
+    uint64_t recorded_ns = 0;
+  };
+  std::map<cudaEvent_t, Event> events;
   cudaError_t last_error = cudaSuccess;
   size_t used = 0;
   // The default pool (cudaMallocAsync's memory only, as on the device): bytes in use and their
@@ -430,12 +437,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t, unsigned int) 
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (event == nullptr) return fail_with(cudaErrorInvalidValue);
   *event = reinterpret_cast<cudaEvent_t>(new char);
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.events.insert(*event);
+  s.events[*event].flags = flags;
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
@@ -448,8 +455,36 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<char*>(event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) {
-  return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.events.find(event);
+  if (it == s.events.end()) {
+    s.last_error = cudaErrorInvalidResourceHandle;
+    return cudaErrorInvalidResourceHandle;
+  }
+  it->second.recorded_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return cudaSuccess;
+}
+// As the runtime: both events recorded, neither made with cudaEventDisableTiming.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return fail_with(cudaErrorInvalidValue);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const auto a = s.events.find(start), b = s.events.find(end);
+  cudaError_t e = cudaSuccess;
+  if (a == s.events.end() || b == s.events.end() || ((a->second.flags | b->second.flags) & cudaEventDisableTiming))
+    e = cudaErrorInvalidResourceHandle;
+  else if (a->second.recorded_ns == 0 || b->second.recorded_ns == 0)
+    e = cudaErrorInvalidResourceHandle;
+  if (e != cudaSuccess) {
+    s.last_error = e;
+    return e;
+  }
+  *ms = static_cast<float>(static_cast<double>(b->second.recorded_ns - a->second.recorded_ns) * 1e-6);
+  return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }

@@ -3,7 +3,8 @@
 // a butterfly shuffle gives the hand-worked lane values; a launch shape the hardware refuses is a
 // launch error and runs nothing; a divergent barrier, a shuffle after a lane returned and a
 // deadlock abort naming the kernel; the runtime refuses a copy whose direction does not match its
-// pointers; fresh device memory is not zero; the CUB stand-in sorts stably over a bit range. Compiled with cuda_emu.h force-included.
+// pointers; fresh device memory is not zero; the CUB stand-in sorts stably over a bit range.
+// Compiled with cuda_emu.h force-included.
 #include <gtest/gtest.h>
 
 #include <cmath>
