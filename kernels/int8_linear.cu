@@ -658,9 +658,10 @@ void int8_linear_backward(GemmContext& gemm, const quant::Int8LinearConfig& cfg,
     ECHO_CHECK(global_cols > 0, "error correction needs at least one channel");
     ECHO_LAUNCH(blocks_for(num_b, kThreads), kThreads, 0, stream, ec_means_kernel)
     (sums.as<double>(), num_b, seq, global_cols, row_mean.as<double>(), grand_mean.as<double>());
-    if (ec_dx)
+    if (ec_dx) {
       ECHO_LAUNCH(blocks_for((num_b + 1) * in, kThreads), kThreads, 0, stream, ec_dx_factor_kernel)
       (col_mean.as<double>(), ptr<int8_t>(saved.w_q), num_b, out, in, r_factor.as<float>());
+    }
     if (ec_dw) {
       ECHO_LAUNCH(blocks_for(num_b * in, kThreads), kThreads, 0, stream, ec_dw_partials_kernel)
       (ptr<int8_t>(saved.x_q), row_mean.as<double>(), grand_mean.as<double>(), num_b, seq, in, n_factor.as<float>(),

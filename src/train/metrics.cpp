@@ -38,10 +38,11 @@ DevicePeak cpu_peak() {
     }
   if (mhz <= 0) mhz = 2000;  // no clock reported: assume 2 GHz, and say so below
   const double peak = cores * mhz * 1e6 * 32.0, int8 = cores * mhz * 1e6 * 128.0;
-  return {peak, int8,
-          fmt::format("the CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s (int8: x 128 ops/cycle = "
-                      "{:.1f} GOP/s)",
-                      cores, mhz / 1e3, peak / 1e9, int8 / 1e9)};
+  return {
+      peak, int8,
+      fmt::format("the CPU peak {} cores x {:.2f} GHz x 32 fp32 FLOP/cycle = {:.1f} GFLOP/s (int8: x 128 ops/cycle = "
+                  "{:.1f} GOP/s)",
+                  cores, mhz / 1e3, peak / 1e9, int8 / 1e9)};
 }
 
 DevicePeak gpu_peak(const std::string& device_model) {

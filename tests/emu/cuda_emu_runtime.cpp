@@ -465,7 +465,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return cudaErrorInvalidResourceHandle;
   }
   it->second.recorded_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
   return cudaSuccess;
 }
 // As the runtime: both events recorded, neither made with cudaEventDisableTiming.
