@@ -200,6 +200,20 @@ cudaError_t set(void* p, int value, size_t bytes) {
   return cudaSuccess;
 }
 
+// Destroys a stream or event handle (a `new char` standing for it) and forgets it; one this table
+// does not hold is the runtime's invalid-handle error.
+template <class Table, class Handle>
+cudaError_t forget_handle(Table& table, Handle handle) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (table.erase(handle) == 0) {
+    s.last_error = cudaErrorInvalidResourceHandle;
+    return cudaErrorInvalidResourceHandle;
+  }
+  delete reinterpret_cast<char*>(handle);
+  return cudaSuccess;
+}
+
 }  // namespace
 
 void record_launch_error(cudaError_t error) { (void)fail_with(error); }
@@ -229,6 +243,7 @@ const std::string& thread_order() {
 using echo::emu::allocate;
 using echo::emu::copy;
 using echo::emu::fail_with;
+using echo::emu::forget_handle;
 using echo::emu::release;
 using echo::emu::set;
 using echo::emu::state;
@@ -419,16 +434,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   s.streams.insert(*stream);
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.streams.erase(stream) == 0) {
-    s.last_error = cudaErrorInvalidResourceHandle;
-    return cudaErrorInvalidResourceHandle;
-  }
-  delete reinterpret_cast<char*>(stream);
-  return cudaSuccess;
-}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) { return forget_handle(state().streams, stream); }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
 }
@@ -445,16 +451,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   s.events[*event].flags = flags;
   return cudaSuccess;
 }
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.events.erase(event) == 0) {
-    s.last_error = cudaErrorInvalidResourceHandle;
-    return cudaErrorInvalidResourceHandle;
-  }
-  delete reinterpret_cast<char*>(event);
-  return cudaSuccess;
-}
+cudaError_t cudaEventDestroy(cudaEvent_t event) { return forget_handle(state().events, event); }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   auto& s = state();
