@@ -146,7 +146,14 @@ TEST(KernelEmulator, ALaunchShapeTheHardwareRefusesIsALaunchErrorAndRunsNothing)
   cudaFree(coords);
 }
 
-TEST(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
+// NOTE: threadsafe death tests re-run the binary for the child instead of forking a process that
+// may hold other threads (ASan's, the runtime's).
+class KernelEmulatorDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
   int* out = device_copy(std::vector<int>(64, 0));
   const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)(out); };
   EXPECT_DEATH(launch(),
@@ -154,14 +161,14 @@ TEST(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
   cudaFree(out);
 }
 
-TEST(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
+TEST_F(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
   int* out = device_copy(std::vector<int>(32, 0));
   const auto launch = [out] { ECHO_LAUNCH(1, 32, 0, nullptr, shuffle_after_return_kernel)(out); };
   EXPECT_DEATH(launch(), "shuffle_after_return_kernel.*__shfl_xor_sync with the full mask after lane 3 returned");
   cudaFree(out);
 }
 
-TEST(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
+TEST_F(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
   float* in = device_copy(std::vector<float>(40, 1.0f));
   float* out = device_copy(std::vector<float>(40, 0.0f));
   const auto launch = [in, out] { ECHO_LAUNCH(1, 40, 0, nullptr, butterfly_kernel)(in, out, 1); };
@@ -170,7 +177,7 @@ TEST(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
   cudaFree(out);
 }
 
-TEST(KernelEmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAreADeadlock) {
+TEST_F(KernelEmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAreADeadlock) {
   int* out = device_copy(std::vector<int>(64, 0));
   const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out); };
   EXPECT_DEATH(launch(), "deadlock_kernel.*deadlock: 0 running, 48 at __syncthreads, 16 in a warp shuffle");
