@@ -9,7 +9,7 @@
 // grid y/z > 65535, zero sizes) become the launch error cudaGetLastError reports; a __syncthreads
 // that not every live thread of the block reaches, a shuffle whose warp has exited or diverged
 // lanes, and a deadlocked block abort with the kernel's name. Threads run in a chosen order
-// (ECHO_EMU_ORDER=forward|reverse|shuffle) so a missing barrier shows as a different result.
+// (ECHO_EMU_ORDER=alternate|forward|reverse|shuffle) so a missing barrier shows as a different result.
 // What it cannot check: concurrency between blocks or with the host (blocks run one after another,
 // launches run to completion when issued), memory-model ordering, timing, and device limits other
 // than the launch shape. It is not a GPU: docs/design.md §15b says what only a GPU run proves.
@@ -21,8 +21,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <source_location>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 // The CUDA qualifiers mean nothing on the host: every function is a host function and a
 // __shared__ variable is one per block (blocks run one at a time, each thread of a block is a
@@ -53,6 +55,7 @@ struct ThreadContext {
 };
 
 const ThreadContext& current_thread();
+void check_kernel_pointer(const char* kernel_name, int index, const void* p);  // cuda_emu_runtime.h
 // The running thread's lane: its linear index in the block (x fastest) modulo 32.
 int current_lane();
 // __nanosleep's stand-in: the other fibers of the block run, and the OS thread yields the CPU.
@@ -62,10 +65,13 @@ uint64_t now_ns();
 
 // Barriers: the calling fiber waits until every live thread of its block (or lanes of its warp)
 // arrives. Abort on divergence, as described above.
-void sync_block();
+// `where`: the barrier's place in the source; every thread a barrier opens for must wait at the
+// same one (threads at two different __syncthreads, or shuffles, are an error, not a pairing).
+void sync_block(std::source_location where);
 // Exchanges `bytes` bytes of each lane of the caller's warp: copies `mine` in, waits for the whole
 // warp, copies lane `src_lane`'s bytes to `out`, waits again (so a slot is not overwritten early).
-void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what);
+void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what,
+                   std::source_location where);
 
 // Runs body() once per thread of every block of the grid. A launch shape the hardware refuses
 // records cudaErrorInvalidConfiguration for cudaGetLastError and runs nothing.
@@ -85,11 +91,21 @@ class BoundKernel {
   void operator()(Args&&... args) const {
     static_assert(sizeof...(Args) == sizeof...(Params), "kernel launched with the wrong number of arguments");
     const std::tuple<std::decay_t<Params>...> converted(static_cast<Params>(args)...);
+    check_pointers(converted, std::index_sequence_for<Params...>{});
     auto kernel = kernel_;
     run_grid(name_, grid_, block_, shared_bytes_, stream_, [&converted, kernel] { std::apply(kernel, converted); });
   }
 
  private:
+  template <class Tuple, size_t... I>
+  void check_pointers(const Tuple& t, std::index_sequence<I...>) const {
+    (check_one(static_cast<int>(I), std::get<I>(t)), ...);
+  }
+  template <class A>
+  void check_one(int index, const A& a) const {
+    if constexpr (std::is_pointer_v<A>) check_kernel_pointer(name_, index, a);
+  }
+
   const char* name_;
   dim3 grid_, block_;
   size_t shared_bytes_;
@@ -116,7 +132,9 @@ struct LaunchConfig {
 #define blockDim (::echo::emu::current_thread().block_dim)
 #define gridDim (::echo::emu::current_thread().grid_dim)
 
-inline void __syncthreads() { ::echo::emu::sync_block(); }
+inline void __syncthreads(std::source_location where = std::source_location::current()) {
+  ::echo::emu::sync_block(where);
+}
 // The emulator runs blocks one after another and a fiber switch is a full fence.
 inline void __threadfence() {}
 inline void __threadfence_system() {}
@@ -126,16 +144,17 @@ inline void __nanosleep(unsigned) { ::echo::emu::nap(); }
 // Lane l reads lane l ^ lane_mask; with width < 32, a lane whose partner lies in a later group of
 // `width` lanes reads its own value (the CUDA C++ Programming Guide's rule).
 template <class T>
-T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = ::echo::emu::kWarpSize) {
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = ::echo::emu::kWarpSize,
+                  std::source_location where = std::source_location::current()) {
   static_assert(std::is_trivially_copyable_v<T>, "shuffles move trivially copyable values");
   constexpr int kWarp = ::echo::emu::kWarpSize;
   if (width < 1 || width > kWarp || (width & (width - 1)) != 0)
-    ::echo::emu::warp_exchange(nullptr, nullptr, -1, 0, mask, "__shfl_xor_sync width not a power of two <= 32");
+    ::echo::emu::warp_exchange(nullptr, nullptr, -1, 0, mask, "__shfl_xor_sync width not a power of two <= 32", where);
   const int lane = ::echo::emu::current_lane();
   int src = lane ^ (lane_mask & (kWarp - 1));
   if (src >= (lane / width + 1) * width) src = lane;
   T out;
-  ::echo::emu::warp_exchange(&value, &out, src, sizeof(T), mask, "__shfl_xor_sync");
+  ::echo::emu::warp_exchange(&value, &out, src, sizeof(T), mask, "__shfl_xor_sync", where);
   return out;
 }
 

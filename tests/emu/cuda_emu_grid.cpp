@@ -4,6 +4,7 @@
 // opens when every live thread it covers has arrived.
 #if defined(__SANITIZE_ADDRESS__)
 #define BOOST_USE_ASAN 1  // Boost.Context tells ASan about each stack switch
+#include <sanitizer/asan_interface.h>
 #endif
 
 #include <sys/mman.h>
@@ -14,6 +15,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,6 +52,9 @@ class Stack {
     }
     mprotect(base_, page, PROT_NONE);
     bottom_ = static_cast<char*>(base_) + page;
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_UNPOISON_MEMORY_REGION(bottom_, kStackBytes);  // a reused range may carry an old shadow
+#endif
     mapped_ = kStackBytes + page;
   }
   ~Stack() { munmap(base_, mapped_); }
@@ -77,7 +83,8 @@ struct Fiber {
   boost::context::fiber scheduler;  // resumed by the fiber to yield
   ThreadContext thread{};
   State state = State::ready;
-  bool exchange_parity = false;  // which of its warp's two slot sets the next exchange uses
+  bool exchange_parity = false;   // which of its warp's two slot sets the next exchange uses
+  std::source_location waits_at;  // the barrier or shuffle it waits at
 };
 
 // One block in flight on this OS thread.
@@ -131,11 +138,14 @@ boost::context::fiber make_fiber(Block& b, size_t index) {
                                });
 }
 
-std::vector<int> run_order(int threads) {
+// The order the threads of one block run in. "alternate" (the default) runs the blocks of a grid
+// forward and backward in turn, and a one-block kernel's launches likewise (counted per kernel), so
+// a missing barrier shows whichever side of it the writer is on.
+std::vector<int> run_order(int threads, bool backward) {
   std::vector<int> order(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) order[static_cast<size_t>(i)] = i;
   const std::string& mode = thread_order();
-  if (mode == "reverse") {
+  if (mode == "reverse" || (mode == "alternate" && backward)) {
     std::reverse(order.begin(), order.end());
   } else if (mode == "shuffle") {
     static thread_local std::mt19937 rng(12345);
@@ -149,6 +159,21 @@ std::string state_counts(const Block& b, size_t first, size_t last) {
   for (size_t i = first; i < last; ++i) ++counts[static_cast<int>(b.fibers[i].state)];
   return std::to_string(counts[0]) + " running, " + std::to_string(counts[1]) + " at __syncthreads, " +
          std::to_string(counts[2]) + " in a warp shuffle, " + std::to_string(counts[3]) + " returned";
+}
+
+std::string site_text(const std::source_location& w) {
+  return std::string(w.file_name()) + ":" + std::to_string(w.line());
+}
+
+// Every fiber of [first, last) waits at the same place in the source (they are all waiting).
+void check_one_site(const Block& b, size_t first, size_t last, const char* what) {
+  const std::source_location& a = b.fibers[first].waits_at;
+  for (size_t i = first + 1; i < last; ++i) {
+    const std::source_location& w = b.fibers[i].waits_at;
+    if (w.line() != a.line() || std::strcmp(w.file_name(), a.file_name()) != 0)
+      fail(std::string(what) + " pairs threads waiting at different places: thread " + std::to_string(first) + " at " +
+           site_text(a) + ", thread " + std::to_string(i) + " at " + site_text(w));
+  }
 }
 
 // Opens the block barrier when every live thread waits at it; a thread that returned while
@@ -165,6 +190,7 @@ bool open_block_barrier(Block& b) {
     fail("__syncthreads reached by " + std::to_string(waiting) + " threads after " + std::to_string(done) +
          " threads of the block returned (a barrier not every thread reaches)");
   }
+  check_one_site(b, 0, b.fibers.size(), "__syncthreads");
   for (Fiber& f : b.fibers) f.state = State::ready;
   return true;
 }
@@ -187,6 +213,7 @@ bool open_warp_barriers(Block& b) {
       fail("__shfl_xor_sync with the full mask after lane " + std::to_string(first_done) + " returned (warp " +
            std::to_string(first / kWarpSize) + ")");
     if (waiting != last - first) continue;  // the deadlock check names a lane that never comes
+    check_one_site(b, first, last, "the shuffle");
     for (size_t i = first; i < last; ++i) b.fibers[i].state = State::ready;
     opened = true;
   }
@@ -252,14 +279,16 @@ uint64_t now_ns() {
           .count());
 }
 
-void sync_block() {
+void sync_block(std::source_location where) {
   Block* b = t_block;
   if (b == nullptr || b->current < 0) fail("__syncthreads outside a kernel");
   b->fibers[static_cast<size_t>(b->current)].state = State::at_block_barrier;
+  b->fibers[static_cast<size_t>(b->current)].waits_at = where;
   yield_to_scheduler(*b);
 }
 
-void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what) {
+void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what,
+                   std::source_location where) {
   Block* b = t_block;
   if (b == nullptr || b->current < 0) fail(std::string(what) + " outside a kernel");
   const size_t index = static_cast<size_t>(b->current);
@@ -278,6 +307,7 @@ void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsi
   me.exchange_parity = !me.exchange_parity;
   std::memcpy(slots + lane * kSlotBytes, mine, bytes);
   me.state = State::at_warp_barrier;
+  me.waits_at = where;
   yield_to_scheduler(*b);
   std::memcpy(out, slots + static_cast<size_t>(src_lane) * kSlotBytes, bytes);
 }
@@ -298,11 +328,13 @@ void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_byte
   b.body = &body;
   b.fibers.resize(static_cast<size_t>(threads));
   b.slots.assign(static_cast<size_t>(threads + kWarpSize) * 2 * kSlotBytes, 0);
-  const std::vector<int> order = run_order(threads);
+  const std::vector<int> orders[2] = {run_order(threads, false), run_order(threads, true)};
+  static thread_local std::map<std::string, uint64_t> launches;  // per kernel, for "alternate"
+  uint64_t which = launches[kernel_name]++;
   t_block = &b;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
+      for (unsigned bx = 0; bx < grid.x; ++bx, ++which) {
         for (int t = 0; t < threads; ++t) {
           ThreadContext& c = b.fibers[static_cast<size_t>(t)].thread;
           c.thread_idx = uint3{static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
@@ -311,7 +343,7 @@ void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_byte
           c.block_dim = block;
           c.grid_dim = grid;
         }
-        run_block(b, order);
+        run_block(b, orders[which % 2]);
       }
   t_block = nullptr;
 }

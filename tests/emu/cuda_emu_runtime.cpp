@@ -19,8 +19,18 @@
 #include <mutex>
 #include <set>
 
+// ASan's, present when the program is linked with it (the emulated tests are); this file itself is
+// not instrumented.
+extern "C" void __asan_unpoison_memory_region(void const volatile* addr, size_t size) __attribute__((weak));
+
 namespace echo::emu {
 namespace {
+
+// NOTE: ASan does not clear its shadow of an address range that was unmapped (a thread's stack,
+// say, with its redzones) before mmap hands the range out again: a fresh mapping is addressable.
+void unpoison(void* p, size_t bytes) {
+  if (__asan_unpoison_memory_region != nullptr) __asan_unpoison_memory_region(p, bytes);
+}
 
 constexpr size_t kAlignment = 256;                        // cudaMalloc's guarantee
 constexpr size_t kIpcGranule = size_t{2} << 20;           // cudaMalloc sizes made exportable
@@ -42,6 +52,7 @@ struct Allocation {
 struct State {
   std::mutex mutex;
   std::map<const char*, Allocation> device;  // live device memory by start: allocations and opened handles
+  std::map<const char*, size_t> pinned;      // live cudaMallocHost blocks by start
   std::set<cudaStream_t> streams;
   // Live events: their flags and when they were last recorded (host ns; 0 never): a launch ends
   // before its call returns, so an event is complete when recorded.
@@ -110,6 +121,7 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
       close(a.fd);
       return fail_with(cudaErrorMemoryAllocation);
     }
+    unpoison(block, bytes);
   } else {
     // NOTE: the exact size, so ASan's redzone starts right after the last byte and a kernel
     // reading past the end is named.
@@ -159,6 +171,12 @@ bool stream_ok(cudaStream_t stream) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.streams.count(stream) > 0;
+}
+
+bool event_ok(cudaEvent_t event) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.events.count(event) > 0;
 }
 
 cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -218,6 +236,24 @@ cudaError_t forget_handle(Table& table, Handle handle) {
 
 void record_launch_error(cudaError_t error) { (void)fail_with(error); }
 
+void check_kernel_pointer(const char* kernel_name, int index, const void* p) {
+  if (p == nullptr) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const char* c = static_cast<const char*>(p);
+  // NOTE: one past the end counts as inside: a kernel is often handed the end of an empty range.
+  auto d = s.device.upper_bound(c);
+  if (d != s.device.begin() && c <= std::prev(d)->first + std::prev(d)->second.bytes) return;
+  auto h = s.pinned.upper_bound(c);
+  if (h != s.pinned.begin() && c <= std::prev(h)->first + std::prev(h)->second) return;
+  std::fprintf(stderr,
+               "echo kernel emulator: kernel %s: pointer argument %d (%p) is not device memory (on a GPU: an "
+               "illegal address)\n",
+               kernel_name, index, p);
+  std::fflush(stderr);
+  std::abort();
+}
+
 void check_stream(cudaStream_t stream, const char* kernel_name) {
   if (stream_ok(stream)) return;
   std::fprintf(stderr, "echo kernel emulator: kernel %s launched on a stream that does not exist\n", kernel_name);
@@ -227,9 +263,10 @@ void check_stream(cudaStream_t stream, const char* kernel_name) {
 const std::string& thread_order() {
   static const std::string order = [] {
     const char* v = std::getenv("ECHO_EMU_ORDER");
-    const std::string s = v == nullptr || v[0] == '\0' ? "reverse" : v;
-    if (s != "forward" && s != "reverse" && s != "shuffle") {
-      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_ORDER=%s (expected forward, reverse or shuffle)\n",
+    const std::string s = v == nullptr || v[0] == '\0' ? "alternate" : v;
+    if (s != "alternate" && s != "forward" && s != "reverse" && s != "shuffle") {
+      std::fprintf(stderr,
+                   "echo kernel emulator: ECHO_EMU_ORDER=%s (expected alternate, forward, reverse or shuffle)\n",
                    s.c_str());
       std::exit(2);
     }
@@ -242,6 +279,7 @@ const std::string& thread_order() {
 
 using echo::emu::allocate;
 using echo::emu::copy;
+using echo::emu::event_ok;
 using echo::emu::fail_with;
 using echo::emu::forget_handle;
 using echo::emu::release;
@@ -395,12 +433,24 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   return release(p);
 }
+// Pinned host memory: kernels may read it (unified addressing), so it is kept in its own table.
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (p == nullptr) return fail_with(cudaErrorInvalidValue);
   *p = std::malloc(bytes == 0 ? 1 : bytes);
-  return *p == nullptr ? fail_with(cudaErrorMemoryAllocation) : cudaSuccess;
+  if (*p == nullptr) return fail_with(cudaErrorMemoryAllocation);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.pinned[static_cast<const char*>(*p)] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.pinned.erase(static_cast<const char*>(p)) == 0) {
+    s.last_error = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -438,8 +488,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) { return forget_handle(state(
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t, unsigned int) {
-  return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  return stream_ok(stream) && event_ok(event) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
@@ -484,8 +534,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   *ms = static_cast<float>(static_cast<double>(b->second.recorded_ns - a->second.recorded_ns) * 1e-6);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event_ok(event) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return event_ok(event) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+}
 
 // CUDA IPC between processes of this machine: a handle names the exporting process and the memfd
 // of a whole-2-MiB cudaMalloc; opening it maps that memfd (through /proc/<pid>/fd) here.
@@ -532,6 +586,7 @@ cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned i
   void* mapped = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);  // the mapping keeps the memory
   if (mapped == MAP_FAILED) return fail_with(cudaErrorMemoryAllocation);
+  echo::emu::unpoison(mapped, h.bytes);
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   echo::emu::Allocation a;

@@ -10,12 +10,16 @@ namespace echo::emu {
 
 // True when [p, p + bytes) lies inside one live allocation of cudaMalloc / cudaMallocAsync.
 bool is_device_range(const void* p, size_t bytes);
+// Aborts naming the kernel when the pointer argument at `index` is neither null nor inside (or one
+// past the end of) device memory or pinned host memory: on a GPU the kernel's access would fault.
+void check_kernel_pointer(const char* kernel_name, int index, const void* p);
 // Records a launch error for the next cudaGetLastError / cudaPeekAtLastError, as the runtime does.
 void record_launch_error(cudaError_t error);
 // Aborts naming the kernel when `stream` is neither a default stream nor one created and not
 // destroyed.
 void check_stream(cudaStream_t stream, const char* kernel_name);
-// ECHO_EMU_ORDER: "forward", "reverse" (the default) or "shuffle".
+// ECHO_EMU_ORDER: "alternate" (the default: blocks and launches forward and backward in turn),
+// "forward", "reverse" or "shuffle".
 const std::string& thread_order();
 
 }  // namespace echo::emu

@@ -2,8 +2,10 @@
 // built-in variables; a barrier orders shared-memory writes before reads in every thread order;
 // a butterfly shuffle gives the hand-worked lane values; a launch shape the hardware refuses is a
 // launch error and runs nothing; a divergent barrier, a shuffle after a lane returned and a
-// deadlock abort naming the kernel; the runtime refuses a copy whose direction does not match its
-// pointers; fresh device memory is not zero; the CUB stand-in sorts stably over a bit range.
+// deadlock abort naming the kernel, and so do two __syncthreads pairing up and a host pointer given
+// to a kernel; the runtime refuses an event that does not exist and a copy whose direction does
+// not match its pointers; fresh device memory is not zero; the CUB stand-in sorts stably over a
+// bit range.
 // Compiled with cuda_emu.h force-included.
 #include <gtest/gtest.h>
 
@@ -60,6 +62,17 @@ __global__ void deadlock_kernel(int* out) {
   } else {
     __syncthreads();
   }
+}
+
+// Even threads wait at one __syncthreads, odd threads at another: one barrier on the GPU, but
+// not the same place in the source.
+__global__ void two_barriers_kernel(int* out) {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
 }
 
 template <class T>
@@ -177,6 +190,21 @@ TEST_F(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
   cudaFree(out);
 }
 
+TEST_F(KernelEmulatorDeathTest, TwoBarriersInTheSourceDoNotPairUp) {
+  int* out = device_copy(std::vector<int>(64, 0));
+  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)(out); };
+  EXPECT_DEATH(launch(), "two_barriers_kernel.*__syncthreads pairs threads waiting at different places");
+  cudaFree(out);
+}
+
+TEST_F(KernelEmulatorDeathTest, AKernelGivenHostMemoryAborts) {
+  std::vector<float> host(64, 1.0f), also_host(64, 0.0f);
+  float* in = host.data();
+  float* out = also_host.data();
+  const auto launch = [in, out] { ECHO_LAUNCH(1, 32, 0, nullptr, butterfly_kernel)(in, out, 1); };
+  EXPECT_DEATH(launch(), "butterfly_kernel: pointer argument 0 .* is not device memory");
+}
+
 TEST_F(KernelEmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAreADeadlock) {
   int* out = device_copy(std::vector<int>(64, 0));
   const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out); };
@@ -194,6 +222,19 @@ TEST(KernelEmulator, ACopyWhoseDirectionDoesNotMatchItsPointersIsRefused) {
   (void)cudaGetLastError();
   EXPECT_EQ(cudaFree(device), cudaSuccess);
   EXPECT_EQ(cudaFree(device), cudaErrorInvalidValue);  // twice
+  (void)cudaGetLastError();
+}
+
+TEST(KernelEmulator, AnEventThatDoesNotExistIsAnInvalidHandle) {
+  cudaEvent_t bogus = reinterpret_cast<cudaEvent_t>(0x1234);
+  EXPECT_EQ(cudaEventQuery(bogus), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventSynchronize(bogus), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaStreamWaitEvent(nullptr, bogus, 0), cudaErrorInvalidResourceHandle);
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(nullptr, e, 0), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaErrorInvalidResourceHandle);  // destroyed
   (void)cudaGetLastError();
 }
 

@@ -15,7 +15,7 @@ build=$1; shift
 mpirun=("$@")
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Open MPI's own allocations that live until exit are not the kernels' leaks.
-export ASAN_OPTIONS=detect_leaks=0 ECHO_EMU_ORDER=reverse
+export ASAN_OPTIONS=detect_leaks=0
 work=$(mktemp -d /tmp/echo_emulated_training.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 143' TERM INT  # ctest's timeout: still remove the work folder
