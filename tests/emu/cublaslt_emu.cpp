@@ -35,8 +35,13 @@ struct Desc {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
 };
 
+// The alignments (bytes) the caller promised for A, B, C and D: 256 unless set, as the library's
+// defaults. The heuristic's algorithm carries them (in cublasLtMatmulAlgo_t's opaque words) to
+// cublasLtMatmul, which refuses operands less aligned than promised: the real library's kernel for
+// such a promise may fault or read wrong data.
 struct Preference {
   uint64_t max_workspace = 0;
+  uint32_t alignment[4] = {256, 256, 256, 256};
 };
 
 // A handle the emulator gives out points to one of the structs above (the caller never reads
@@ -112,6 +117,14 @@ cublasStatus_t check_problem(const Desc& d, const Layout& a, const Layout& b, co
   if (d.compute != CUBLAS_COMPUTE_32F || d.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (a.type == CUDA_R_32F && c.type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+// The operand's start, each column's start and (batched) each batch entry's start keep `alignment`.
+bool aligned(const void* p, const Layout& l, uint32_t alignment) {
+  const uint64_t elem = type_bytes(l.type);
+  const bool batched = l.batch_count > 1;
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0 && (l.cols <= 1 || l.ld * elem % alignment == 0) &&
+         (!batched || static_cast<uint64_t>(l.batch_stride) * elem % alignment == 0);
 }
 
 // Every element the layout reaches lies in one device allocation.
@@ -201,16 +214,18 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   Preference& p = ours<Preference>(pref);
   if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return set_value(p.max_workspace, buf, bytes);
+  int which = -1;
+  if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES) which = 0;
+  if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES) which = 1;
+  if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES) which = 2;
+  if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) which = 3;
+  if (which < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   uint32_t alignment = 0;
-  if (attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES || attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ||
-      attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES || attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
-    const cublasStatus_t s = set_value(alignment, buf, bytes);
-    // The emulated "kernel" has no alignment needs, but a value that is not a power of two is a bug.
-    return s != CUBLAS_STATUS_SUCCESS || (alignment & (alignment - 1)) != 0 || alignment == 0
-               ? CUBLAS_STATUS_INVALID_VALUE
-               : CUBLAS_STATUS_SUCCESS;
-  }
-  return CUBLAS_STATUS_NOT_SUPPORTED;
+  const cublasStatus_t s = set_value(alignment, buf, bytes);
+  if (s != CUBLAS_STATUS_SUCCESS || alignment == 0 || (alignment & (alignment - 1)) != 0)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  p.alignment[which] = alignment;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
@@ -225,6 +240,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
       check_problem(ours<Desc>(desc), ours<Layout>(a), ours<Layout>(b), ours<Layout>(c), ours<Layout>(d));
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   results[0] = cublasLtMatmulHeuristicResult_t{};
+  static_assert(sizeof(Preference::alignment) <= sizeof(results[0].algo.data));
+  std::memcpy(results[0].algo.data, ours<Preference>(pref).alignment, sizeof(Preference::alignment));
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].workspaceSize = 0;
   results[0].wavesCount = 1.0f;
@@ -244,12 +261,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                &dl = ours<Layout>(d_desc);
   const cublasStatus_t s = check_problem(d, a, b, c, dl);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
+  uint32_t promised[4];
+  std::memcpy(promised, algo->data, sizeof promised);
   const struct {
     const char* name;
     const void* p;
     const Layout& l;
-  } operands[] = {{"A", a_ptr, a}, {"B", b_ptr, b}, {"C", c_ptr, c}, {"D", d_ptr, dl}};
+    uint32_t alignment;
+  } operands[] = {{"A", a_ptr, a, promised[0]},
+                  {"B", b_ptr, b, promised[1]},
+                  {"C", c_ptr, c, promised[2]},
+                  {"D", d_ptr, dl, promised[3]}};
   for (const auto& o : operands) {
+    if (!aligned(o.p, o.l, o.alignment)) {
+      std::fprintf(stderr,
+                   "echo kernel emulator: cublasLtMatmul's %s (%p, ld %lld, batch stride %lld) is not aligned to the "
+                   "%u bytes its algorithm was chosen for\n",
+                   o.name, o.p, static_cast<long long>(o.l.ld), static_cast<long long>(o.l.batch_stride), o.alignment);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
     if (!reachable(o.p, o.l)) {
       std::fprintf(stderr,
                    "echo kernel emulator: cublasLtMatmul's %s (%llu x %llu, ld %lld, batch %d) is not inside "
