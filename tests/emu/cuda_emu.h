@@ -8,7 +8,8 @@
 // What it checks beyond the results: launch shapes the hardware refuses (block > 1024 threads,
 // grid y/z > 65535, zero sizes) become the launch error cudaGetLastError reports; a __syncthreads
 // that not every live thread of the block reaches, a shuffle whose warp has exited or diverged
-// lanes, and a deadlocked block abort with the kernel's name. Threads run in a chosen order
+// lanes, a barrier pairing threads at two places in the source, a pointer argument that is not
+// device memory, and a deadlocked block abort with the kernel's name. Threads run in a chosen order
 // (ECHO_EMU_ORDER=alternate|forward|reverse|shuffle) so a missing barrier shows as a different result.
 // What it cannot check: concurrency between blocks or with the host (blocks run one after another,
 // launches run to completion when issued), memory-model ordering, timing, and device limits other
