@@ -159,29 +159,33 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = ::echo::emu
   return out;
 }
 
-// Atomics: fibers of one OS thread never interleave inside a call, so a plain read-modify-write
-// is atomic here.
+// Atomics: a compare-and-swap loop over the compiler's atomics, so they hold across processes
+// sharing memory (the cuda_ipc regions) as well as among the fibers of one OS thread.
+namespace echo::emu {
+template <class T, class Update>
+T atomic_update(T* address, Update update) {
+  T old;
+  __atomic_load(address, &old, __ATOMIC_SEQ_CST);
+  for (;;) {
+    T desired = update(old);
+    if (__atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return old;
+  }
+}
+}  // namespace echo::emu
+
 template <class T>
 T atomicAdd(T* address, std::type_identity_t<T> value) {
-  const T old = *address;
-  *address = old + value;
-  return old;
+  return ::echo::emu::atomic_update(address, [value](T old) { return static_cast<T>(old + value); });
 }
 template <class T>
 T atomicMax(T* address, std::type_identity_t<T> value) {
-  const T old = *address;
-  if (value > old) *address = value;
-  return old;
+  return ::echo::emu::atomic_update(address, [value](T old) { return value > old ? value : old; });
 }
 template <class T>
 T atomicMin(T* address, std::type_identity_t<T> value) {
-  const T old = *address;
-  if (value < old) *address = value;
-  return old;
+  return ::echo::emu::atomic_update(address, [value](T old) { return value < old ? value : old; });
 }
 template <class T>
 T atomicCAS(T* address, std::type_identity_t<T> compare, std::type_identity_t<T> value) {
-  const T old = *address;
-  if (old == compare) *address = value;
-  return old;
+  return ::echo::emu::atomic_update(address, [compare, value](T old) { return old == compare ? value : old; });
 }

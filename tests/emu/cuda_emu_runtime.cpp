@@ -49,6 +49,9 @@ struct Allocation {
   bool pooled = false;  // cudaMallocAsync's
 };
 
+// The error cudaGetLastError returns: one per host thread, as the runtime keeps it.
+thread_local cudaError_t t_last_error = cudaSuccess;
+
 struct State {
   std::mutex mutex;
   std::map<const char*, Allocation> device;  // live device memory by start: allocations and opened handles
@@ -61,7 +64,6 @@ struct State {
     uint64_t recorded_ns = 0;
   };
   std::map<cudaEvent_t, Event> events;
-  cudaError_t last_error = cudaSuccess;
   size_t used = 0;
   // The default pool (cudaMallocAsync's memory only, as on the device): bytes in use and their
   // high-water mark, and bytes reserved: with the release threshold at its maximum (what the CUDA
@@ -91,7 +93,7 @@ namespace {
 cudaError_t fail_with(cudaError_t error) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.last_error = error;
+  t_last_error = error;
   return error;
 }
 
@@ -103,7 +105,7 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.used + bytes > kDeviceBytes) {
-      s.last_error = cudaErrorMemoryAllocation;
+      t_last_error = cudaErrorMemoryAllocation;
       return cudaErrorMemoryAllocation;
     }
   }
@@ -150,7 +152,7 @@ cudaError_t release(void* p) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.device.find(static_cast<const char*>(p));
   if (it == s.device.end() || it->second.opened) {
-    s.last_error = cudaErrorInvalidValue;
+    t_last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
   const Allocation a = it->second;
@@ -225,7 +227,7 @@ cudaError_t forget_handle(Table& table, Handle handle) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (table.erase(handle) == 0) {
-    s.last_error = cudaErrorInvalidResourceHandle;
+    t_last_error = cudaErrorInvalidResourceHandle;
     return cudaErrorInvalidResourceHandle;
   }
   delete reinterpret_cast<char*>(handle);
@@ -282,6 +284,7 @@ using echo::emu::copy;
 using echo::emu::event_ok;
 using echo::emu::fail_with;
 using echo::emu::forget_handle;
+using echo::emu::t_last_error;
 using echo::emu::release;
 using echo::emu::set;
 using echo::emu::state;
@@ -359,7 +362,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
     default:
       break;
   }
-  s.last_error = cudaErrorInvalidValue;
+  t_last_error = cudaErrorInvalidValue;
   return cudaErrorInvalidValue;
 }
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
@@ -381,10 +384,10 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
       v = s.pool_used_high;
       break;
     case cudaMemPoolAttrReleaseThreshold:
-      v = 0;
+      v = UINT64_MAX;  // the only threshold set accepts
       break;
     default:
-      s.last_error = cudaErrorInvalidValue;
+      t_last_error = cudaErrorInvalidValue;
       return cudaErrorInvalidValue;
   }
   *static_cast<uint64_t*>(value) = v;
@@ -394,14 +397,14 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
 cudaError_t cudaGetLastError() {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  const cudaError_t e = s.last_error;
-  s.last_error = cudaSuccess;
+  const cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
   return e;
 }
 cudaError_t cudaPeekAtLastError() {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return s.last_error;
+  return t_last_error;
 }
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
@@ -448,7 +451,7 @@ cudaError_t cudaFreeHost(void* p) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.pinned.erase(static_cast<const char*>(p)) == 0) {
-    s.last_error = cudaErrorInvalidValue;
+    t_last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
   std::free(p);
@@ -508,7 +511,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.events.find(event);
   if (it == s.events.end()) {
-    s.last_error = cudaErrorInvalidResourceHandle;
+    t_last_error = cudaErrorInvalidResourceHandle;
     return cudaErrorInvalidResourceHandle;
   }
   it->second.recorded_ns = static_cast<uint64_t>(
@@ -528,7 +531,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   else if (a->second.recorded_ns == 0 || b->second.recorded_ns == 0)
     e = cudaErrorInvalidResourceHandle;
   if (e != cudaSuccess) {
-    s.last_error = e;
+    t_last_error = e;
     return e;
   }
   *ms = static_cast<float>(static_cast<double>(b->second.recorded_ns - a->second.recorded_ns) * 1e-6);
@@ -561,7 +564,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
                  "echo kernel emulator: cudaIpcGetMemHandle of %p: only the start of a cudaMalloc of whole "
                  "2 MiB pages can be exported here\n",
                  p);
-    s.last_error = cudaErrorInvalidValue;
+    t_last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
   const EmulatedIpcHandle h{echo::emu::kHandleMagic, static_cast<int64_t>(getpid()), it->second.fd, it->second.bytes};
@@ -602,7 +605,7 @@ cudaError_t cudaIpcCloseMemHandle(void* p) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.device.find(static_cast<const char*>(p));
   if (it == s.device.end() || !it->second.opened) {
-    s.last_error = cudaErrorInvalidValue;
+    t_last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
   munmap(p, it->second.bytes);
