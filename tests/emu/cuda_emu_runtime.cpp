@@ -284,11 +284,11 @@ using echo::emu::copy;
 using echo::emu::event_ok;
 using echo::emu::fail_with;
 using echo::emu::forget_handle;
-using echo::emu::t_last_error;
 using echo::emu::release;
 using echo::emu::set;
 using echo::emu::state;
 using echo::emu::stream_ok;
+using echo::emu::t_last_error;
 
 extern "C" {
 
