@@ -2,8 +2,8 @@
 // with the host compiler and runs each launch on the CPU, one fiber per GPU thread, so CI (no
 // GPU) executes the kernels' indexing, loops, shared memory, barriers and shuffles against the CPU
 // reference, under the sanitizers. Force-included (-include) before everything else in the emulated
-// kernel objects; kernels launch through ECHO_LAUNCH (kernels/launch.cuh), which calls launch()
-// below here instead of using <<<...>>>.
+// kernel objects; kernels launch through ECHO_LAUNCH (kernels/launch.cuh), which here builds a
+// LaunchConfig and binds the kernel (below) instead of using <<<...>>>.
 //
 // What it checks beyond the results: launch shapes the hardware refuses (block > 1024 threads,
 // grid y/z > 65535, zero sizes) become the launch error cudaGetLastError reports; a __syncthreads
