@@ -23,9 +23,12 @@
 #include <cstring>
 #include <functional>
 #include <source_location>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+
+#include "cuda_emu_runtime.h"
 
 // The CUDA qualifiers mean nothing on the host: every function is a host function and a
 // __shared__ variable is one per block (blocks run one at a time, each thread of a block is a
@@ -45,8 +48,6 @@
 
 namespace echo::emu {
 
-constexpr int kWarpSize = 32;
-
 // What the running fiber sees as its built-in variables.
 struct ThreadContext {
   uint3 thread_idx;
@@ -56,13 +57,12 @@ struct ThreadContext {
 };
 
 const ThreadContext& current_thread();
-void check_kernel_pointer(const char* kernel_name, int index, const void* p);  // cuda_emu_runtime.h
 // The running thread's lane: its linear index in the block (x fastest) modulo 32.
 int current_lane();
 // __nanosleep's stand-in: the other fibers of the block run, and the OS thread yields the CPU.
 void nap();
-// %globaltimer's stand-in: the host's monotonic clock in ns.
-uint64_t now_ns();
+// Aborts naming the running kernel, block and thread.
+[[noreturn]] void kernel_error(const std::string& what);
 
 // Barriers: the calling fiber waits until every live thread of its block (or lanes of its warp)
 // arrives. Abort on divergence, as described above.
@@ -70,7 +70,7 @@ uint64_t now_ns();
 // same one (threads at two different __syncthreads, or shuffles, are an error, not a pairing).
 void sync_block(std::source_location where);
 // Exchanges `bytes` bytes of each lane of the caller's warp: copies `mine` in, waits for the whole
-// warp, copies lane `src_lane`'s bytes to `out`, waits again (so a slot is not overwritten early).
+// warp, copies lane `src_lane`'s bytes to `out` (two slot sets in turn: one wait per exchange).
 void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what,
                    std::source_location where);
 
@@ -150,7 +150,7 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = ::echo::emu
   static_assert(std::is_trivially_copyable_v<T>, "shuffles move trivially copyable values");
   constexpr int kWarp = ::echo::emu::kWarpSize;
   if (width < 1 || width > kWarp || (width & (width - 1)) != 0)
-    ::echo::emu::warp_exchange(nullptr, nullptr, -1, 0, mask, "__shfl_xor_sync width not a power of two <= 32", where);
+    ::echo::emu::kernel_error("__shfl_xor_sync width " + std::to_string(width) + " is not a power of two <= 32");
   const int lane = ::echo::emu::current_lane();
   int src = lane ^ (lane_mask & (kWarp - 1));
   if (src >= (lane / width + 1) * width) src = lane;

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <boost/context/fiber.hpp>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,10 +29,6 @@ namespace echo::emu {
 namespace {
 
 constexpr size_t kStackBytes = size_t{256} << 10;  // ASan's redzones make frames larger
-constexpr int kMaxBlockThreads = 1024;
-constexpr unsigned kMaxGridYZ = 65535;
-constexpr unsigned kMaxGridX = 0x7fffffffu;
-constexpr size_t kMaxStaticSharedBytes = size_t{48} << 10;
 constexpr size_t kSlotBytes = 16;
 
 enum class State { ready, at_block_barrier, at_warp_barrier, done };
@@ -186,7 +181,6 @@ bool open_block_barrier(Block& b) {
   }
   if (waiting == 0 || waiting + done != b.fibers.size()) return false;
   if (done > 0) {
-    b.current = -1;
     fail("__syncthreads reached by " + std::to_string(waiting) + " threads after " + std::to_string(done) +
          " threads of the block returned (a barrier not every thread reaches)");
   }
@@ -248,11 +242,13 @@ void run_block(Block& b, const std::vector<int>& order) {
 bool launch_shape_ok(dim3 grid, dim3 block, size_t shared_bytes) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   return grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && block.x >= 1 && block.y >= 1 && block.z >= 1 &&
-         grid.x <= kMaxGridX && grid.y <= kMaxGridYZ && grid.z <= kMaxGridYZ && block.z <= 64 &&
-         threads <= kMaxBlockThreads && shared_bytes <= kMaxStaticSharedBytes;
+         grid.x <= kMaxGridX && grid.y <= kMaxGridYZ && grid.z <= kMaxGridYZ && block.z <= kMaxBlockZ &&
+         threads <= kMaxBlockThreads && shared_bytes <= kMaxSharedBytes;
 }
 
 }  // namespace
+
+void kernel_error(const std::string& what) { fail(what); }
 
 const ThreadContext& current_thread() {
   const Block* b = t_block;
@@ -273,12 +269,6 @@ void nap() {
   yield_to_scheduler(*b);  // still ready: it runs again in the scheduler's next sweep
 }
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-
 void sync_block(std::source_location where) {
   Block* b = t_block;
   if (b == nullptr || b->current < 0) fail("__syncthreads outside a kernel");
@@ -293,7 +283,6 @@ void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsi
   if (b == nullptr || b->current < 0) fail(std::string(what) + " outside a kernel");
   const size_t index = static_cast<size_t>(b->current);
   const size_t warp_first = index / kWarpSize * kWarpSize;
-  if (mine == nullptr) fail(what);
   if (mask != 0xffffffffu) fail(std::string(what) + " with a partial mask is not emulated");
   if (warp_first + kWarpSize > b->fibers.size())
     fail(std::string(what) + " with the full mask in a warp of " + std::to_string(b->fibers.size() - warp_first) +

@@ -76,23 +76,30 @@ State& state() {
   return *s;
 }
 
+// True when [c, c + bytes) lies inside one block of `table` (start -> its size, as size_of reads
+// it); with bytes 0, a pointer one past a block's end is inside it.
+template <class Table, class SizeOf>
+bool holds(const Table& table, const char* c, size_t bytes, SizeOf size_of) {
+  auto it = table.upper_bound(c);
+  if (it == table.begin()) return false;
+  --it;
+  return c + bytes <= it->first + size_of(it->second);
+}
+size_t allocation_bytes(const Allocation& a) { return a.bytes; }
+size_t block_bytes(size_t bytes) { return bytes; }
+
 }  // namespace
 
 bool is_device_range(const void* p, size_t bytes) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  const char* c = static_cast<const char*>(p);
-  auto it = s.device.upper_bound(c);
-  if (it == s.device.begin()) return false;
-  --it;
-  return c >= it->first && c + bytes <= it->first + it->second.bytes;
+  return holds(s.device, static_cast<const char*>(p), bytes, allocation_bytes);
 }
 
 namespace {
 
+// Records `error` for cudaGetLastError and returns it (the last error is this thread's: no lock).
 cudaError_t fail_with(cudaError_t error) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
   t_last_error = error;
   return error;
 }
@@ -104,13 +111,11 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   State& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.used + bytes > kDeviceBytes) {
-      t_last_error = cudaErrorMemoryAllocation;
-      return cudaErrorMemoryAllocation;
-    }
+    if (s.used + bytes > kDeviceBytes) return fail_with(cudaErrorMemoryAllocation);
   }
   Allocation a;
   a.bytes = bytes;
+  a.pooled = !exportable;
   void* block = nullptr;
   if (exportable && bytes % kIpcGranule == 0) {
     a.fd = memfd_create("echo-emulated-device", MFD_CLOEXEC);
@@ -135,8 +140,7 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.device[static_cast<const char*>(block)] = a;
   s.used += bytes;
-  if (!exportable) {
-    s.device[static_cast<const char*>(block)].pooled = true;
+  if (a.pooled) {
     s.pool_used += bytes;
     s.pool_used_high = std::max(s.pool_used_high, s.pool_used);
     s.pool_reserved = std::max(s.pool_reserved, s.pool_used);
@@ -152,8 +156,7 @@ cudaError_t release(void* p) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.device.find(static_cast<const char*>(p));
   if (it == s.device.end() || it->second.opened) {
-    t_last_error = cudaErrorInvalidValue;
-    return cudaErrorInvalidValue;
+    return fail_with(cudaErrorInvalidValue);
   }
   const Allocation a = it->second;
   s.used -= a.bytes;
@@ -227,8 +230,7 @@ cudaError_t forget_handle(Table& table, Handle handle) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (table.erase(handle) == 0) {
-    t_last_error = cudaErrorInvalidResourceHandle;
-    return cudaErrorInvalidResourceHandle;
+    return fail_with(cudaErrorInvalidResourceHandle);
   }
   delete reinterpret_cast<char*>(handle);
   return cudaSuccess;
@@ -238,16 +240,19 @@ cudaError_t forget_handle(Table& table, Handle handle) {
 
 void record_launch_error(cudaError_t error) { (void)fail_with(error); }
 
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
 void check_kernel_pointer(const char* kernel_name, int index, const void* p) {
   if (p == nullptr) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   const char* c = static_cast<const char*>(p);
-  // NOTE: one past the end counts as inside: a kernel is often handed the end of an empty range.
-  auto d = s.device.upper_bound(c);
-  if (d != s.device.begin() && c <= std::prev(d)->first + std::prev(d)->second.bytes) return;
-  auto h = s.pinned.upper_bound(c);
-  if (h != s.pinned.begin() && c <= std::prev(h)->first + std::prev(h)->second) return;
+  // NOTE: one past the end counts as inside (bytes 0): a kernel is often handed the end of an empty range.
+  if (holds(s.device, c, 0, allocation_bytes) || holds(s.pinned, c, 0, block_bytes)) return;
   std::fprintf(stderr,
                "echo kernel emulator: kernel %s: pointer argument %d (%p) is not device memory (on a GPU: an "
                "illegal address)\n",
@@ -314,13 +319,13 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   // IPC workspace reads as "could not read").
   std::memcpy(prop->uuid.bytes, "echo-emulated-0", 16);
   prop->totalGlobalMem = echo::emu::kDeviceBytes;
-  prop->sharedMemPerBlock = size_t{48} << 10;
-  prop->warpSize = 32;
-  prop->maxThreadsPerBlock = 1024;
-  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
-  prop->maxThreadsDim[2] = 64;
-  prop->maxGridSize[0] = 0x7fffffff;
-  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->sharedMemPerBlock = echo::emu::kMaxSharedBytes;
+  prop->warpSize = echo::emu::kWarpSize;
+  prop->maxThreadsPerBlock = echo::emu::kMaxBlockThreads;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = echo::emu::kMaxBlockThreads;
+  prop->maxThreadsDim[2] = echo::emu::kMaxBlockZ;
+  prop->maxGridSize[0] = static_cast<int>(echo::emu::kMaxGridX);
+  prop->maxGridSize[1] = prop->maxGridSize[2] = static_cast<int>(echo::emu::kMaxGridYZ);
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 132;
@@ -362,8 +367,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
     default:
       break;
   }
-  t_last_error = cudaErrorInvalidValue;
-  return cudaErrorInvalidValue;
+  return fail_with(cudaErrorInvalidValue);
 }
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   if (pool == nullptr || value == nullptr) return fail_with(cudaErrorInvalidValue);
@@ -387,25 +391,18 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
       v = UINT64_MAX;  // the only threshold set accepts
       break;
     default:
-      t_last_error = cudaErrorInvalidValue;
-      return cudaErrorInvalidValue;
+      return fail_with(cudaErrorInvalidValue);
   }
   *static_cast<uint64_t*>(value) = v;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError() {
-  auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
   const cudaError_t e = t_last_error;
   t_last_error = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError() {
-  auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return t_last_error;
-}
+cudaError_t cudaPeekAtLastError() { return t_last_error; }
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
     case cudaSuccess:
@@ -451,8 +448,7 @@ cudaError_t cudaFreeHost(void* p) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.pinned.erase(static_cast<const char*>(p)) == 0) {
-    t_last_error = cudaErrorInvalidValue;
-    return cudaErrorInvalidValue;
+    return fail_with(cudaErrorInvalidValue);
   }
   std::free(p);
   return cudaSuccess;
@@ -511,12 +507,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.events.find(event);
   if (it == s.events.end()) {
-    t_last_error = cudaErrorInvalidResourceHandle;
-    return cudaErrorInvalidResourceHandle;
+    return fail_with(cudaErrorInvalidResourceHandle);
   }
-  it->second.recorded_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  it->second.recorded_ns = echo::emu::now_ns();
   return cudaSuccess;
 }
 // As the runtime: both events recorded, neither made with cudaEventDisableTiming.
@@ -525,15 +518,9 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   const auto a = s.events.find(start), b = s.events.find(end);
-  cudaError_t e = cudaSuccess;
-  if (a == s.events.end() || b == s.events.end() || ((a->second.flags | b->second.flags) & cudaEventDisableTiming))
-    e = cudaErrorInvalidResourceHandle;
-  else if (a->second.recorded_ns == 0 || b->second.recorded_ns == 0)
-    e = cudaErrorInvalidResourceHandle;
-  if (e != cudaSuccess) {
-    t_last_error = e;
-    return e;
-  }
+  if (a == s.events.end() || b == s.events.end() || ((a->second.flags | b->second.flags) & cudaEventDisableTiming) ||
+      a->second.recorded_ns == 0 || b->second.recorded_ns == 0)
+    return fail_with(cudaErrorInvalidResourceHandle);
   *ms = static_cast<float>(static_cast<double>(b->second.recorded_ns - a->second.recorded_ns) * 1e-6);
   return cudaSuccess;
 }
@@ -564,8 +551,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
                  "echo kernel emulator: cudaIpcGetMemHandle of %p: only the start of a cudaMalloc of whole "
                  "2 MiB pages can be exported here\n",
                  p);
-    t_last_error = cudaErrorInvalidValue;
-    return cudaErrorInvalidValue;
+    return fail_with(cudaErrorInvalidValue);
   }
   const EmulatedIpcHandle h{echo::emu::kHandleMagic, static_cast<int64_t>(getpid()), it->second.fd, it->second.bytes};
   *handle = cudaIpcMemHandle_t{};
@@ -605,8 +591,7 @@ cudaError_t cudaIpcCloseMemHandle(void* p) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.device.find(static_cast<const char*>(p));
   if (it == s.device.end() || !it->second.opened) {
-    t_last_error = cudaErrorInvalidValue;
-    return cudaErrorInvalidValue;
+    return fail_with(cudaErrorInvalidValue);
   }
   munmap(p, it->second.bytes);
   s.device.erase(it);

@@ -4,9 +4,23 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace echo::emu {
+
+// The emulated device's limits: a launch beyond them is refused (cuda_emu_grid.cpp) and
+// cudaGetDeviceProperties reports them.
+constexpr int kWarpSize = 32;
+constexpr int kMaxBlockThreads = 1024;
+constexpr int kMaxBlockZ = 64;
+constexpr unsigned kMaxGridX = 0x7fffffffu;
+constexpr unsigned kMaxGridYZ = 65535;
+constexpr size_t kMaxSharedBytes = size_t{48} << 10;  // dynamic shared memory without an opt-in
+
+// The host's monotonic clock in ns (%globaltimer's and the events' stand-in).
+uint64_t now_ns();
 
 // True when [p, p + bytes) lies inside one live allocation of cudaMalloc / cudaMallocAsync.
 bool is_device_range(const void* p, size_t bytes);
