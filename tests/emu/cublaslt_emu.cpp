@@ -135,6 +135,70 @@ bool reachable(const void* p, const Layout& l) {
   return echo::emu::is_device_range(p, static_cast<size_t>(last + 1) * type_bytes(l.type));
 }
 
+// D = alpha op(A) op(B) + beta C, batch by batch: the work cublasLtMatmul issues on its stream.
+// alpha and beta are the 4 bytes read at the call (an int32 or a float, per the problem).
+void multiply(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl, const void* a_ptr,
+              const void* b_ptr, const void* c_ptr, void* d_ptr, uint32_t alpha_bits, uint32_t beta_bits) {
+  const void* alpha = &alpha_bits;
+  const void* beta = &beta_bits;
+  uint64_t m, n, k;
+  dimensions(d, a, b, c, dl, m, n, k);
+  const auto at = [](const Layout& l, bool trans, uint64_t row, uint64_t col, int32_t batch) {
+    const uint64_t r = trans ? col : row, cc = trans ? row : col;
+    return static_cast<int64_t>(r) + static_cast<int64_t>(cc) * l.ld + batch * l.batch_stride;
+  };
+  const bool ta = d.trans_a == CUBLAS_OP_T, tb = d.trans_b == CUBLAS_OP_T;
+  const bool integer = int8_problem(a);
+  // op(A) row by row (m x k) and op(B) column by column (n x k), so each dot product reads two
+  // contiguous rows.
+  std::vector<double> fa, fb;
+  std::vector<int32_t> ia, ib;
+  for (int32_t batch = 0; batch < c.batch_count; ++batch) {
+    if (integer) {
+      ia.resize(m * k);
+      ib.resize(n * k);
+      for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t p = 0; p < k; ++p) ia[i * k + p] = static_cast<const int8_t*>(a_ptr)[at(a, ta, i, p, batch)];
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p) ib[j * k + p] = static_cast<const int8_t*>(b_ptr)[at(b, tb, p, j, batch)];
+    } else {
+      fa.resize(m * k);
+      fb.resize(n * k);
+      for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t p = 0; p < k; ++p) fa[i * k + p] = read_float(a_ptr, a.type, at(a, ta, i, p, batch));
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p) fb[j * k + p] = read_float(b_ptr, b.type, at(b, tb, p, j, batch));
+    }
+    for (uint64_t j = 0; j < n; ++j) {
+      for (uint64_t i = 0; i < m; ++i) {
+        const int64_t ci = at(c, false, i, j, batch), di = at(dl, false, i, j, batch);
+        if (integer) {
+          uint32_t acc = 0;  // wraps like the hardware's int32 accumulator
+          for (uint64_t p = 0; p < k; ++p) acc += static_cast<uint32_t>(ia[i * k + p] * ib[j * k + p]);
+          const uint32_t al = static_cast<uint32_t>(*static_cast<const int32_t*>(alpha));
+          const uint32_t be = static_cast<uint32_t>(*static_cast<const int32_t*>(beta));
+          uint32_t out = al * acc;
+          if (be != 0) out += be * static_cast<uint32_t>(static_cast<const int32_t*>(c_ptr)[ci]);
+          static_cast<int32_t*>(d_ptr)[di] = static_cast<int32_t>(out);
+          continue;
+        }
+        double acc = 0.0;
+        for (uint64_t p = 0; p < k; ++p) acc += fa[i * k + p] * fb[j * k + p];
+        const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+        // NOTE: beta == 0 does not read C, as in BLAS: a NaN there does not reach D.
+        const float out =
+            al * static_cast<float>(acc) + (be != 0.0f ? be * static_cast<float>(read_float(c_ptr, c.type, ci)) : 0.0f);
+        if (dl.type == CUDA_R_32F) {
+          static_cast<float*>(d_ptr)[di] = out;
+        } else {
+          const uint16_t bits = echo::float_to_bf16_bits(out);
+          std::memcpy(static_cast<char*>(d_ptr) + di * 2, &bits, 2);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -253,12 +317,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cublasLtMatrixLayout_t a_desc, const void* b_ptr, cublasLtMatrixLayout_t b_desc,
                               const void* beta, const void* c_ptr, cublasLtMatrixLayout_t c_desc, void* d_ptr,
                               cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo, void*, size_t,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
   if (handle == nullptr || desc == nullptr || alpha == nullptr || beta == nullptr || algo == nullptr)
     return CUBLAS_STATUS_INVALID_VALUE;
-  const Desc& d = ours<Desc>(desc);
-  const Layout &a = ours<Layout>(a_desc), &b = ours<Layout>(b_desc), &c = ours<Layout>(c_desc),
-               &dl = ours<Layout>(d_desc);
+  // Copies: the descriptors may be destroyed before the stream reaches the product.
+  const Desc d = ours<Desc>(desc);
+  const Layout a = ours<Layout>(a_desc), b = ours<Layout>(b_desc), c = ours<Layout>(c_desc), dl = ours<Layout>(d_desc);
+  if (!echo::emu::stream_exists(stream)) return CUBLAS_STATUS_INVALID_VALUE;
   const cublasStatus_t s = check_problem(d, a, b, c, dl);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   uint32_t promised[4];
@@ -289,62 +354,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
-  uint64_t m, n, k;
-  dimensions(d, a, b, c, dl, m, n, k);
-  const auto at = [](const Layout& l, bool trans, uint64_t row, uint64_t col, int32_t batch) {
-    const uint64_t r = trans ? col : row, cc = trans ? row : col;
-    return static_cast<int64_t>(r) + static_cast<int64_t>(cc) * l.ld + batch * l.batch_stride;
-  };
-  const bool ta = d.trans_a == CUBLAS_OP_T, tb = d.trans_b == CUBLAS_OP_T;
-  const bool integer = int8_problem(a);
-  // op(A) row by row (m x k) and op(B) column by column (n x k), so each dot product reads two
-  // contiguous rows.
-  std::vector<double> fa, fb;
-  std::vector<int32_t> ia, ib;
-  for (int32_t batch = 0; batch < c.batch_count; ++batch) {
-    if (integer) {
-      ia.resize(m * k);
-      ib.resize(n * k);
-      for (uint64_t i = 0; i < m; ++i)
-        for (uint64_t p = 0; p < k; ++p) ia[i * k + p] = static_cast<const int8_t*>(a_ptr)[at(a, ta, i, p, batch)];
-      for (uint64_t j = 0; j < n; ++j)
-        for (uint64_t p = 0; p < k; ++p) ib[j * k + p] = static_cast<const int8_t*>(b_ptr)[at(b, tb, p, j, batch)];
-    } else {
-      fa.resize(m * k);
-      fb.resize(n * k);
-      for (uint64_t i = 0; i < m; ++i)
-        for (uint64_t p = 0; p < k; ++p) fa[i * k + p] = read_float(a_ptr, a.type, at(a, ta, i, p, batch));
-      for (uint64_t j = 0; j < n; ++j)
-        for (uint64_t p = 0; p < k; ++p) fb[j * k + p] = read_float(b_ptr, b.type, at(b, tb, p, j, batch));
-    }
-    for (uint64_t j = 0; j < n; ++j) {
-      for (uint64_t i = 0; i < m; ++i) {
-        const int64_t ci = at(c, false, i, j, batch), di = at(dl, false, i, j, batch);
-        if (integer) {
-          uint32_t acc = 0;  // wraps like the hardware's int32 accumulator
-          for (uint64_t p = 0; p < k; ++p) acc += static_cast<uint32_t>(ia[i * k + p] * ib[j * k + p]);
-          const uint32_t al = static_cast<uint32_t>(*static_cast<const int32_t*>(alpha));
-          const uint32_t be = static_cast<uint32_t>(*static_cast<const int32_t*>(beta));
-          uint32_t out = al * acc;
-          if (be != 0) out += be * static_cast<uint32_t>(static_cast<const int32_t*>(c_ptr)[ci]);
-          static_cast<int32_t*>(d_ptr)[di] = static_cast<int32_t>(out);
-          continue;
-        }
-        double acc = 0.0;
-        for (uint64_t p = 0; p < k; ++p) acc += fa[i * k + p] * fb[j * k + p];
-        const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-        // NOTE: beta == 0 does not read C, as in BLAS: a NaN there does not reach D.
-        const float out =
-            al * static_cast<float>(acc) + (be != 0.0f ? be * static_cast<float>(read_float(c_ptr, c.type, ci)) : 0.0f);
-        if (dl.type == CUDA_R_32F) {
-          static_cast<float*>(d_ptr)[di] = out;
-        } else {
-          const uint16_t bits = echo::float_to_bf16_bits(out);
-          std::memcpy(static_cast<char*>(d_ptr) + di * 2, &bits, 2);
-        }
-      }
-    }
-  }
+  uint32_t alpha_bits, beta_bits;  // host pointer mode: read at the call, as the library does
+  std::memcpy(&alpha_bits, alpha, 4);
+  std::memcpy(&beta_bits, beta, 4);
+  echo::emu::issue(stream, [d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits] {
+    multiply(d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -11,8 +11,9 @@
 // lanes, a barrier pairing threads at two places in the source, a pointer argument that is not
 // device memory, and a deadlocked block abort with the kernel's name. Threads run in a chosen order
 // (ECHO_EMU_ORDER=alternate|forward|reverse|shuffle) so a missing barrier shows as a different result.
-// What it cannot check: concurrency between blocks or with the host (blocks run one after another,
-// launches run to completion when issued), memory-model ordering, timing, and device limits other
+// Launches run later, on their stream's own host thread (cuda_emu_streams.h), so stream ordering
+// and host synchronization are checked too. What it cannot check: concurrency between the blocks of
+// one launch (they run one after another), memory-model ordering, timing, and device limits other
 // than the launch shape. It is not a GPU: docs/design.md §15b says what only a GPU run proves.
 #pragma once
 
@@ -74,10 +75,11 @@ void sync_block(std::source_location where);
 void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsigned mask, const char* what,
                    std::source_location where);
 
-// Runs body() once per thread of every block of the grid. A launch shape the hardware refuses
-// records cudaErrorInvalidConfiguration for cudaGetLastError and runs nothing.
-void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-              const std::function<void()>& body);
+// Issues the launch on `stream`: when the stream reaches it, body() runs once per thread of every
+// block of the grid. A launch shape the hardware refuses records cudaErrorInvalidConfiguration for
+// cudaGetLastError at the call and runs nothing.
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+            std::function<void()> body);
 
 template <class... Params>
 class BoundKernel {
@@ -86,15 +88,15 @@ class BoundKernel {
               void (*kernel)(Params...))
       : name_(name), grid_(grid), block_(block), shared_bytes_(shared_bytes), stream_(stream), kernel_(kernel) {}
 
-  // NOTE: each thread gets its own copies of the arguments, converted to the parameter types as a
-  // real launch does once on the host.
+  // NOTE: the arguments are converted to the parameter types and copied at the call, as a real
+  // launch does on the host; each thread gets its own copies of those.
   template <class... Args>
   void operator()(Args&&... args) const {
     static_assert(sizeof...(Args) == sizeof...(Params), "kernel launched with the wrong number of arguments");
     const std::tuple<std::decay_t<Params>...> converted(static_cast<Params>(args)...);
     check_pointers(converted, std::index_sequence_for<Params...>{});
     auto kernel = kernel_;
-    run_grid(name_, grid_, block_, shared_bytes_, stream_, [&converted, kernel] { std::apply(kernel, converted); });
+    launch(name_, grid_, block_, shared_bytes_, stream_, [converted, kernel] { std::apply(kernel, converted); });
   }
 
  private:

@@ -246,7 +246,48 @@ bool launch_shape_ok(dim3 grid, dim3 block, size_t shared_bytes) {
          threads <= kMaxBlockThreads && shared_bytes <= kMaxSharedBytes;
 }
 
+// Runs body() once per thread of every block of the grid, on the calling (the stream's) thread.
+void run_grid(const char* kernel_name, dim3 grid, dim3 block, const std::function<void()>& body) {
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  while (t_stacks.size() < static_cast<size_t>(threads)) t_stacks.push_back(std::make_unique<Stack>());
+
+  Block b;
+  b.kernel_name = kernel_name;
+  b.body = &body;
+  b.fibers.resize(static_cast<size_t>(threads));
+  b.slots.assign(static_cast<size_t>(threads + kWarpSize) * 2 * kSlotBytes, 0);
+  const std::vector<int> orders[2] = {run_order(threads, false), run_order(threads, true)};
+  static thread_local std::map<std::string, uint64_t> launches;  // per kernel, for "alternate"
+  uint64_t which = launches[kernel_name]++;
+  t_block = &b;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx, ++which) {
+        for (int t = 0; t < threads; ++t) {
+          ThreadContext& c = b.fibers[static_cast<size_t>(t)].thread;
+          c.thread_idx = uint3{static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
+                               static_cast<unsigned>(t) / (block.x * block.y)};
+          c.block_idx = uint3{bx, by, bz};
+          c.block_dim = block;
+          c.grid_dim = grid;
+        }
+        run_block(b, orders[which % 2]);
+      }
+  t_block = nullptr;
+}
+
 }  // namespace
+
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+            std::function<void()> body) {
+  if (!launch_shape_ok(grid, block, shared_bytes)) {
+    record_launch_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  check_stream(stream, kernel_name);
+  if (t_block != nullptr) fail(std::string("launch of ") + kernel_name + " from inside a kernel");
+  issue(stream, [kernel_name, grid, block, body = std::move(body)] { run_grid(kernel_name, grid, block, body); });
+}
 
 void kernel_error(const std::string& what) { fail(what); }
 
@@ -299,42 +340,6 @@ void warp_exchange(const void* mine, void* out, int src_lane, size_t bytes, unsi
   me.waits_at = where;
   yield_to_scheduler(*b);
   std::memcpy(out, slots + static_cast<size_t>(src_lane) * kSlotBytes, bytes);
-}
-
-void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-              const std::function<void()>& body) {
-  if (!launch_shape_ok(grid, block, shared_bytes)) {
-    record_launch_error(cudaErrorInvalidConfiguration);
-    return;
-  }
-  check_stream(stream, kernel_name);
-  if (t_block != nullptr) fail(std::string("launch of ") + kernel_name + " from inside a kernel");
-  const int threads = static_cast<int>(block.x * block.y * block.z);
-  while (t_stacks.size() < static_cast<size_t>(threads)) t_stacks.push_back(std::make_unique<Stack>());
-
-  Block b;
-  b.kernel_name = kernel_name;
-  b.body = &body;
-  b.fibers.resize(static_cast<size_t>(threads));
-  b.slots.assign(static_cast<size_t>(threads + kWarpSize) * 2 * kSlotBytes, 0);
-  const std::vector<int> orders[2] = {run_order(threads, false), run_order(threads, true)};
-  static thread_local std::map<std::string, uint64_t> launches;  // per kernel, for "alternate"
-  uint64_t which = launches[kernel_name]++;
-  t_block = &b;
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx, ++which) {
-        for (int t = 0; t < threads; ++t) {
-          ThreadContext& c = b.fibers[static_cast<size_t>(t)].thread;
-          c.thread_idx = uint3{static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
-                               static_cast<unsigned>(t) / (block.x * block.y)};
-          c.block_idx = uint3{bx, by, bz};
-          c.block_dim = block;
-          c.grid_dim = grid;
-        }
-        run_block(b, orders[which % 2]);
-      }
-  t_block = nullptr;
 }
 
 }  // namespace echo::emu

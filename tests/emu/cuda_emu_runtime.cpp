@@ -1,9 +1,11 @@
 // The part of the CUDA runtime API the kernels and their tests use, on host memory (docs/design.md
 // §15b). Linked into the emulator's test programs, these definitions take the place of
-// libcudart's (an executable's symbols come first). A launch runs to completion when issued, so
-// every stream and event is already complete; device memory is host memory, kept in a table so a
-// copy whose direction does not match its pointers, a double free and a free of a pointer never
-// allocated are reported as the runtime reports them (an error code) instead of passing.
+// libcudart's (an executable's symbols come first). Device work (kernels, copies, fills, frees in
+// stream order, event records) runs on the emulated streams (cuda_emu_streams.h), each on its own
+// thread; the host blocks where the runtime documents that it blocks. Device memory is host
+// memory, kept in a table so a copy whose direction does not match its pointers, a double free and a
+// free of a pointer never allocated are reported as the runtime reports them (an error code) instead
+// of passing.
 #include "cuda_emu_runtime.h"
 
 #include <fcntl.h>
@@ -17,7 +19,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
+#include <memory>
+#include <vector>
+
+#include "cuda_emu_streams.h"
 
 // ASan's, present when the program is linked with it (the emulated tests are); this file itself is
 // not instrumented.
@@ -36,8 +41,6 @@ constexpr size_t kAlignment = 256;                        // cudaMalloc's guaran
 constexpr size_t kIpcGranule = size_t{2} << 20;           // cudaMalloc sizes made exportable
 constexpr uint64_t kHandleMagic = 0x6563686f2d697063ull;  // "echo-ipc"
 constexpr size_t kDeviceBytes = size_t{80} << 30;         // what the emulated device reports
-const cudaStream_t kLegacyStream = reinterpret_cast<cudaStream_t>(0x1);
-const cudaStream_t kPerThreadStream = reinterpret_cast<cudaStream_t>(0x2);
 
 // Device memory: a heap block (ASan's redzones right after its last byte), or, for a cudaMalloc
 // of whole 2 MiB pages (what CUDA IPC exports, src/comm/p2p/cuda_ipc_workspace.cpp), a shared
@@ -56,12 +59,13 @@ struct State {
   std::mutex mutex;
   std::map<const char*, Allocation> device;  // live device memory by start: allocations and opened handles
   std::map<const char*, size_t> pinned;      // live cudaMallocHost blocks by start
-  std::set<cudaStream_t> streams;
-  // Live events: their flags and when they were last recorded (host ns; 0 never): a launch ends
-  // before its call returns, so an event is complete when recorded.
+  // Live events: their flags, where in which stream they were last recorded (no stream: never)
+  // and when that record ran (host ns; 0 not yet); `records` tells a record's run from an older one's.
   struct Event {
     unsigned flags = 0;
+    StreamMark mark;
     uint64_t recorded_ns = 0;
+    uint64_t records = 0;
   };
   std::map<cudaEvent_t, Event> events;
   size_t used = 0;
@@ -150,33 +154,47 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   return cudaSuccess;
 }
 
-cudaError_t release(void* p) {
-  if (p == nullptr) return cudaSuccess;
+// Takes `p` out of the table of live device memory (and the pool's counts) at the call: later
+// work given it is refused. False when `p` is not the start of a live allocation of this process.
+bool forget_allocation(void* p, Allocation* out) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.device.find(static_cast<const char*>(p));
-  if (it == s.device.end() || it->second.opened) {
-    return fail_with(cudaErrorInvalidValue);
-  }
-  const Allocation a = it->second;
-  s.used -= a.bytes;
-  if (a.pooled) s.pool_used -= a.bytes;
+  if (it == s.device.end() || it->second.opened) return false;
+  *out = it->second;
+  s.used -= out->bytes;
+  if (out->pooled) s.pool_used -= out->bytes;
   s.device.erase(it);
+  return true;
+}
+
+// Gives the memory back to the host: when the free's stream reaches it (cudaFreeAsync), so work
+// queued before it on that stream still has the memory, and work of another stream that was not
+// ordered before it reads freed memory (ASan names it) as it would read another allocation's on a GPU.
+void unmap_allocation(void* p, const Allocation& a) {
   if (a.fd >= 0) {
     munmap(p, a.bytes);
     close(a.fd);
   } else {
     std::free(p);
   }
+}
+
+// cudaFree (`stream` null: the device is idle first, as cudaFree synchronizes it) or cudaFreeAsync.
+cudaError_t release(void* p, const cudaStream_t* stream) {
+  if (p == nullptr) return cudaSuccess;
+  if (stream == nullptr) synchronize_all();
+  Allocation a;
+  if (!forget_allocation(p, &a)) return fail_with(cudaErrorInvalidValue);
+  if (stream == nullptr) {
+    unmap_allocation(p, a);
+  } else {
+    issue(*stream, [p, a] { unmap_allocation(p, a); }, false);
+  }
   return cudaSuccess;
 }
 
-bool stream_ok(cudaStream_t stream) {
-  if (stream == nullptr || stream == kLegacyStream || stream == kPerThreadStream) return true;
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return s.streams.count(stream) > 0;
-}
+bool stream_ok(cudaStream_t stream) { return stream_exists(stream); }
 
 bool event_ok(cudaEvent_t event) {
   State& s = state();
@@ -184,7 +202,33 @@ bool event_ok(cudaEvent_t event) {
   return s.events.count(event) > 0;
 }
 
-cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+}  // namespace
+
+// Where the event was last recorded (no stream: never).
+StreamMark event_mark(cudaEvent_t event) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.events.find(event);
+  return it == s.events.end() ? StreamMark{} : it->second.mark;
+}
+
+namespace {
+
+bool is_pinned(const void* p, size_t bytes) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return holds(s.pinned, static_cast<const char*>(p), bytes, block_bytes);
+}
+
+// cudaMemcpy (`blocking_call`, on the legacy stream) and cudaMemcpyAsync, with the host
+// synchronization the runtime documents ("API synchronization behavior"): a copy between two
+// host buffers is done at the call; one from pageable host memory is staged at the call (the
+// caller may reuse its buffer at once) and reaches the device in stream order; one into pageable
+// host memory, and cudaMemcpy into pinned memory or from pinned to device memory, returns when
+// done; everything else (device to device, cudaMemcpyAsync with pinned memory) returns at once.
+cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
+                 bool blocking_call) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return fail_with(cudaErrorInvalidValue);
   const bool dst_device = is_device_range(dst, bytes);
@@ -212,14 +256,28 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) 
                  static_cast<int>(kind), dst_device ? "device" : "host", src_device ? "device" : "host");
     return fail_with(cudaErrorInvalidValue);
   }
-  std::memmove(dst, src, bytes);
+  if (!dst_device && !src_device) {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  const bool dst_pinned = !dst_device && is_pinned(dst, bytes);
+  const bool src_pinned = !src_device && is_pinned(src, bytes);
+  if (!src_device && !src_pinned) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    issue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    return cudaSuccess;
+  }
+  const StreamMark done = issue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  if ((!dst_device && !dst_pinned) || (blocking_call && (dst_pinned || src_pinned))) wait_until(done);
   return cudaSuccess;
 }
 
-cudaError_t set(void* p, int value, size_t bytes) {
+// cudaMemset and cudaMemsetAsync: asynchronous for device memory, in stream order.
+cudaError_t set(void* p, int value, size_t bytes, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
   if (!is_device_range(p, bytes)) return fail_with(cudaErrorInvalidValue);
-  std::memset(p, value, bytes);
+  issue(stream, [p, value, bytes] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
 
@@ -262,7 +320,7 @@ void check_kernel_pointer(const char* kernel_name, int index, const void* p) {
 }
 
 void check_stream(cudaStream_t stream, const char* kernel_name) {
-  if (stream_ok(stream)) return;
+  if (stream_exists(stream)) return;
   std::fprintf(stderr, "echo kernel emulator: kernel %s launched on a stream that does not exist\n", kernel_name);
   std::abort();
 }
@@ -293,6 +351,7 @@ using echo::emu::release;
 using echo::emu::set;
 using echo::emu::state;
 using echo::emu::stream_ok;
+using echo::emu::StreamMark;
 using echo::emu::t_last_error;
 
 extern "C" {
@@ -308,7 +367,10 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail_with(cudaErrorInvalidDevice); }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  echo::emu::synchronize_all();
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return fail_with(cudaErrorInvalidValue);
@@ -417,6 +479,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle:
       return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
     default:
       return "cudaError (emulated)";
   }
@@ -428,16 +492,17 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   return allocate(p, bytes, false);  // pool memory: not exportable with the legacy IPC calls
 }
-cudaError_t cudaFree(void* p) { return release(p); }
+cudaError_t cudaFree(void* p) { return release(p, nullptr); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
-  return release(p);
+  return release(p, &stream);
 }
 // Pinned host memory: kernels may read it (unified addressing), so it is kept in its own table.
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (p == nullptr) return fail_with(cudaErrorInvalidValue);
   *p = std::malloc(bytes == 0 ? 1 : bytes);
   if (*p == nullptr) return fail_with(cudaErrorMemoryAllocation);
+  std::memset(*p, 0xff, bytes);  // as fresh device memory: not zero by luck
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.pinned[static_cast<const char*>(*p)] = bytes;
@@ -445,6 +510,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
   if (p == nullptr) return cudaSuccess;
+  echo::emu::synchronize_all();  // as cudaFree: no copy in flight still uses it
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.pinned.erase(static_cast<const char*>(p)) == 0) {
@@ -462,33 +528,38 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  return copy(dst, src, bytes, kind);
+  return copy(dst, src, bytes, kind, nullptr, true);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
-  return copy(dst, src, bytes, kind);
+  return copy(dst, src, bytes, kind, stream, false);
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) { return set(p, value, bytes); }
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return set(p, value, bytes, nullptr); }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
-  return set(p, value, bytes);
+  return set(p, value, bytes, stream);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   if (stream == nullptr) return fail_with(cudaErrorInvalidValue);
   *stream = reinterpret_cast<cudaStream_t>(new char);
-  auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.streams.insert(*stream);
+  echo::emu::add_stream(*stream, (flags & cudaStreamNonBlocking) == 0);
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t stream) { return forget_handle(state().streams, stream); }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return stream_ok(stream) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (!echo::emu::remove_stream(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
 }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  echo::emu::synchronize(stream);
+  return cudaSuccess;
+}
+// The wait is for the event's last record before this call, as the runtime's.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  return stream_ok(stream) && event_ok(event) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_ok(stream) || !event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
+  echo::emu::issue_wait(stream, echo::emu::event_mark(event));
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
@@ -501,34 +572,55 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) { return forget_handle(state().events, event); }
+// A record is work on the stream: the event completes, and takes its time, when the stream
+// reaches it.
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_ok(stream) || !event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
   auto& s = state();
+  uint64_t record = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto& e = s.events[event];
+    record = ++e.records;
+    e.recorded_ns = 0;
+  }
+  const StreamMark mark = echo::emu::issue(
+      stream,
+      [event, record] {
+        auto& st = state();
+        std::lock_guard<std::mutex> lock(st.mutex);
+        auto it = st.events.find(event);
+        if (it != st.events.end() && it->second.records == record) it->second.recorded_ns = echo::emu::now_ns();
+      },
+      false);
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.events.find(event);
-  if (it == s.events.end()) {
-    return fail_with(cudaErrorInvalidResourceHandle);
-  }
-  it->second.recorded_ns = echo::emu::now_ns();
+  if (it != s.events.end() && it->second.records == record) it->second.mark = mark;
   return cudaSuccess;
 }
-// As the runtime: both events recorded, neither made with cudaEventDisableTiming.
+// As the runtime: both events recorded and complete, neither made with cudaEventDisableTiming.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return fail_with(cudaErrorInvalidValue);
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   const auto a = s.events.find(start), b = s.events.find(end);
   if (a == s.events.end() || b == s.events.end() || ((a->second.flags | b->second.flags) & cudaEventDisableTiming) ||
-      a->second.recorded_ns == 0 || b->second.recorded_ns == 0)
+      a->second.records == 0 || b->second.records == 0)
     return fail_with(cudaErrorInvalidResourceHandle);
+  if (a->second.recorded_ns == 0 || b->second.recorded_ns == 0) return fail_with(cudaErrorNotReady);
   *ms = static_cast<float>(static_cast<double>(b->second.recorded_ns - a->second.recorded_ns) * 1e-6);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event_ok(event) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+  if (!event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
+  echo::emu::wait_until(echo::emu::event_mark(event));
+  return cudaSuccess;
 }
+// NOTE: as the runtime, cudaErrorNotReady becomes the last error too (a caller polling must
+// clear it, or the next launch check sees it; PyTorch's CUDAEvent::query does the same).
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event_ok(event) ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle);
+  if (!event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
+  return echo::emu::reached(echo::emu::event_mark(event)) ? cudaSuccess : fail_with(cudaErrorNotReady);
 }
 
 // CUDA IPC between processes of this machine: a handle names the exporting process and the memfd

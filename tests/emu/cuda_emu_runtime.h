@@ -1,5 +1,6 @@
 // The kernel emulator's host side (tests/emu/cuda_emu_runtime.cpp): the launch error state and the
-// stream check the scheduler shares with the emulated CUDA runtime API.
+// stream check the scheduler shares with the emulated CUDA runtime API, and the streams
+// (cuda_emu_streams.h) the stand-ins issue their work on.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "cuda_emu_streams.h"
 
 namespace echo::emu {
 

@@ -5,13 +5,17 @@
 // deadlock abort naming the kernel, and so do two __syncthreads pairing up and a host pointer given
 // to a kernel; the runtime refuses an event that does not exist and a copy whose direction does
 // not match its pointers; fresh device memory is not zero; the CUB stand-in sorts stably over a
-// bit range.
+// bit range; streams run beside the host and each other, ordered only by events, the legacy
+// stream's implicit waits (blocking streams only) and stream-ordered frees, and copies block the
+// host where the runtime documents that they do.
 // Compiled with cuda_emu.h force-included.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
+#include <thread>
 #include <vector>
 
 #include "launch.cuh"
@@ -74,6 +78,14 @@ __global__ void two_barriers_kernel(int* out) {
   }
   out[threadIdx.x] = 1;
 }
+
+// Spins until the gate (pinned host memory) opens, then writes `value`.
+__global__ void gated_write_kernel(const int* gate, int* out, int value) {
+  while (__atomic_load_n(gate, __ATOMIC_ACQUIRE) == 0) __nanosleep(1000);
+  *out = value;
+}
+
+__global__ void copy_one_kernel(const int* in, int* out) { *out = *in; }
 
 template <class T>
 T* device_copy(const std::vector<T>& host) {
@@ -168,7 +180,7 @@ class KernelEmulatorDeathTest : public ::testing::Test {
 
 TEST_F(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
   int* out = device_copy(std::vector<int>(64, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)(out); };
+  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)(out); cudaDeviceSynchronize(); };
   EXPECT_DEATH(launch(),
                "divergent_barrier_kernel.*__syncthreads reached by 63 threads after 1 threads of the block returned");
   cudaFree(out);
@@ -176,7 +188,7 @@ TEST_F(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
 
 TEST_F(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
   int* out = device_copy(std::vector<int>(32, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 32, 0, nullptr, shuffle_after_return_kernel)(out); };
+  const auto launch = [out] { ECHO_LAUNCH(1, 32, 0, nullptr, shuffle_after_return_kernel)(out); cudaDeviceSynchronize(); };
   EXPECT_DEATH(launch(), "shuffle_after_return_kernel.*__shfl_xor_sync with the full mask after lane 3 returned");
   cudaFree(out);
 }
@@ -184,7 +196,7 @@ TEST_F(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
 TEST_F(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
   float* in = device_copy(std::vector<float>(40, 1.0f));
   float* out = device_copy(std::vector<float>(40, 0.0f));
-  const auto launch = [in, out] { ECHO_LAUNCH(1, 40, 0, nullptr, butterfly_kernel)(in, out, 1); };
+  const auto launch = [in, out] { ECHO_LAUNCH(1, 40, 0, nullptr, butterfly_kernel)(in, out, 1); cudaDeviceSynchronize(); };
   EXPECT_DEATH(launch(), "in a warp of 8 threads");
   cudaFree(in);
   cudaFree(out);
@@ -192,7 +204,7 @@ TEST_F(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
 
 TEST_F(KernelEmulatorDeathTest, TwoBarriersInTheSourceDoNotPairUp) {
   int* out = device_copy(std::vector<int>(64, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)(out); };
+  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)(out); cudaDeviceSynchronize(); };
   EXPECT_DEATH(launch(), "two_barriers_kernel.*__syncthreads pairs threads waiting at different places");
   cudaFree(out);
 }
@@ -201,13 +213,13 @@ TEST_F(KernelEmulatorDeathTest, AKernelGivenHostMemoryAborts) {
   std::vector<float> host(64, 1.0f), also_host(64, 0.0f);
   float* in = host.data();
   float* out = also_host.data();
-  const auto launch = [in, out] { ECHO_LAUNCH(1, 32, 0, nullptr, butterfly_kernel)(in, out, 1); };
+  const auto launch = [in, out] { ECHO_LAUNCH(1, 32, 0, nullptr, butterfly_kernel)(in, out, 1); cudaDeviceSynchronize(); };
   EXPECT_DEATH(launch(), "butterfly_kernel: pointer argument 0 .* is not device memory");
 }
 
 TEST_F(KernelEmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAreADeadlock) {
   int* out = device_copy(std::vector<int>(64, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out); };
+  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out); cudaDeviceSynchronize(); };
   EXPECT_DEATH(launch(), "deadlock_kernel.*deadlock: 0 running, 48 at __syncthreads, 16 in a warp shuffle");
   cudaFree(out);
 }
@@ -253,13 +265,177 @@ TEST(KernelEmulator, FreshDeviceMemoryIsNotZero) {
 
 TEST(KernelEmulator, TheCubStandInSortsStablyOverTheBitRange) {
   // Keys whose bits 0..7 are noise and whose bits 8..15 order them; stable among equal keys.
-  const std::vector<uint64_t> in = {0x0301, 0x0102, 0x0303, 0x0104, 0xff0205, 0x0106};
+  uint64_t* in = device_copy(std::vector<uint64_t>{0x0301, 0x0102, 0x0303, 0x0104, 0xff0205, 0x0106});
+  uint64_t* out = device_copy(std::vector<uint64_t>(6, 0));
   size_t bytes = 0;
-  ASSERT_EQ(cub::DeviceRadixSort::SortKeys(nullptr, bytes, in.data(), nullptr, 6, 8, 16), cudaSuccess);
-  std::vector<char> temp(bytes);
-  std::vector<uint64_t> out(6);
-  ASSERT_EQ(cub::DeviceRadixSort::SortKeys(temp.data(), bytes, in.data(), out.data(), 6, 8, 16), cudaSuccess);
-  EXPECT_EQ(out, (std::vector<uint64_t>{0x0102, 0x0104, 0x0106, 0xff0205, 0x0301, 0x0303}));
+  ASSERT_EQ(cub::DeviceRadixSort::SortKeys(nullptr, bytes, in, nullptr, 6, 8, 16), cudaSuccess);
+  char* temp = device_copy(std::vector<char>(bytes));
+  ASSERT_EQ(cub::DeviceRadixSort::SortKeys(temp, bytes, in, out, 6, 8, 16), cudaSuccess);
+  EXPECT_EQ(host_copy(out, 6), (std::vector<uint64_t>{0x0102, 0x0104, 0x0106, 0xff0205, 0x0301, 0x0303}));
+  for (void* p : {static_cast<void*>(in), static_cast<void*>(out), static_cast<void*>(temp)}) cudaFree(p);
+}
+
+// Streams (cuda_emu_streams.h). A gate: pinned host memory a kernel spins on until the host opens
+// it, so a stream's later work is known not to have run yet.
+struct Gate {
+  Gate() {
+    EXPECT_EQ(cudaMallocHost(reinterpret_cast<void**>(&flag), sizeof(int)), cudaSuccess);
+    close();
+  }
+  ~Gate() { cudaFreeHost(flag); }
+  void close() { __atomic_store_n(flag, 0, __ATOMIC_SEQ_CST); }
+  void open() { __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST); }
+  // Opens the gate from another thread after `ms`, while the host blocks in a synchronizing call.
+  std::thread open_after(int ms) {
+    return std::thread([this, ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      open();
+    });
+  }
+  int* flag = nullptr;
+};
+
+TEST(KernelEmulatorStreams, AStreamDoesNotWaitForAnotherWithoutAnEvent) {
+  Gate gate;
+  int* data = device_copy(std::vector<int>{1});
+  int* seen = device_copy(std::vector<int>{0});
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  cudaEvent_t written = nullptr, copied = nullptr;
+  ASSERT_EQ(cudaEventCreate(&written), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&copied), cudaSuccess);
+
+  // No wait: b's copy runs while a's write waits at the gate, and reads the old value.
+  ECHO_LAUNCH(1, 1, 0, a, gated_write_kernel)(gate.flag, data, 2);
+  ASSERT_EQ(cudaEventRecord(written, a), cudaSuccess);
+  ECHO_LAUNCH(1, 1, 0, b, copy_one_kernel)(data, seen);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(written), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);  // kept as the last error, as the runtime keeps it
+  gate.open();
+  ASSERT_EQ(cudaEventSynchronize(written), cudaSuccess);
+  EXPECT_EQ(host_copy(seen, 1)[0], 1);
+  EXPECT_EQ(host_copy(data, 1)[0], 2);
+
+  // With cudaStreamWaitEvent: b's copy waits for a's write.
+  gate.close();
+  ECHO_LAUNCH(1, 1, 0, a, gated_write_kernel)(gate.flag, data, 3);
+  ASSERT_EQ(cudaEventRecord(written, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, written, 0), cudaSuccess);
+  ECHO_LAUNCH(1, 1, 0, b, copy_one_kernel)(data, seen);
+  ASSERT_EQ(cudaEventRecord(copied, b), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cudaEventQuery(copied), cudaErrorNotReady);
+  (void)cudaGetLastError();
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(host_copy(seen, 1)[0], 3);
+
+  for (cudaEvent_t e : {written, copied}) EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  for (cudaStream_t st : {a, b}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+  cudaFree(data);
+  cudaFree(seen);
+}
+
+TEST(KernelEmulatorStreams, TheLegacyStreamWaitsForBlockingStreamsOnly) {
+  Gate gate;
+  int* data = device_copy(std::vector<int>{1});
+  int* seen = device_copy(std::vector<int>{0});
+  cudaStream_t blocking = nullptr, non_blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&non_blocking, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t legacy_done = nullptr;
+  ASSERT_EQ(cudaEventCreate(&legacy_done), cudaSuccess);
+
+  // Behind a non-blocking stream's gated write, a legacy-stream copy runs at once (old value).
+  ECHO_LAUNCH(1, 1, 0, non_blocking, gated_write_kernel)(gate.flag, data, 4);
+  ECHO_LAUNCH(1, 1, 0, nullptr, copy_one_kernel)(data, seen);
+  ASSERT_EQ(cudaEventRecord(legacy_done, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(legacy_done), cudaSuccess);
+  EXPECT_EQ(host_copy(seen, 1)[0], 1);
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(non_blocking), cudaSuccess);
+
+  // Behind a blocking stream's, it waits (new value), and the blocking stream's later work waits
+  // for it in turn: the write of 6 lands after the copy.
+  gate.close();
+  ECHO_LAUNCH(1, 1, 0, blocking, gated_write_kernel)(gate.flag, data, 5);
+  ECHO_LAUNCH(1, 1, 0, nullptr, copy_one_kernel)(data, seen);
+  ASSERT_EQ(cudaEventRecord(legacy_done, nullptr), cudaSuccess);
+  ECHO_LAUNCH(1, 1, 0, blocking, gated_write_kernel)(gate.flag, data, 6);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cudaEventQuery(legacy_done), cudaErrorNotReady);
+  (void)cudaGetLastError();
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(blocking), cudaSuccess);
+  EXPECT_EQ(host_copy(seen, 1)[0], 5);
+  EXPECT_EQ(host_copy(data, 1)[0], 6);
+
+  EXPECT_EQ(cudaEventDestroy(legacy_done), cudaSuccess);
+  for (cudaStream_t st : {blocking, non_blocking}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+  cudaFree(data);
+  cudaFree(seen);
+}
+
+TEST(KernelEmulatorStreams, CopiesBlockTheHostWhereTheRuntimeSaysTheyDo) {
+  Gate gate;
+  int* data = device_copy(std::vector<int>{1});
+  int* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), sizeof(int)), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+
+  // cudaMemcpyAsync into pinned memory returns at once: the copy has not run.
+  ECHO_LAUNCH(1, 1, 0, s, gated_write_kernel)(gate.flag, data, 7);
+  ASSERT_EQ(cudaMemcpyAsync(pinned, data, sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(__atomic_load_n(pinned, __ATOMIC_SEQ_CST), -1);  // fresh pinned memory: all-ones bytes
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(*pinned, 7);
+
+  // cudaMemcpy into pageable memory (the legacy stream: after the blocking stream's write)
+  // returns only when done.
+  gate.close();
+  ECHO_LAUNCH(1, 1, 0, s, gated_write_kernel)(gate.flag, data, 8);
+  std::thread opener = gate.open_after(30);
+  int pageable = 0;
+  ASSERT_EQ(cudaMemcpy(&pageable, data, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  opener.join();
+  EXPECT_EQ(pageable, 8);
+
+  // A copy from pageable memory is staged at the call: the caller may reuse its buffer at once.
+  gate.close();
+  ECHO_LAUNCH(1, 1, 0, s, gated_write_kernel)(gate.flag, data, 9);
+  int source = 10;
+  ASSERT_EQ(cudaMemcpyAsync(data, &source, sizeof(int), cudaMemcpyHostToDevice, s), cudaSuccess);
+  source = 11;
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(host_copy(data, 1)[0], 10);
+
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  cudaFreeHost(pinned);
+  cudaFree(data);
+}
+
+TEST(KernelEmulatorStreams, AStreamOrderedFreeWaitsForTheWorkBeforeIt) {
+  // Freed at the call, the gated kernel's write would land in freed memory (ASan aborts the test).
+  Gate gate;
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  void* p = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&p, 64, s), cudaSuccess);
+  ECHO_LAUNCH(1, 1, 0, s, gated_write_kernel)(gate.flag, static_cast<int*>(p), 12);
+  ASSERT_EQ(cudaFreeAsync(p, s), cudaSuccess);
+  EXPECT_EQ(cudaFreeAsync(p, s), cudaErrorInvalidValue);  // twice: refused at the call
+  (void)cudaGetLastError();
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle);  // destroyed
+  (void)cudaGetLastError();
 }
 
 }  // namespace
