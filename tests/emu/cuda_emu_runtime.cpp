@@ -102,6 +102,21 @@ bool is_device_range(const void* p, size_t bytes) {
 
 namespace {
 
+int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("ECHO_EMU_DEVICES");
+    const int d = v == nullptr || v[0] == '\0' ? 1 : std::atoi(v);
+    if (d < 1 || d > 16) {
+      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_DEVICES=%s (expected 1 to 16)\n", v);
+      std::exit(2);
+    }
+    return d;
+  }();
+  return n;
+}
+bool device_ok(int device) { return device >= 0 && device < device_count(); }
+thread_local int t_device = 0;  // cudaSetDevice's, per host thread
+
 // Records `error` for cudaGetLastError and returns it (the last error is this thread's: no lock).
 cudaError_t fail_with(cudaError_t error) {
   t_last_error = error;
@@ -356,17 +371,24 @@ using echo::emu::t_last_error;
 
 extern "C" {
 
+// ECHO_EMU_DEVICES devices (default 1), all backed by the one host memory: with one per rank, the
+// paths for ranks on distinct GPUs (NCCL, nccl_emu.cpp; peer access) run. The current device is
+// each host thread's, as the runtime keeps it.
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return fail_with(cudaErrorInvalidValue);
-  *count = 1;
+  *count = echo::emu::device_count();
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return fail_with(cudaErrorInvalidValue);
-  *device = 0;
+  *device = echo::emu::t_device;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail_with(cudaErrorInvalidDevice); }
+cudaError_t cudaSetDevice(int device) {
+  if (!echo::emu::device_ok(device)) return fail_with(cudaErrorInvalidDevice);
+  echo::emu::t_device = device;
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() {
   echo::emu::synchronize_all();
   return cudaSuccess;
@@ -374,12 +396,14 @@ cudaError_t cudaDeviceSynchronize() {
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return fail_with(cudaErrorInvalidValue);
-  if (device != 0) return fail_with(cudaErrorInvalidDevice);
+  if (!echo::emu::device_ok(device)) return fail_with(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "echo kernel emulator");
-  // Every process's one device is the same device: the same UUID (never all zeros, which the
-  // IPC workspace reads as "could not read").
-  std::memcpy(prop->uuid.bytes, "echo-emulated-0", 16);
+  // Device d is the same device in every process: the same UUID (never all zeros, which the IPC
+  // workspace reads as "could not read").
+  char uuid[17];
+  std::snprintf(uuid, sizeof uuid, "echo-emulated-%02d", device % 100);
+  std::memcpy(prop->uuid.bytes, uuid, 16);
   prop->totalGlobalMem = echo::emu::kDeviceBytes;
   prop->sharedMemPerBlock = echo::emu::kMaxSharedBytes;
   prop->warpSize = echo::emu::kWarpSize;
@@ -395,8 +419,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 cudaError_t cudaDeviceGetPCIBusId(char* id, int length, int device) {
   if (id == nullptr || length < 13) return fail_with(cudaErrorInvalidValue);
-  if (device != 0) return fail_with(cudaErrorInvalidDevice);
-  std::snprintf(id, static_cast<size_t>(length), "0000:00:00.0");
+  if (!echo::emu::device_ok(device)) return fail_with(cudaErrorInvalidDevice);
+  std::snprintf(id, static_cast<size_t>(length), "0000:%02x:00.0", device);
   return cudaSuccess;
 }
 
@@ -405,8 +429,8 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int length, int device) {
 // once held stays reserved.
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   if (pool == nullptr) return fail_with(cudaErrorInvalidValue);
-  if (device != 0) return fail_with(cudaErrorInvalidDevice);
-  static char the_pool;
+  if (!echo::emu::device_ok(device)) return fail_with(cudaErrorInvalidDevice);
+  static char the_pool;  // NOTE: one pool for all devices: each rank's process uses one of them
   *pool = reinterpret_cast<cudaMemPool_t>(&the_pool);
   return cudaSuccess;
 }
@@ -692,8 +716,8 @@ cudaError_t cudaIpcCloseMemHandle(void* p) {
 
 cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
   if (can == nullptr) return fail_with(cudaErrorInvalidValue);
-  if (device != 0 || peer != 0) return fail_with(cudaErrorInvalidDevice);
-  *can = 0;  // one device: no peer
+  if (!echo::emu::device_ok(device) || !echo::emu::device_ok(peer)) return fail_with(cudaErrorInvalidDevice);
+  *can = device != peer ? 1 : 0;  // as GPUs joined by NVLink; never a device with itself
   return cudaSuccess;
 }
 

@@ -6,7 +6,9 @@
 # relative difference must be under 2e-2, the bound of the device check's loss_parity stage. The
 # cases: tp 1 with the exact all-reduce; tp 2 with Echo 4-bit forward and backward and the
 # compensator (two ranks on the one emulated device: Echo through host copies over MPI, the exact
-# reductions host-staged); tp 2 with S3R-EC INT8 linear layers as well. Each emulated run's step 1
+# reductions host-staged); tp 2 with S3R-EC INT8 linear layers as well; and tp 2 with each rank on
+# its own emulated GPU (ECHO_EMU_DEVICES=2), so the exact all-reduce and Echo's byte exchange go
+# over NCCL (tests/emu/nccl_emu.cpp), exact and Echo 4-bit. Each emulated run's step 1
 # must also be served from the start-up reservation of its memory plan (the emulated pool counts
 # cudaMallocAsync bytes as the device's does).
 #   emulated_training_test.sh BUILD_DIR MPIRUN [mpirun flags...]
@@ -42,17 +44,24 @@ YAML
 losses() { grep -o '"loss": *[-0-9.eE+]*' "$1/metrics.jsonl" | sed 's/.*: *//'; }
 
 # check NAME TP ARGS...: the same run on the cpu and the emulated cuda backend, loss by loss.
+# EMU_DEVICES: the emulated GPUs (default 1: every rank on the same one).
 check() {
   local name=$1 tp=$2; shift 2
   local dev bin
   for dev in cpu cuda; do
     bin=$build/echo_train
     [[ $dev == cuda ]] && bin=$build/tests/emu/echo_train_emu
-    "${mpirun[@]}" -np "$tp" "$bin" "$work/cfg.yaml" --set parallel.tp="$tp" --set run.device=$dev \
+    ECHO_EMU_DEVICES=${EMU_DEVICES:-1} "${mpirun[@]}" -np "$tp" "$bin" "$work/cfg.yaml" --set parallel.tp="$tp" --set run.device=$dev \
       --set run.out_dir="$work/$name-$dev" "$@" >"$work/$name-$dev.log" 2>&1 ||
       { tail -25 "$work/$name-$dev.log"; fail "$name: echo_train on $dev failed"; }
   done
   grep -q "CUDA backend on device" "$work/$name-cuda.log" || fail "$name: the emulated run did not use the CUDA backend"
+  if [[ ${EMU_DEVICES:-1} -gt 1 ]]; then
+    grep -q "CUDA backend on device 0 of ${EMU_DEVICES}" "$work/$name-cuda.log" ||
+      fail "$name: the emulated run does not see ${EMU_DEVICES} devices"
+    grep -q "NCCL communicator of $tp ranks, rank 1" "$work/$name-cuda.log" || fail "$name: no NCCL communicator was made"
+    if grep -q "share a GPU" "$work/$name-cuda.log"; then fail "$name: the exact all-reduce was host-staged, not NCCL"; fi
+  fi
   # The memory plan against the pool: step 1 must fit in the start-up reservation of the plan.
   local memory
   memory=$(grep -o 'memory: at most .*' "$work/$name-cuda.log" | head -1)
@@ -73,4 +82,6 @@ check() {
 check tp1_exact 1 --set linear.mode=bf16
 check tp2_echo4 2 --set linear.mode=bf16 --set comm.allreduce=echo --set comm.bits=4 --set comm.group_size=32
 check tp2_echo4_int8 2 --set linear.mode=int8 --set comm.allreduce=echo --set comm.bits=4 --set comm.group_size=32
+EMU_DEVICES=2 check tp2_exact_nccl 2 --set linear.mode=bf16
+EMU_DEVICES=2 check tp2_echo4_nccl 2 --set linear.mode=bf16 --set comm.allreduce=echo --set comm.bits=4 --set comm.group_size=32
 echo "$passed passed, 0 failed"
