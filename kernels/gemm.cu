@@ -76,8 +76,9 @@ struct GemmContext::Impl {
   Impl& operator=(const Impl&) = delete;
   ~Impl() {
     plans.clear();
-    // NOTE: cudaFree of the plain workspace waits for the device, so no kernel still reads either
-    // buffer when the scratch (pool memory, whose cudaFree does not wait) goes after it.
+    // NOTE: cudaFree of pool memory (the scratch) does not wait for the kernels that still read it,
+    // and the plain workspace's cudaFree, which would, is absent with a zero-byte workspace: wait here.
+    cudaDeviceSynchronize();
     if (workspace) cudaFree(workspace);
     if (scratch) cudaFree(scratch);
     if (handle) cublasLtDestroy(handle);

@@ -10,6 +10,7 @@
 // products in wrapping int32, as the hardware does.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -316,8 +317,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* a_ptr,
                               cublasLtMatrixLayout_t a_desc, const void* b_ptr, cublasLtMatrixLayout_t b_desc,
                               const void* beta, const void* c_ptr, cublasLtMatrixLayout_t c_desc, void* d_ptr,
-                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo, void*, size_t,
-                              cudaStream_t stream) {
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
   if (handle == nullptr || desc == nullptr || alpha == nullptr || beta == nullptr || algo == nullptr)
     return CUBLAS_STATUS_INVALID_VALUE;
   // Copies: the descriptors may be destroyed before the stream reaches the product.
@@ -354,10 +355,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
+  if (workspace_bytes > 0 && !echo::emu::is_device_range(workspace, workspace_bytes)) {
+    std::fprintf(stderr, "echo kernel emulator: cublasLtMatmul's workspace (%p, %zu bytes) is not device memory\n",
+                 workspace, workspace_bytes);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
   uint32_t alpha_bits, beta_bits;  // host pointer mode: read at the call, as the library does
   std::memcpy(&alpha_bits, alpha, 4);
   std::memcpy(&beta_bits, beta, 4);
-  echo::emu::issue(stream, [d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits] {
+  echo::emu::issue(stream, [d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits, workspace,
+                            workspace_bytes] {
+    // The library's kernels write their workspace: its two ends here (ASan names a workspace freed
+    // or reused by another allocation while this GEMM was queued).
+    if (workspace_bytes > 0) {
+      const size_t edge = std::min<size_t>(workspace_bytes, 4096);
+      std::memset(workspace, 0xa5, edge);
+      std::memset(static_cast<char*>(workspace) + workspace_bytes - edge, 0xa5, edge);
+    }
     multiply(d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits);
   });
   return CUBLAS_STATUS_SUCCESS;

@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -27,6 +29,7 @@
 // ASan's, present when the program is linked with it (the emulated tests are); this file itself is
 // not instrumented.
 extern "C" void __asan_unpoison_memory_region(void const volatile* addr, size_t size) __attribute__((weak));
+extern "C" void __asan_poison_memory_region(void const volatile* addr, size_t size) __attribute__((weak));
 
 namespace echo::emu {
 namespace {
@@ -35,6 +38,9 @@ namespace {
 // say, with its redzones) before mmap hands the range out again: a fresh mapping is addressable.
 void unpoison(void* p, size_t bytes) {
   if (__asan_unpoison_memory_region != nullptr) __asan_unpoison_memory_region(p, bytes);
+}
+void poison(void* p, size_t bytes) {
+  if (__asan_poison_memory_region != nullptr) __asan_poison_memory_region(p, bytes);
 }
 
 constexpr size_t kAlignment = 256;                        // cudaMalloc's guarantee
@@ -50,6 +56,7 @@ struct Allocation {
   int fd = -1;          // the memfd of an exportable allocation (kept open for the peers)
   bool opened = false;  // a peer's allocation mapped here: cudaIpcCloseMemHandle, not cudaFree
   bool pooled = false;  // cudaMallocAsync's
+  uint64_t id = 0;      // which allocation (an address is reused)
 };
 
 // The error cudaGetLastError returns: one per host thread, as the runtime keeps it.
@@ -59,6 +66,8 @@ struct State {
   std::mutex mutex;
   std::map<const char*, Allocation> device;  // live device memory by start: allocations and opened handles
   std::map<const char*, size_t> pinned;      // live cudaMallocHost blocks by start
+  // cudaMallocAsync blocks whose stream has not reached the allocation yet (by id): poisoned.
+  std::set<uint64_t> awaiting_stream;
   // Live events: their flags, where in which stream they were last recorded (no stream: never)
   // and when that record ran (host ns; 0 not yet); `records` tells a record's run from an older one's.
   struct Event {
@@ -94,6 +103,8 @@ size_t block_bytes(size_t bytes) { return bytes; }
 
 }  // namespace
 
+void unpoison_mapping(void* p, size_t bytes) { unpoison(p, bytes); }
+
 bool is_device_range(const void* p, size_t bytes) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -123,7 +134,10 @@ cudaError_t fail_with(cudaError_t error) {
   return error;
 }
 
-cudaError_t allocate(void** p, size_t bytes, bool exportable) {
+// cudaMalloc (`stream` null) or cudaMallocAsync. Pool memory must not be touched before the
+// allocating stream reaches the allocation ("cudaMallocAsync": on a GPU the block may be one a
+// stream-ordered free gave back while its last readers still run): ASan poisons it until then.
+cudaError_t allocate(void** p, size_t bytes, bool exportable, const cudaStream_t* stream = nullptr) {
   if (p == nullptr) return fail_with(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -155,15 +169,37 @@ cudaError_t allocate(void** p, size_t bytes, bool exportable) {
   }
   // Fresh device memory holds whatever was there before: all-ones bytes here (NaN as f32 or
   // bf16, -1 as an integer), so a kernel that reads before anything wrote shows in its result.
-  std::memset(block, 0xff, bytes);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.device[static_cast<const char*>(block)] = a;
-  s.used += bytes;
-  if (a.pooled) {
-    s.pool_used += bytes;
-    s.pool_used_high = std::max(s.pool_used_high, s.pool_used);
-    s.pool_reserved = std::max(s.pool_reserved, s.pool_used);
-    s.pool_reserved_high = std::max(s.pool_reserved_high, s.pool_reserved);
+  static std::atomic<uint64_t> allocations{0};
+  a.id = ++allocations;
+  if (stream == nullptr) {
+    std::memset(block, 0xff, bytes);
+  } else {
+    poison(block, bytes);
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.device[static_cast<const char*>(block)] = a;
+    s.used += bytes;
+    if (a.pooled) {
+      s.pool_used += bytes;
+      s.pool_used_high = std::max(s.pool_used_high, s.pool_used);
+      s.pool_reserved = std::max(s.pool_reserved, s.pool_used);
+      s.pool_reserved_high = std::max(s.pool_reserved_high, s.pool_reserved);
+    }
+  }
+  if (stream != nullptr) {  // after the table has it: the stream may get there at once
+    const uint64_t id = a.id;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.awaiting_stream.insert(id);
+    }
+    issue(*stream, [block, bytes, id] {
+      State& st = state();
+      std::lock_guard<std::mutex> lock(st.mutex);
+      if (st.awaiting_stream.erase(id) == 0) return;  // given back before its stream got here
+      unpoison(block, bytes);
+      std::memset(block, 0xff, bytes);
+    });
   }
   *p = block;
   return cudaSuccess;
@@ -187,6 +223,11 @@ bool forget_allocation(void* p, Allocation* out) {
 // queued before it on that stream still has the memory, and work of another stream that was not
 // ordered before it reads freed memory (ASan names it) as it would read another allocation's on a GPU.
 void unmap_allocation(void* p, const Allocation& a) {
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.awaiting_stream.erase(a.id);
+  }
   if (a.fd >= 0) {
     munmap(p, a.bytes);
     close(a.fd);
@@ -195,10 +236,19 @@ void unmap_allocation(void* p, const Allocation& a) {
   }
 }
 
-// cudaFree (`stream` null: the device is idle first, as cudaFree synchronizes it) or cudaFreeAsync.
+bool is_pooled(void* p) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.device.find(static_cast<const char*>(p));
+  return it != s.device.end() && it->second.pooled;
+}
+
+// cudaFree (`stream` null) or cudaFreeAsync. cudaFree of cudaMalloc's memory waits for the device;
+// of cudaMallocAsync's, it does not: the runtime assumes every access has completed (Programming
+// Guide, "Stream Ordered Memory Allocator"), so a kernel still queued reads freed memory here.
 cudaError_t release(void* p, const cudaStream_t* stream) {
   if (p == nullptr) return cudaSuccess;
-  if (stream == nullptr) synchronize_all();
+  if (stream == nullptr && !is_pooled(p)) synchronize_all();
   Allocation a;
   if (!forget_allocation(p, &a)) return fail_with(cudaErrorInvalidValue);
   if (stream == nullptr) {
@@ -235,19 +285,26 @@ bool is_pinned(const void* p, size_t bytes) {
   return holds(s.pinned, static_cast<const char*>(p), bytes, block_bytes);
 }
 
-// cudaMemcpy (`blocking_call`, on the legacy stream) and cudaMemcpyAsync, with the host
+// The rows of a copy: `height` rows of `width` bytes, `pitch` bytes apart (a plain copy is one row).
+struct Rows {
+  size_t width = 0, height = 1, dst_pitch = 0, src_pitch = 0;
+  size_t span(size_t pitch) const { return pitch * (height - 1) + width; }  // bytes from the first to the last
+};
+
+// cudaMemcpy[2D] (`blocking_call`, on the legacy stream) and cudaMemcpy[2D]Async, with the host
 // synchronization the runtime documents ("API synchronization behavior"): a copy between two
 // host buffers is done at the call; one from pageable host memory is staged at the call (the
 // caller may reuse its buffer at once) and reaches the device in stream order; one into pageable
 // host memory, and cudaMemcpy into pinned memory or from pinned to device memory, returns when
 // done; everything else (device to device, cudaMemcpyAsync with pinned memory) returns at once.
-cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
-                 bool blocking_call) {
+cudaError_t copy(void* dst, const void* src, Rows r, cudaMemcpyKind kind, cudaStream_t stream, bool blocking_call) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
-  if (bytes == 0) return cudaSuccess;
+  if (r.width == 0 || r.height == 0) return cudaSuccess;
+  if (r.height > 1 && (r.width > r.dst_pitch || r.width > r.src_pitch)) return fail_with(cudaErrorInvalidPitchValue);
   if (dst == nullptr || src == nullptr) return fail_with(cudaErrorInvalidValue);
-  const bool dst_device = is_device_range(dst, bytes);
-  const bool src_device = is_device_range(src, bytes);
+  const size_t dst_span = r.span(r.dst_pitch), src_span = r.span(r.src_pitch);
+  const bool dst_device = is_device_range(dst, dst_span);
+  const bool src_device = is_device_range(src, src_span);
   bool ok = true;
   switch (kind) {
     case cudaMemcpyHostToDevice:
@@ -271,18 +328,26 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, 
                  static_cast<int>(kind), dst_device ? "device" : "host", src_device ? "device" : "host");
     return fail_with(cudaErrorInvalidValue);
   }
+  char* d = static_cast<char*>(dst);
+  const char* c = static_cast<const char*>(src);
+  const auto move_rows = [d, c, r] {
+    for (size_t i = 0; i < r.height; ++i) std::memmove(d + i * r.dst_pitch, c + i * r.src_pitch, r.width);
+  };
   if (!dst_device && !src_device) {
-    std::memmove(dst, src, bytes);
+    move_rows();
     return cudaSuccess;
   }
-  const bool dst_pinned = !dst_device && is_pinned(dst, bytes);
-  const bool src_pinned = !src_device && is_pinned(src, bytes);
+  const bool dst_pinned = !dst_device && is_pinned(dst, dst_span);
+  const bool src_pinned = !src_device && is_pinned(src, src_span);
   if (!src_device && !src_pinned) {
-    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
-    issue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    auto staged = std::make_shared<std::vector<char>>(r.width * r.height);
+    for (size_t i = 0; i < r.height; ++i) std::memcpy(staged->data() + i * r.width, c + i * r.src_pitch, r.width);
+    issue(stream, [d, staged, r] {
+      for (size_t i = 0; i < r.height; ++i) std::memcpy(d + i * r.dst_pitch, staged->data() + i * r.width, r.width);
+    });
     return cudaSuccess;
   }
-  const StreamMark done = issue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  const StreamMark done = issue(stream, move_rows);
   if ((!dst_device && !dst_pinned) || (blocking_call && (dst_pinned || src_pinned))) wait_until(done);
   return cudaSuccess;
 }
@@ -359,6 +424,7 @@ const std::string& thread_order() {
 
 using echo::emu::allocate;
 using echo::emu::copy;
+using echo::emu::Rows;
 using echo::emu::event_ok;
 using echo::emu::fail_with;
 using echo::emu::forget_handle;
@@ -505,6 +571,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady:
       return "cudaErrorNotReady";
+    case cudaErrorInvalidPitchValue:
+      return "cudaErrorInvalidPitchValue";
     default:
       return "cudaError (emulated)";
   }
@@ -514,7 +582,7 @@ const char* cudaGetErrorString(cudaError_t error) { return cudaGetErrorName(erro
 cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, true); }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
-  return allocate(p, bytes, false);  // pool memory: not exportable with the legacy IPC calls
+  return allocate(p, bytes, false, &stream);  // pool memory: not exportable with the legacy IPC calls
 }
 cudaError_t cudaFree(void* p) { return release(p, nullptr); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
@@ -552,10 +620,18 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  return copy(dst, src, bytes, kind, nullptr, true);
+  return copy(dst, src, Rows{bytes, 1, bytes, bytes}, kind, nullptr, true);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  return copy(dst, src, bytes, kind, stream, false);
+  return copy(dst, src, Rows{bytes, 1, bytes, bytes}, kind, stream, false);
+}
+cudaError_t cudaMemcpy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t height,
+                         cudaMemcpyKind kind) {
+  return copy(dst, src, Rows{width, height, dst_pitch, src_pitch}, kind, nullptr, true);
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                              size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
+  return copy(dst, src, Rows{width, height, dst_pitch, src_pitch}, kind, stream, false);
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) { return set(p, value, bytes, nullptr); }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
@@ -604,8 +680,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   uint64_t record = 0;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
+    // NOTE: numbered across all events: a destroyed event's pending record must not pass for a
+    // new event's that got the same handle.
+    static uint64_t records = 0;
     auto& e = s.events[event];
-    record = ++e.records;
+    record = e.records = ++records;
     e.recorded_ns = 0;
   }
   const StreamMark mark = echo::emu::issue(

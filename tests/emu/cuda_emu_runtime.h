@@ -25,6 +25,8 @@ constexpr size_t kMaxSharedBytes = size_t{48} << 10;  // dynamic shared memory w
 // The host's monotonic clock in ns (%globaltimer's and the events' stand-in).
 uint64_t now_ns();
 
+// Clears ASan's stale shadow of a fresh mapping (an unmapped range reused: a thread's old stack).
+void unpoison_mapping(void* p, size_t bytes);
 // True when [p, p + bytes) lies inside one live allocation of cudaMalloc / cudaMallocAsync.
 bool is_device_range(const void* p, size_t bytes);
 // Aborts naming the kernel when the pointer argument at `index` is neither null nor inside (or one

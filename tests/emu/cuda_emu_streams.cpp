@@ -2,6 +2,8 @@
 // issue order; a mark is a count of completed pieces of work.
 #include "cuda_emu_streams.h"
 
+#include "cuda_emu_runtime.h"  // thread_order
+
 #include <unistd.h>
 
 #include <chrono>
@@ -53,6 +55,14 @@ long max_delay_us() {
   return us;
 }
 
+// The delays' seed: ECHO_EMU_SEED, to replay an interleaving, or one from the process id.
+unsigned base_seed() {
+  static const unsigned seed = std::getenv("ECHO_EMU_SEED") != nullptr
+                                   ? static_cast<unsigned>(env_number("ECHO_EMU_SEED", 0))
+                                   : static_cast<unsigned>(getpid()) * 7919u;
+  return seed;
+}
+
 }  // namespace
 
 // One stream: a queue of work and the thread that runs it. In sync mode there is no thread: work
@@ -64,6 +74,10 @@ class Stream {
   }
   // NOTE: only ever destroyed by remove_stream, which has waited for the queue to empty.
   ~Stream() {
+    if (worker_.joinable() && worker_.get_id() == std::this_thread::get_id()) {
+      std::fprintf(stderr, "echo kernel emulator: a stream destroyed on its own thread\n");
+      std::abort();
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
@@ -128,6 +142,10 @@ class Stream {
         std::this_thread::sleep_for(std::chrono::microseconds(us(rng_)));
       }
       item.work();
+      // NOTE: the work may hold the last reference to this stream (a wait for one of its own marks,
+      // its stream and event destroyed meanwhile): drop it before saying it completed, so the
+      // stream is never destroyed on its own thread.
+      item = Item{};
       {
         std::lock_guard<std::mutex> lock(mutex_);
         ++completed_;
@@ -160,8 +178,13 @@ struct Registry {
 Registry& registry() {
   // NOTE: leaked on purpose, as the runtime's state: the stream threads outlive static destructors.
   static Registry* r = [] {
+    // The settings are read here, on the host thread: a bad value ends the program before any
+    // stream thread runs.
+    (void)asynchronous();
+    (void)max_delay_us();
+    (void)thread_order();
     auto* reg = new Registry;
-    const unsigned base = static_cast<unsigned>(getpid()) * 7919u;
+    const unsigned base = base_seed();
     reg->next_seed = base;
     reg->legacy = std::make_shared<Stream>(true, base + 1);
     reg->per_thread = std::make_shared<Stream>(true, base + 2);

@@ -8,7 +8,8 @@
 // ECHO_EMU_STREAMS=async (the default) or sync (every piece of work runs on the calling thread at
 // issue: the emulator's first model, for telling a stream-ordering failure from a kernel's).
 // ECHO_EMU_STREAM_DELAY_US (default 200): each kernel, copy or fill waits a random 0..N µs on its
-// stream before it runs, so concurrent streams interleave differently from run to run.
+// stream before it runs, so concurrent streams interleave differently from run to run;
+// ECHO_EMU_SEED fixes the delays' seed (default: from the process id).
 #pragma once
 
 #include <cuda_runtime_api.h>

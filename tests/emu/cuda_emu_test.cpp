@@ -438,4 +438,54 @@ TEST(KernelEmulatorStreams, AStreamOrderedFreeWaitsForTheWorkBeforeIt) {
   (void)cudaGetLastError();
 }
 
+TEST(KernelEmulatorStreams, A2dCopyMovesRowsBetweenPitches) {
+  // 3 rows of 5 bytes: from a host buffer of pitch 8 into device memory of pitch 6 and back into
+  // one of pitch 7; the bytes between rows are not touched.
+  std::vector<unsigned char> host(24);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(i + 1);
+  unsigned char* device = device_copy(std::vector<unsigned char>(18, 0));
+  ASSERT_EQ(cudaMemcpy2D(device, 6, host.data(), 8, 5, 3, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<unsigned char> back(21, 0);
+  ASSERT_EQ(cudaMemcpy2D(back.data(), 7, device, 6, 5, 3, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t c = 0; c < 7; ++c) EXPECT_EQ(back[r * 7 + c], c < 5 ? host[r * 8 + c] : 0) << r << "," << c;
+  EXPECT_EQ(cudaMemcpy2D(device, 4, host.data(), 8, 5, 3, cudaMemcpyHostToDevice), cudaErrorInvalidPitchValue);
+  EXPECT_EQ(cudaMemcpy2D(device, 6, host.data(), 8, 5, 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue);  // past the end
+  (void)cudaGetLastError();
+  cudaFree(device);
+}
+
+// A stream-ordered allocation may not be touched before its stream reaches it; pool memory's
+// cudaFree does not wait for the kernels still queued on it. ASan names both.
+TEST_F(KernelEmulatorDeathTest, PoolMemoryIsOffLimitsUntilItsStreamGetsThere) {
+  const auto run = [] {
+    Gate gate;
+    cudaStream_t a = nullptr, b = nullptr;
+    cudaStreamCreate(&a);
+    cudaStreamCreate(&b);
+    int* held = device_copy(std::vector<int>{0});
+    ECHO_LAUNCH(1, 1, 0, a, gated_write_kernel)(gate.flag, held, 1);  // stream a waits at the gate
+    void* p = nullptr;
+    cudaMallocAsync(&p, 64, a);
+    ECHO_LAUNCH(1, 1, 0, b, copy_one_kernel)(held, static_cast<int*>(p));  // stream b, no event
+    cudaStreamSynchronize(b);
+  };
+  EXPECT_DEATH(run(), "use-after-poison");
+}
+
+TEST_F(KernelEmulatorDeathTest, CudaFreeOfPoolMemoryDoesNotWaitForItsReaders) {
+  const auto run = [] {
+    Gate gate;
+    cudaStream_t s = nullptr;
+    cudaStreamCreate(&s);
+    void* p = nullptr;
+    cudaMallocAsync(&p, 64, s);
+    ECHO_LAUNCH(1, 1, 0, s, gated_write_kernel)(gate.flag, static_cast<int*>(p), 1);
+    cudaFree(p);  // the runtime assumes every access has completed
+    gate.open();
+    cudaStreamSynchronize(s);
+  };
+  EXPECT_DEATH(run(), "heap-use-after-free");
+}
+
 }  // namespace

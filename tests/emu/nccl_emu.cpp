@@ -16,10 +16,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,11 +41,16 @@ struct IdContents {
 };
 static_assert(sizeof(IdContents) <= NCCL_UNIQUE_ID_BYTES);
 
-// One ordered pair's mailbox: `posted` chunks written by the sender, `taken` read by the receiver.
+// One ordered pair's mailbox: `posted` chunks written by the sender, `taken` read by the receiver;
+// `ready` receives the receiver has posted, `started` messages the sender has begun (as NCCL's, a
+// send waits for its receive: an ungrouped send before a receive on both ranks deadlocks).
 struct alignas(64) Mailbox {
   std::atomic<uint64_t> posted;
   std::atomic<uint64_t> taken;
-  std::atomic<uint64_t> bytes;  // the last posted chunk's length
+  std::atomic<uint64_t> bytes;          // the last posted chunk's length
+  std::atomic<uint64_t> message_bytes;  // the length of the message it belongs to
+  std::atomic<uint64_t> ready;
+  std::atomic<uint64_t> started;
 };
 
 struct Segment {
@@ -70,6 +77,7 @@ struct ncclComm {
   int nranks = 0, rank = 0;
   Segment* segment = nullptr;
   size_t bytes = 0;
+  std::atomic<bool> busy{false};  // one operation at a time moves through the mailboxes
   Mailbox& box(int from, int to) const { return segment->mailbox[from * nranks + to]; }
   char* slot(int from, int to) const {
     char* slots = reinterpret_cast<char*>(&segment->mailbox[nranks * nranks]);
@@ -92,29 +100,36 @@ void wait_for(const ncclComm* comm, int peer, const char* what, Ready ready) {
       std::fflush(stderr);
       std::abort();
     }
-    std::this_thread::yield();
+    if (spins < 1024) {
+      std::this_thread::yield();
+    } else {
+      usleep(50);  // a long wait leaves the CPU to the peer (CI runs the ranks on two cores)
+    }
   }
 }
 
-void send_chunk(const ncclComm* comm, int peer, const char* data, size_t bytes, const char* what) {
+void send_chunk(const ncclComm* comm, int peer, const char* data, size_t bytes, size_t message_bytes,
+                const char* what) {
   Mailbox& b = comm->box(comm->rank, peer);
   const uint64_t n = b.posted.load(std::memory_order_relaxed);
   wait_for(comm, peer, what, [&] { return b.taken.load(std::memory_order_acquire) == n; });
   std::memcpy(comm->slot(comm->rank, peer), data, bytes);
   b.bytes.store(bytes, std::memory_order_relaxed);
+  b.message_bytes.store(message_bytes, std::memory_order_relaxed);
   b.posted.store(n + 1, std::memory_order_release);
 }
 
-void receive_chunk(const ncclComm* comm, int peer, char* data, size_t bytes, const char* what) {
+void receive_chunk(const ncclComm* comm, int peer, char* data, size_t bytes, size_t message_bytes, const char* what) {
   Mailbox& b = comm->box(peer, comm->rank);
   const uint64_t n = b.taken.load(std::memory_order_relaxed);
   wait_for(comm, peer, what, [&] { return b.posted.load(std::memory_order_acquire) > n; });
   const size_t got = b.bytes.load(std::memory_order_relaxed);
-  if (got != bytes) {
+  const size_t got_message = b.message_bytes.load(std::memory_order_relaxed);
+  if (got != bytes || got_message != message_bytes) {
     std::fprintf(stderr,
-                 "echo kernel emulator: NCCL rank %d expected a chunk of %zu bytes from rank %d in %s and got %zu "
-                 "(sends and receives of different sizes)\n",
-                 comm->rank, bytes, peer, what, got);
+                 "echo kernel emulator: NCCL rank %d expected a message of %zu bytes from rank %d in %s and got one "
+                 "of %zu (sends and receives of different sizes)\n",
+                 comm->rank, message_bytes, peer, what, got_message);
     std::fflush(stderr);
     std::abort();
   }
@@ -132,17 +147,34 @@ struct Transfer {
 // Moves every transfer, chunk by chunk: all sends of chunk c, then all receives of chunk c. A send
 // waits only for its peer to have taken chunk c - 1, which the peer does before its own chunk-c
 // sends: no cycle.
-void run_transfers(const ncclComm* comm, const std::vector<Transfer>& transfers, const char* what) {
+void run_transfers(ncclComm* comm, const std::vector<Transfer>& transfers, const char* what) {
+  if (comm->busy.exchange(true)) {
+    std::fprintf(stderr,
+                 "echo kernel emulator: two NCCL operations of one communicator at once (issued on two streams "
+                 "without an order between them)\n");
+    std::abort();
+  }
+  // Every receive is posted first, then each send waits for its receive to be posted (empty
+  // messages move nothing and are not matched, as the product skips them on both sides).
+  for (const Transfer& t : transfers)
+    if (!t.send && t.bytes > 0) comm->box(t.peer, comm->rank).ready.fetch_add(1, std::memory_order_release);
+  for (const Transfer& t : transfers) {
+    if (!t.send || t.bytes == 0) continue;
+    Mailbox& b = comm->box(comm->rank, t.peer);
+    const uint64_t m = b.started.fetch_add(1, std::memory_order_relaxed);
+    wait_for(comm, t.peer, what, [&] { return b.ready.load(std::memory_order_acquire) > m; });
+  }
   size_t most = 0;
   for (const Transfer& t : transfers) most = std::max(most, t.bytes);
   for (size_t offset = 0; offset < most; offset += kSlotBytes) {
     for (const Transfer& t : transfers)
       if (t.send && t.bytes > offset)
-        send_chunk(comm, t.peer, t.data + offset, std::min(kSlotBytes, t.bytes - offset), what);
+        send_chunk(comm, t.peer, t.data + offset, std::min(kSlotBytes, t.bytes - offset), t.bytes, what);
     for (const Transfer& t : transfers)
       if (!t.send && t.bytes > offset)
-        receive_chunk(comm, t.peer, t.data + offset, std::min(kSlotBytes, t.bytes - offset), what);
+        receive_chunk(comm, t.peer, t.data + offset, std::min(kSlotBytes, t.bytes - offset), t.bytes, what);
   }
+  comm->busy.store(false);
 }
 
 size_t type_bytes(ncclDataType_t type) {
@@ -247,9 +279,10 @@ extern "C" {
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (id == nullptr) return ncclInvalidArgument;
   static std::atomic<int> counter{0};
+  static const unsigned nonce = std::random_device{}();  // a crashed run's leftover is never reused
   IdContents c{};
   c.magic = kIdMagic;
-  std::snprintf(c.name, sizeof c.name, "/echo-nccl-emu-%d-%d", static_cast<int>(getpid()), counter++);
+  std::snprintf(c.name, sizeof c.name, "/echo-nccl-emu-%d-%08x-%d", static_cast<int>(getpid()), nonce, counter++);
   *id = ncclUniqueId{};
   std::memcpy(id->internal, &c, sizeof c);
   return ncclSuccess;
@@ -264,22 +297,28 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   const int fd = shm_open(c.name, O_CREAT | O_RDWR, 0600);
   if (fd < 0) return ncclSystemError;
   // Every rank sizes it alike; a new segment reads as zeros (no rank joined, no message posted).
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  // Reserved whole, so a full /dev/shm is this error and not a SIGBUS later.
+  const int reserved = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : errno;
+  if (reserved != 0) {
+    std::fprintf(stderr, "echo kernel emulator: NCCL shared memory %s (%zu bytes): %s\n", c.name, bytes,
+                 std::strerror(reserved));
     close(fd);
+    shm_unlink(c.name);
     return ncclSystemError;
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return ncclSystemError;
+  echo::emu::unpoison_mapping(p, bytes);
   auto* comm = new ncclComm;
   comm->nranks = nranks;
   comm->rank = rank;
   comm->segment = static_cast<Segment*>(p);
   comm->bytes = bytes;
-  // As ncclCommInitRank: returns when every rank has joined. Then the name can go.
-  comm->segment->joined.fetch_add(1);
+  // As ncclCommInitRank: returns when every rank has joined. The last to join (every other rank
+  // has the segment mapped) removes the name.
+  if (comm->segment->joined.fetch_add(1) + 1 == nranks) shm_unlink(c.name);
   wait_for(comm, -1, "ncclCommInitRank", [&] { return comm->segment->joined.load() >= nranks; });
-  if (rank == 0) shm_unlink(c.name);
   // Said once per communicator, so a test can tell the NCCL path ran.
   std::fprintf(stderr, "echo kernel emulator: NCCL communicator of %d ranks, rank %d\n", nranks, rank);
   *out = comm;

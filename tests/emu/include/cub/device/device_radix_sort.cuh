@@ -25,7 +25,9 @@ struct DeviceRadixSort {
       return cudaErrorInvalidValue;
     if (!echo::emu::stream_exists(stream)) return cudaErrorInvalidResourceHandle;
     // In stream order, as CUB's kernels run.
+    if (!echo::emu::is_device_range(temp, temp_bytes)) return cudaErrorInvalidValue;
     echo::emu::issue(stream, [=] {
+      std::memset(temp, 0xa5, temp_bytes);  // CUB's kernels use their temp storage
       const int width = end_bit - begin_bit;
       const uint64_t mask = width == 64 ? ~uint64_t{0} : ((uint64_t{1} << width) - 1);
       std::vector<uint64_t> keys(keys_in, keys_in + num_items);
