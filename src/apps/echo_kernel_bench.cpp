@@ -178,8 +178,9 @@ int bench_main(int argc, char** argv) {
   backend::AdamWScalars sc{0.9f, 0.95f, 0.1f, 0.05f, 1e-4f, 1.0f, 1e-8f};
   // AdamW reads w, g, m, v and writes w, m, v; v starts at 0 so it stays a valid second moment.
   cuda::scale(pv, 0.0, s);
-  rows.push_back({fmt::format("adamw ({})", params), time_ms(s, iters, [&] { cuda::adamw_step(pw, pg, pm, pv, 0.999f, sc, s); }),
-                  params * 28.0, copy_ceiling, true});
+  rows.push_back({fmt::format("adamw ({})", params),
+                  time_ms(s, iters, [&] { cuda::adamw_step(pw, pg, pm, pv, 0.999f, sc, s); }), params * 28.0,
+                  copy_ceiling, true});
   pw = {}, pg = {}, pm = {}, pv = {}, pbf = {};
 
   // ---- GEMMs of one layer (bf16, y = x W^T) and the FFN in int8 ----

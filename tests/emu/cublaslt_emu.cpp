@@ -136,6 +136,15 @@ bool reachable(const void* p, const Layout& l) {
   return echo::emu::is_device_range(p, static_cast<size_t>(last + 1) * type_bytes(l.type));
 }
 
+// The library's kernels write their workspace: its two ends here, in stream order (ASan names a
+// workspace freed, or given to another allocation, while the GEMM was queued).
+void write_workspace(void* workspace, size_t bytes) {
+  if (bytes == 0) return;
+  const size_t edge = std::min<size_t>(bytes, 4096);
+  std::memset(workspace, 0xa5, edge);
+  std::memset(static_cast<char*>(workspace) + bytes - edge, 0xa5, edge);
+}
+
 // D = alpha op(A) op(B) + beta C, batch by batch: the work cublasLtMatmul issues on its stream.
 // alpha and beta are the 4 bytes read at the call (an int32 or a float, per the problem).
 void multiply(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl, const void* a_ptr,
@@ -363,17 +372,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   uint32_t alpha_bits, beta_bits;  // host pointer mode: read at the call, as the library does
   std::memcpy(&alpha_bits, alpha, 4);
   std::memcpy(&beta_bits, beta, 4);
-  echo::emu::issue(stream, [d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits, workspace,
-                            workspace_bytes] {
-    // The library's kernels write their workspace: its two ends here (ASan names a workspace freed
-    // or reused by another allocation while this GEMM was queued).
-    if (workspace_bytes > 0) {
-      const size_t edge = std::min<size_t>(workspace_bytes, 4096);
-      std::memset(workspace, 0xa5, edge);
-      std::memset(static_cast<char*>(workspace) + workspace_bytes - edge, 0xa5, edge);
-    }
+  const auto product = [=] {
+    write_workspace(workspace, workspace_bytes);
     multiply(d, a, b, c, dl, a_ptr, b_ptr, c_ptr, d_ptr, alpha_bits, beta_bits);
-  });
+  };
+  echo::emu::issue(stream, product);
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -19,9 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
-#include <memory>
 #include <vector>
 
 #include "cuda_emu_streams.h"
@@ -254,7 +254,8 @@ cudaError_t release(void* p, const cudaStream_t* stream) {
   if (stream == nullptr) {
     unmap_allocation(p, a);
   } else {
-    issue(*stream, [p, a] { unmap_allocation(p, a); }, false);
+    issue(
+        *stream, [p, a] { unmap_allocation(p, a); }, false);
   }
   return cudaSuccess;
 }
@@ -424,11 +425,11 @@ const std::string& thread_order() {
 
 using echo::emu::allocate;
 using echo::emu::copy;
-using echo::emu::Rows;
 using echo::emu::event_ok;
 using echo::emu::fail_with;
 using echo::emu::forget_handle;
 using echo::emu::release;
+using echo::emu::Rows;
 using echo::emu::set;
 using echo::emu::state;
 using echo::emu::stream_ok;

@@ -2,8 +2,6 @@
 // issue order; a mark is a count of completed pieces of work.
 #include "cuda_emu_streams.h"
 
-#include "cuda_emu_runtime.h"  // thread_order
-
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cuda_emu_runtime.h"  // thread_order
 
 namespace echo::emu {
 namespace {
@@ -286,7 +286,8 @@ void wait_until(const StreamMark& mark) {
 
 void synchronize(cudaStream_t handle) {
   if (is_legacy(handle)) {
-    wait_until(issue(handle, [] {}, false));
+    wait_until(issue(
+        handle, [] {}, false));
     return;
   }
   std::shared_ptr<Stream> s;

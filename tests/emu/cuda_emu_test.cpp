@@ -180,7 +180,10 @@ class KernelEmulatorDeathTest : public ::testing::Test {
 
 TEST_F(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
   int* out = device_copy(std::vector<int>(64, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)(out); cudaDeviceSynchronize(); };
+  const auto launch = [out] {
+    ECHO_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)(out);
+    cudaDeviceSynchronize();
+  };
   EXPECT_DEATH(launch(),
                "divergent_barrier_kernel.*__syncthreads reached by 63 threads after 1 threads of the block returned");
   cudaFree(out);
@@ -188,7 +191,10 @@ TEST_F(KernelEmulatorDeathTest, ABarrierNotEveryThreadReachesAborts) {
 
 TEST_F(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
   int* out = device_copy(std::vector<int>(32, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 32, 0, nullptr, shuffle_after_return_kernel)(out); cudaDeviceSynchronize(); };
+  const auto launch = [out] {
+    ECHO_LAUNCH(1, 32, 0, nullptr, shuffle_after_return_kernel)(out);
+    cudaDeviceSynchronize();
+  };
   EXPECT_DEATH(launch(), "shuffle_after_return_kernel.*__shfl_xor_sync with the full mask after lane 3 returned");
   cudaFree(out);
 }
@@ -196,7 +202,10 @@ TEST_F(KernelEmulatorDeathTest, AShuffleAfterALaneReturnedAborts) {
 TEST_F(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
   float* in = device_copy(std::vector<float>(40, 1.0f));
   float* out = device_copy(std::vector<float>(40, 0.0f));
-  const auto launch = [in, out] { ECHO_LAUNCH(1, 40, 0, nullptr, butterfly_kernel)(in, out, 1); cudaDeviceSynchronize(); };
+  const auto launch = [in, out] {
+    ECHO_LAUNCH(1, 40, 0, nullptr, butterfly_kernel)(in, out, 1);
+    cudaDeviceSynchronize();
+  };
   EXPECT_DEATH(launch(), "in a warp of 8 threads");
   cudaFree(in);
   cudaFree(out);
@@ -204,7 +213,10 @@ TEST_F(KernelEmulatorDeathTest, AShuffleInAPartialWarpAborts) {
 
 TEST_F(KernelEmulatorDeathTest, TwoBarriersInTheSourceDoNotPairUp) {
   int* out = device_copy(std::vector<int>(64, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)(out); cudaDeviceSynchronize(); };
+  const auto launch = [out] {
+    ECHO_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)(out);
+    cudaDeviceSynchronize();
+  };
   EXPECT_DEATH(launch(), "two_barriers_kernel.*__syncthreads pairs threads waiting at different places");
   cudaFree(out);
 }
@@ -213,13 +225,19 @@ TEST_F(KernelEmulatorDeathTest, AKernelGivenHostMemoryAborts) {
   std::vector<float> host(64, 1.0f), also_host(64, 0.0f);
   float* in = host.data();
   float* out = also_host.data();
-  const auto launch = [in, out] { ECHO_LAUNCH(1, 32, 0, nullptr, butterfly_kernel)(in, out, 1); cudaDeviceSynchronize(); };
+  const auto launch = [in, out] {
+    ECHO_LAUNCH(1, 32, 0, nullptr, butterfly_kernel)(in, out, 1);
+    cudaDeviceSynchronize();
+  };
   EXPECT_DEATH(launch(), "butterfly_kernel: pointer argument 0 .* is not device memory");
 }
 
 TEST_F(KernelEmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAreADeadlock) {
   int* out = device_copy(std::vector<int>(64, 0));
-  const auto launch = [out] { ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out); cudaDeviceSynchronize(); };
+  const auto launch = [out] {
+    ECHO_LAUNCH(1, 64, 0, nullptr, deadlock_kernel)(out);
+    cudaDeviceSynchronize();
+  };
   EXPECT_DEATH(launch(), "deadlock_kernel.*deadlock: 0 running, 48 at __syncthreads, 16 in a warp shuffle");
   cudaFree(out);
 }
@@ -450,7 +468,8 @@ TEST(KernelEmulatorStreams, A2dCopyMovesRowsBetweenPitches) {
   for (size_t r = 0; r < 3; ++r)
     for (size_t c = 0; c < 7; ++c) EXPECT_EQ(back[r * 7 + c], c < 5 ? host[r * 8 + c] : 0) << r << "," << c;
   EXPECT_EQ(cudaMemcpy2D(device, 4, host.data(), 8, 5, 3, cudaMemcpyHostToDevice), cudaErrorInvalidPitchValue);
-  EXPECT_EQ(cudaMemcpy2D(device, 6, host.data(), 8, 5, 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue);  // past the end
+  EXPECT_EQ(cudaMemcpy2D(device, 6, host.data(), 8, 5, 4, cudaMemcpyHostToDevice),
+            cudaErrorInvalidValue);  // past the end
   (void)cudaGetLastError();
   cudaFree(device);
 }

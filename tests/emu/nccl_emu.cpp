@@ -179,11 +179,22 @@ void run_transfers(ncclComm* comm, const std::vector<Transfer>& transfers, const
 
 size_t type_bytes(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -196,39 +207,35 @@ T combine(T a, T b, ncclRedOp_t op) {
     return a + b;
 }
 
-// acc (op)= in, element by element.
+// acc[i] (op)= in[i] for elements of type T.
+template <class T>
+void combine_element(char* acc, const char* in, size_t i, ncclRedOp_t op) {
+  T a, b;
+  std::memcpy(&a, acc + sizeof(T) * i, sizeof(T));
+  std::memcpy(&b, in + sizeof(T) * i, sizeof(T));
+  a = combine(a, b, op);
+  std::memcpy(acc + sizeof(T) * i, &a, sizeof(T));
+}
+
+// acc (op)= in, element by element; bf16 in float, each step rounded back to bf16.
 void reduce_into(char* acc, const char* in, size_t count, ncclDataType_t type, ncclRedOp_t op) {
   for (size_t i = 0; i < count; ++i) {
     switch (type) {
-      case ncclFloat32: {
-        float a, b;
-        std::memcpy(&a, acc + 4 * i, 4);
-        std::memcpy(&b, in + 4 * i, 4);
-        a = combine(a, b, op);
-        std::memcpy(acc + 4 * i, &a, 4);
+      case ncclFloat32:
+        combine_element<float>(acc, in, i, op);
         break;
-      }
-      case ncclFloat64: {
-        double a, b;
-        std::memcpy(&a, acc + 8 * i, 8);
-        std::memcpy(&b, in + 8 * i, 8);
-        a = combine(a, b, op);
-        std::memcpy(acc + 8 * i, &a, 8);
+      case ncclFloat64:
+        combine_element<double>(acc, in, i, op);
         break;
-      }
-      case ncclInt32: {
-        int32_t a, b;
-        std::memcpy(&a, acc + 4 * i, 4);
-        std::memcpy(&b, in + 4 * i, 4);
-        a = combine(a, b, op);
-        std::memcpy(acc + 4 * i, &a, 4);
+      case ncclInt32:
+        combine_element<int32_t>(acc, in, i, op);
         break;
-      }
-      case ncclBfloat16: {  // each step in float, rounded back to bf16
+      case ncclBfloat16: {
         uint16_t a, b;
         std::memcpy(&a, acc + 2 * i, 2);
         std::memcpy(&b, in + 2 * i, 2);
-        const uint16_t r = echo::float_to_bf16_bits(combine(echo::bf16_bits_to_float(a), echo::bf16_bits_to_float(b), op));
+        const uint16_t r =
+            echo::float_to_bf16_bits(combine(echo::bf16_bits_to_float(a), echo::bf16_bits_to_float(b), op));
         std::memcpy(acc + 2 * i, &r, 2);
         break;
       }
@@ -254,7 +261,8 @@ void issue_transfers(ncclComm* comm, cudaStream_t stream, std::vector<Transfer> 
 ncclResult_t add_transfer(bool send, void* data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                           cudaStream_t stream) {
   const size_t width = type_bytes(type);
-  if (comm == nullptr || width == 0 || peer < 0 || peer >= comm->nranks || peer == comm->rank) return ncclInvalidArgument;
+  if (comm == nullptr || width == 0 || peer < 0 || peer >= comm->nranks || peer == comm->rank)
+    return ncclInvalidArgument;
   if (!echo::emu::stream_exists(stream)) return ncclInvalidArgument;
   if (count > 0 && !echo::emu::is_device_range(data, count * width)) return ncclInvalidArgument;
   Transfer t{send, peer, static_cast<char*>(data), count * width};
@@ -298,7 +306,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   if (fd < 0) return ncclSystemError;
   // Every rank sizes it alike; a new segment reads as zeros (no rank joined, no message posted).
   // Reserved whole, so a full /dev/shm is this error and not a SIGBUS later.
-  const int reserved = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : errno;
+  const int reserved =
+      ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : errno;
   if (reserved != 0) {
     std::fprintf(stderr, "echo kernel emulator: NCCL shared memory %s (%zu bytes): %s\n", c.name, bytes,
                  std::strerror(reserved));
@@ -335,11 +344,16 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclSystemError: return "unhandled system error (emulated NCCL)";
-    case ncclInvalidArgument: return "invalid argument (emulated NCCL)";
-    case ncclInvalidUsage: return "invalid usage (emulated NCCL)";
-    default: return "NCCL error (emulated)";
+    case ncclSuccess:
+      return "no error";
+    case ncclSystemError:
+      return "unhandled system error (emulated NCCL)";
+    case ncclInvalidArgument:
+      return "invalid argument (emulated NCCL)";
+    case ncclInvalidUsage:
+      return "invalid usage (emulated NCCL)";
+    default:
+      return "NCCL error (emulated)";
   }
 }
 
