@@ -126,7 +126,24 @@ int device_count() {
   return n;
 }
 bool device_ok(int device) { return device >= 0 && device < device_count(); }
-thread_local int t_device = 0;  // cudaSetDevice's, per host thread
+// A host thread's first current device: 0, as the runtime's; with ECHO_EMU_DEFAULT_DEVICE=local_rank,
+// the process's node-local MPI rank (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK) modulo the devices, as
+// if the program had called cudaSetDevice(local_rank) first: the multi-rank tests that take the
+// current device as they find it then run with one device per rank.
+int first_device() {
+  static const int d = [] {
+    const char* v = std::getenv("ECHO_EMU_DEFAULT_DEVICE");
+    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "local_rank") != 0) {
+      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_DEFAULT_DEVICE=%s (expected 0 or local_rank)\n", v);
+      std::exit(2);
+    }
+    const char* rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return rank == nullptr ? 0 : std::atoi(rank) % device_count();
+  }();
+  return d;
+}
+thread_local int t_device = first_device();  // cudaSetDevice's, per host thread
 
 // Records `error` for cudaGetLastError and returns it (the last error is this thread's: no lock).
 cudaError_t fail_with(cudaError_t error) {
