@@ -132,12 +132,7 @@ bool device_ok(int device) { return device >= 0 && device < device_count(); }
 // current device as they find it then run with one device per rank.
 int first_device() {
   static const int d = [] {
-    const char* v = std::getenv("ECHO_EMU_DEFAULT_DEVICE");
-    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return 0;
-    if (std::strcmp(v, "local_rank") != 0) {
-      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_DEFAULT_DEVICE=%s (expected 0 or local_rank)\n", v);
-      std::exit(2);
-    }
+    if (env_choice("ECHO_EMU_DEFAULT_DEVICE", {"0", "local_rank"}) == "0") return 0;
     const char* rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     return rank == nullptr ? 0 : std::atoi(rank) % device_count();
   }();
@@ -423,18 +418,20 @@ void check_stream(cudaStream_t stream, const char* kernel_name) {
   std::abort();
 }
 
+std::string env_choice(const char* name, std::initializer_list<const char*> allowed) {
+  const char* v = std::getenv(name);
+  const std::string s = v == nullptr || v[0] == '\0' ? *allowed.begin() : v;
+  std::string expected;
+  for (const char* a : allowed) {
+    if (s == a) return s;
+    expected += expected.empty() ? a : std::string(", ") + a;
+  }
+  std::fprintf(stderr, "echo kernel emulator: %s=%s (expected one of %s)\n", name, s.c_str(), expected.c_str());
+  std::exit(2);
+}
+
 const std::string& thread_order() {
-  static const std::string order = [] {
-    const char* v = std::getenv("ECHO_EMU_ORDER");
-    const std::string s = v == nullptr || v[0] == '\0' ? "alternate" : v;
-    if (s != "alternate" && s != "forward" && s != "reverse" && s != "shuffle") {
-      std::fprintf(stderr,
-                   "echo kernel emulator: ECHO_EMU_ORDER=%s (expected alternate, forward, reverse or shuffle)\n",
-                   s.c_str());
-      std::exit(2);
-    }
-    return s;
-  }();
+  static const std::string order = env_choice("ECHO_EMU_ORDER", {"alternate", "forward", "reverse", "shuffle"});
   return order;
 }
 

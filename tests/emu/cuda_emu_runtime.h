@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "cuda_emu_streams.h"
@@ -37,6 +38,9 @@ void record_launch_error(cudaError_t error);
 // Aborts naming the kernel when `stream` is neither a default stream nor one created and not
 // destroyed.
 void check_stream(cudaStream_t stream, const char* kernel_name);
+// The value of the setting `name`, one of `allowed` (the first when unset or empty); any other value
+// ends the program naming the setting and the values it takes.
+std::string env_choice(const char* name, std::initializer_list<const char*> allowed);
 // ECHO_EMU_ORDER: "alternate" (the default: blocks and launches forward and backward in turn),
 // "forward", "reverse" or "shuffle".
 const std::string& thread_order();

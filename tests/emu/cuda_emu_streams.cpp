@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_emu_runtime.h"  // thread_order
+#include "cuda_emu_runtime.h"  // env_choice, thread_order
 
 namespace echo::emu {
 namespace {
@@ -38,15 +38,7 @@ long env_number(const char* name, long fallback) {
 }
 
 bool asynchronous() {
-  static const bool async = [] {
-    const char* v = std::getenv("ECHO_EMU_STREAMS");
-    const std::string s = v == nullptr || v[0] == '\0' ? "async" : v;
-    if (s != "async" && s != "sync") {
-      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_STREAMS=%s (expected async or sync)\n", s.c_str());
-      std::exit(2);
-    }
-    return s == "async";
-  }();
+  static const bool async = env_choice("ECHO_EMU_STREAMS", {"async", "sync"}) == "async";
   return async;
 }
 
@@ -185,7 +177,6 @@ Registry& registry() {
     (void)thread_order();
     auto* reg = new Registry;
     const unsigned base = base_seed();
-    reg->next_seed = base;
     reg->legacy = std::make_shared<Stream>(true, base + 1);
     reg->per_thread = std::make_shared<Stream>(true, base + 2);
     reg->next_seed = base + 3;
