@@ -52,7 +52,16 @@ class Stack {
 #endif
     mapped_ = kStackBytes + page;
   }
-  ~Stack() { munmap(base_, mapped_); }
+  // NOTE: the stack's shadow is cleared before the range goes back: ASan keeps an unmapped range's
+  // shadow, so the kernels' stack redzones left here would poison whatever mmap hands out there
+  // next (a stream's thread, and its stacks, end with cudaStreamDestroy; MPI's shared window was
+  // reported as a stack-buffer-underflow).
+  ~Stack() {
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_UNPOISON_MEMORY_REGION(bottom_, kStackBytes);
+#endif
+    munmap(base_, mapped_);
+  }
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
   // Boost.Context's StackAllocator: the same stack for each fiber that runs thread i of a block.
