@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -114,15 +115,7 @@ bool is_device_range(const void* p, size_t bytes) {
 namespace {
 
 int device_count() {
-  static const int n = [] {
-    const char* v = std::getenv("ECHO_EMU_DEVICES");
-    const int d = v == nullptr || v[0] == '\0' ? 1 : std::atoi(v);
-    if (d < 1 || d > 16) {
-      std::fprintf(stderr, "echo kernel emulator: ECHO_EMU_DEVICES=%s (expected 1 to 16)\n", v);
-      std::exit(2);
-    }
-    return d;
-  }();
+  static const int n = static_cast<int>(env_number("ECHO_EMU_DEVICES", 1, 1, 16));
   return n;
 }
 bool device_ok(int device) { return device >= 0 && device < device_count(); }
@@ -133,8 +126,7 @@ bool device_ok(int device) { return device >= 0 && device < device_count(); }
 int first_device() {
   static const int d = [] {
     if (env_choice("ECHO_EMU_DEFAULT_DEVICE", {"0", "local_rank"}) == "0") return 0;
-    const char* rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    return rank == nullptr ? 0 : std::atoi(rank) % device_count();
+    return static_cast<int>(env_number("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, 1L << 20)) % device_count();
   }();
   return d;
 }
@@ -272,8 +264,6 @@ cudaError_t release(void* p, const cudaStream_t* stream) {
   return cudaSuccess;
 }
 
-bool stream_ok(cudaStream_t stream) { return stream_exists(stream); }
-
 bool event_ok(cudaEvent_t event) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -311,7 +301,7 @@ struct Rows {
 // host memory, and cudaMemcpy into pinned memory or from pinned to device memory, returns when
 // done; everything else (device to device, cudaMemcpyAsync with pinned memory) returns at once.
 cudaError_t copy(void* dst, const void* src, Rows r, cudaMemcpyKind kind, cudaStream_t stream, bool blocking_call) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   if (r.width == 0 || r.height == 0) return cudaSuccess;
   if (r.height > 1 && (r.width > r.dst_pitch || r.width > r.src_pitch)) return fail_with(cudaErrorInvalidPitchValue);
   if (dst == nullptr || src == nullptr) return fail_with(cudaErrorInvalidValue);
@@ -367,7 +357,7 @@ cudaError_t copy(void* dst, const void* src, Rows r, cudaMemcpyKind kind, cudaSt
 
 // cudaMemset and cudaMemsetAsync: asynchronous for device memory, in stream order.
 cudaError_t set(void* p, int value, size_t bytes, cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
   if (!is_device_range(p, bytes)) return fail_with(cudaErrorInvalidValue);
   issue(stream, [p, value, bytes] { std::memset(p, value, bytes); });
@@ -430,6 +420,19 @@ std::string env_choice(const char* name, std::initializer_list<const char*> allo
   std::exit(2);
 }
 
+long env_number(const char* name, long fallback, long lo, long hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE || n < lo || n > hi) {
+    std::fprintf(stderr, "echo kernel emulator: %s=%s (expected a whole number from %ld to %ld)\n", name, v, lo, hi);
+    std::exit(2);
+  }
+  return n;
+}
+
 const std::string& thread_order() {
   static const std::string order = env_choice("ECHO_EMU_ORDER", {"alternate", "forward", "reverse", "shuffle"});
   return order;
@@ -446,7 +449,7 @@ using echo::emu::release;
 using echo::emu::Rows;
 using echo::emu::set;
 using echo::emu::state;
-using echo::emu::stream_ok;
+using echo::emu::stream_exists;
 using echo::emu::StreamMark;
 using echo::emu::t_last_error;
 
@@ -596,12 +599,12 @@ const char* cudaGetErrorString(cudaError_t error) { return cudaGetErrorName(erro
 
 cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, true); }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   return allocate(p, bytes, false, &stream);  // pool memory: not exportable with the legacy IPC calls
 }
 cudaError_t cudaFree(void* p) { return release(p, nullptr); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   return release(p, &stream);
 }
 // Pinned host memory: kernels may read it (unified addressing), so it is kept in its own table.
@@ -666,13 +669,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (!stream_ok(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream)) return fail_with(cudaErrorInvalidResourceHandle);
   echo::emu::synchronize(stream);
   return cudaSuccess;
 }
 // The wait is for the event's last record before this call, as the runtime's.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  if (!stream_ok(stream) || !event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream) || !event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
   echo::emu::issue_wait(stream, echo::emu::event_mark(event));
   return cudaSuccess;
 }
@@ -690,7 +693,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) { return forget_handle(state().e
 // A record is work on the stream: the event completes, and takes its time, when the stream
 // reaches it.
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!stream_ok(stream) || !event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
+  if (!stream_exists(stream) || !event_ok(event)) return fail_with(cudaErrorInvalidResourceHandle);
   auto& s = state();
   uint64_t record = 0;
   {

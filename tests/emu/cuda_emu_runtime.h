@@ -41,6 +41,9 @@ void check_stream(cudaStream_t stream, const char* kernel_name);
 // The value of the setting `name`, one of `allowed` (the first when unset or empty); any other value
 // ends the program naming the setting and the values it takes.
 std::string env_choice(const char* name, std::initializer_list<const char*> allowed);
+// The whole-number setting `name`, `fallback` when unset or empty; anything else than a whole
+// number in [lo, hi] ends the program naming the setting and the range.
+long env_number(const char* name, long fallback, long lo, long hi);
 // ECHO_EMU_ORDER: "alternate" (the default: blocks and launches forward and backward in turn),
 // "forward", "reverse" or "shuffle".
 const std::string& thread_order();

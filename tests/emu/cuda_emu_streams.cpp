@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_emu_runtime.h"  // env_choice, thread_order
+#include "cuda_emu_runtime.h"  // env_choice, env_number, thread_order
 
 namespace echo::emu {
 namespace {
@@ -25,32 +25,20 @@ namespace {
 const cudaStream_t kLegacyStream = reinterpret_cast<cudaStream_t>(0x1);     // cudaStreamLegacy
 const cudaStream_t kPerThreadStream = reinterpret_cast<cudaStream_t>(0x2);  // cudaStreamPerThread
 
-long env_number(const char* name, long fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0) {
-    std::fprintf(stderr, "echo kernel emulator: %s=%s (expected a whole number >= 0)\n", name, v);
-    std::exit(2);
-  }
-  return n;
-}
-
 bool asynchronous() {
   static const bool async = env_choice("ECHO_EMU_STREAMS", {"async", "sync"}) == "async";
   return async;
 }
 
 long max_delay_us() {
-  static const long us = env_number("ECHO_EMU_STREAM_DELAY_US", 200);
+  static const long us = env_number("ECHO_EMU_STREAM_DELAY_US", 200, 0, 1000000);
   return us;
 }
 
 // The delays' seed: ECHO_EMU_SEED, to replay an interleaving, or one from the process id.
 unsigned base_seed() {
   static const unsigned seed = std::getenv("ECHO_EMU_SEED") != nullptr
-                                   ? static_cast<unsigned>(env_number("ECHO_EMU_SEED", 0))
+                                   ? static_cast<unsigned>(env_number("ECHO_EMU_SEED", 0, 0, 0xffffffffL))
                                    : static_cast<unsigned>(getpid()) * 7919u;
   return seed;
 }

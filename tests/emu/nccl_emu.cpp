@@ -64,10 +64,7 @@ size_t segment_bytes(int nranks) {
 }
 
 double timeout_s() {
-  static const double s = [] {
-    const char* v = std::getenv("ECHO_EMU_NCCL_TIMEOUT_S");
-    return v == nullptr || v[0] == '\0' ? 300.0 : std::atof(v);
-  }();
+  static const double s = static_cast<double>(echo::emu::env_number("ECHO_EMU_NCCL_TIMEOUT_S", 300, 1, 86400));
   return s;
 }
 
