@@ -1,6 +1,7 @@
 // NcclGroup (comm/nccl_group.h).
 #include "comm/nccl_group.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <map>
@@ -9,17 +10,20 @@
 #include <utility>
 
 #include "comm/nccl_check.h"
+#include "comm/nccl_watch.h"
 #include "cuda_check.h"
 #include "dist/mpi_check.h"
 
 namespace echo::comm {
 
 struct NcclGroup::Impl {
+  explicit Impl(int ranks) : watch(ranks) {}
   ncclComm_t comm = nullptr;
+  NcclWatch watch;  // the collective watchdog's view of the calls in flight
 };
 
 NcclGroup::NcclGroup(const dist::Communicator& group)
-    : impl_(std::make_unique<Impl>()), size_(group.size()), rank_(group.rank()) {
+    : impl_(std::make_unique<Impl>(group.size())), size_(group.size()), rank_(group.rank()) {
   ncclUniqueId id;
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group.get()));
@@ -66,6 +70,12 @@ void nccl_group(F&& enqueue) {
   NCCL_CHECK(end);
 }
 
+size_t total_bytes(const ByteExchange& layout) {
+  size_t sum = 0;
+  for (const auto c : layout.counts) sum += static_cast<size_t>(c);
+  return sum;
+}
+
 void check_layout(const ByteExchange& layout, int size, const char* what) {
   ECHO_CHECK(layout.counts.size() == static_cast<size_t>(size) && layout.displs.size() == static_cast<size_t>(size),
              "NcclGroup: the {} layout has {} counts and {} displacements for {} ranks", what, layout.counts.size(),
@@ -83,6 +93,7 @@ void NcclGroup::all_reduce(void* data, size_t n, DType dtype, backend::ReduceOp 
     default: ECHO_FAIL("NcclGroup::all_reduce: {} values are not reduced (f32, bf16, f64 or i32)", to_string(dtype));
   }
   NCCL_CHECK(ncclAllReduce(data, data, n, type, op == backend::ReduceOp::max ? ncclMax : ncclSum, impl_->comm, stream));
+  impl_->watch.enqueued("all-reduce", n, fmt::format("{} values", to_string(dtype)), stream);
 }
 
 void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_layout, uint8_t* recv,
@@ -107,6 +118,7 @@ void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_l
              "ncclRecv");
     }
   });
+  impl_->watch.enqueued("all-to-all", total_bytes(send_layout), "bytes sent", stream);
   if (send_layout.counts[rank_] > 0)
     CUDA_CHECK(cudaMemcpyAsync(recv + recv_layout.displs[rank_], send + send_layout.displs[rank_],
                                static_cast<size_t>(send_layout.counts[rank_]), cudaMemcpyDeviceToDevice, stream));
@@ -125,6 +137,7 @@ void NcclGroup::all_gather_bytes(const uint8_t* own, uint8_t* recv, const ByteEx
              "ncclRecv");
     }
   });
+  impl_->watch.enqueued("all-gather", total_bytes(gather), "bytes", stream);
   if (own_bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(recv + gather.displs[rank_], own, own_bytes, cudaMemcpyDeviceToDevice, stream));
 }

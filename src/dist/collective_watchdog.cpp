@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/log.h"
 #include "core/runnable_clock.h"
@@ -41,6 +43,17 @@ struct Watchdog {
   std::once_flag started;
   // Where this node's ranks are (dist/node_progress_board.h); null until watch_peers_on_node().
   std::atomic<NodeProgressBoard*> board{nullptr};
+  // The device collectives' probes, and per probe the collective last seen pending: its id, the
+  // time this process was stopped since it was enqueued, and whether it has fired.
+  struct DeviceWatch {
+    DeviceCollectiveProbe probe;
+    uint64_t id = 0;
+    int64_t excused_ns = 0;
+    bool fired = false;
+  };
+  std::mutex probes_mutex;
+  std::map<uint64_t, DeviceWatch> probes;
+  uint64_t next_probe = 1;
 
   // A seqlock: the generation is odd while a change is written and moves on by two with each
   // (sequentially consistent, like every access here: a few atomic stores beside an MPI
@@ -89,6 +102,8 @@ struct Watchdog {
       last_look = now;
       last_runnable = runnable_now;
       if (NodeProgressBoard* b = board.load()) b->beat(now, poll);
+      const bool was_late = late > std::max<int64_t>(2 * poll, 200'000'000);
+      check_device_collectives(now, was_late ? stopped : 0);
       const uint64_t gen = generation.load();
       const char* w = what.load();
       const bool slow = patience.load() == static_cast<int>(Patience::slow);
@@ -100,8 +115,7 @@ struct Watchdog {
       // A thread woken far later than asked was stopped, or starved of a CPU: the part of the
       // delay it was not even runnable (core/runnable_clock.h) is its stop. Below the threshold,
       // a scheduler's noise.
-      if (late > std::max<int64_t>(2 * poll, 200'000'000))
-        excused_ns += std::min(stopped, std::max<int64_t>(0, now - since));
+      if (was_late) excused_ns += std::min(stopped, std::max<int64_t>(0, now - since));
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
       if (timeout <= 0) continue;
@@ -118,6 +132,32 @@ struct Watchdog {
                       b ? b->describe_others(now, waited, w, in_step, in_comm)
                         : std::string("a peer rank is stopped, hung or gone")));
     }
+  }
+
+  // Asks each probe for its oldest pending collective; one pending longer than the step limit,
+  // less the time this process was stopped since it was enqueued, fires (once).
+  void check_device_collectives(int64_t now, int64_t stopped) {
+    const int64_t timeout = timeout_ns.load();
+    std::vector<std::string> overdue;
+    {
+      std::lock_guard<std::mutex> lock(probes_mutex);
+      for (auto& [handle, watch] : probes) {
+        const PendingDeviceCollective p = watch.probe();
+        if (p.what.empty()) continue;
+        if (p.id != watch.id) watch.id = p.id, watch.excused_ns = 0, watch.fired = false;
+        watch.excused_ns += std::min(stopped, std::max<int64_t>(0, now - p.since_ns));
+        const int64_t waited = now - p.since_ns - watch.excused_ns;
+        if (timeout <= 0 || watch.fired || waited <= timeout) continue;
+        watch.fired = true;
+        overdue.push_back(fmt::format(
+            "[rank {}] error: no progress for {} s in {} on this rank's GPU, enqueued{} (comm.peer_timeout_s = {:g}): "
+            "a peer rank of its communicator is stopped, hung or gone, or never made the same call; ending this "
+            "rank so that mpirun ends the job",
+            rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), p.what,
+            p.step > 0 ? fmt::format(" at step {}", p.step) : std::string(), static_cast<double>(timeout) * 1e-9));
+      }
+    }
+    for (const std::string& message : overdue) fire(message);  // NOTE: outside the lock: a handler may unregister
   }
 
   void fire(const std::string& message) {
@@ -189,6 +229,24 @@ std::string describe_peer_process(int world_rank) {
 }
 
 void set_collective_step(int64_t step) { watchdog().step.store(step); }
+
+int64_t collective_step() { return watchdog().step.load(); }
+
+bool device_collectives_watched() { return watchdog().timeout_ns.load(std::memory_order_relaxed) > 0; }
+
+uint64_t add_device_collective_probe(DeviceCollectiveProbe probe) {
+  Watchdog& w = watchdog();
+  std::lock_guard<std::mutex> lock(w.probes_mutex);
+  const uint64_t handle = w.next_probe++;
+  w.probes[handle].probe = std::move(probe);
+  return handle;
+}
+
+void remove_device_collective_probe(uint64_t handle) {
+  Watchdog& w = watchdog();
+  std::lock_guard<std::mutex> lock(w.probes_mutex);  // waits out a look that is calling it
+  w.probes.erase(handle);
+}
 
 void set_collective_timeout_handler(std::function<void(const std::string& message)> handler) {
   Watchdog& w = watchdog();

@@ -60,6 +60,28 @@ void set_collective_step(int64_t step);
 // can be thrown there. Tests replace it.
 void set_collective_timeout_handler(std::function<void(const std::string& message)> handler);
 
+// Collectives a device runs on its own (NCCL calls enqueued on a stream): the host goes on at once,
+// so no CollectiveScope brackets the wait; a peer that never joins leaves the device, and the host
+// at its next wait on the device, blocked for ever. A probe (comm/nccl_watch.h) says which of them
+// is the oldest not yet done; the watchdog's thread asks every probe at each look and, like a step
+// scope, ends the rank when one has lasted longer than comm.peer_timeout_s (time this process was
+// stopped excused). PyTorch's NCCL watchdog works the same way, on CUDA events.
+struct PendingDeviceCollective {
+  uint64_t id = 0;       // changes with every collective: one is never blamed for another's time
+  std::string what;      // "" when nothing is pending
+  int64_t since_ns = 0;  // when it was enqueued (steady clock, core/stopwatch.h)
+  int64_t step = 0;      // the training step it was enqueued in; 0: none
+};
+using DeviceCollectiveProbe = std::function<PendingDeviceCollective()>;
+// Registers a probe (called on the watchdog's thread, under a lock) and returns its handle.
+uint64_t add_device_collective_probe(DeviceCollectiveProbe probe);
+// Unregisters it; once this returns the probe is not running and never runs again.
+void remove_device_collective_probe(uint64_t handle);
+// Whether step scopes, and so device collectives, are watched (comm.peer_timeout_s set and > 0).
+bool device_collectives_watched();
+// The step set_collective_step() set last.
+int64_t collective_step();
+
 // Marks the calling thread as inside one collective for its lifetime. `what` names it in the
 // message and must outlive the scope (a string literal); `comm` is the communicator it runs on
 // (a timeout's message judges only ranks waiting on the same one as being in "the same" or "a

@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../support/gpu_test.h"
@@ -20,9 +23,11 @@
 #include "../support/test_util.h"
 #include "comm/echo/echo_all_reduce.h"
 #include "comm/make_all_reduce.h"
+#include "comm/nccl_group.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda_check.h"
+#include "dist/collective_watchdog.h"
 #include "dist/world.h"
 
 namespace echo::comm {
@@ -122,6 +127,66 @@ TEST(NcclPaths, EchoOverNcclEqualsTheCpuAndDefersItsFaults) {
   Tensor t = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
   EXPECT_NO_THROW(dev.all_reduce(t, {1, Direction::backward}));
   expect_error([&] { dev.raise_deferred_faults(); }, "non-finite gradient entering the backward all-reduce at backward site 1");
+}
+
+// A peer that has not made the same NCCL call: the GPU waits in it with no timeout of NCCL's own,
+// and nothing on the host waits yet. The collective watchdog's device probe (comm/nccl_watch.h)
+// ends the rank after comm.peer_timeout_s naming the call; here its handler records the message,
+// and then the peer joins, so the call completes with the right sum. The peer's own prompt call
+// fires nothing.
+TEST(NcclPaths, ACallAPeerHasNotMadeIsNamedByTheWatchdog) {
+  REQUIRE_ONE_GPU_PER_RANK();
+  const auto comm = world();
+  NcclGroup group(comm);
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  dist::set_collective_timeout_handler([&](const std::string& m) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    messages.push_back(m);
+  });
+  constexpr double kTimeoutS = 2;
+  dist::set_collective_timeout(kTimeoutS, comm.rank());
+  dist::set_collective_step(7);
+  auto fired = [&] {
+    const std::lock_guard<std::mutex> lock(mutex);
+    return messages.size();
+  };
+  // Whole numbers: every summation order gives the same floats.
+  const size_t n = 4096;
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 7 + static_cast<size_t>(comm.rank()) * 13) % 101);
+  Tensor t = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  if (comm.rank() == 0) {
+    group.all_reduce(t.raw(), n, DType::f32, backend::ReduceOp::sum, stream);
+    for (int i = 0; i < 600 && fired() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the peers join only now
+  if (comm.rank() != 0) group.all_reduce(t.raw(), n, DType::f32, backend::ReduceOp::sum, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a look after the call completed
+  dist::set_collective_timeout(0, comm.rank());
+  dist::set_collective_step(0);
+  dist::set_collective_timeout_handler({});
+
+  std::vector<float> want(n);
+  MPI_Allreduce(x.data(), want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(t.to(Device::cpu).to_vector<float>(), want);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (comm.rank() == 0) {
+    ASSERT_EQ(messages.size(), 1u) << "one message, once";
+    const std::string& m = messages[0];
+    for (const std::string& part :
+         {std::string("[rank 0] error: no progress for "),
+          fmt::format("in NCCL all-reduce of {} f32 values over {} ranks on this rank's GPU, enqueued at step 7", n,
+                      comm.size()),
+          std::string("(comm.peer_timeout_s = 2)"), std::string("stopped, hung or gone")})
+      EXPECT_NE(m.find(part), std::string::npos) << "missing '" << part << "' in: " << m;
+  } else {
+    EXPECT_TRUE(messages.empty()) << messages.front();
+  }
 }
 
 }  // namespace

@@ -1119,7 +1119,9 @@ TEST(Config, APathStartingWithTildeIsRefusedWhereItIsUsed) {
   const std::string home = std::getenv("HOME") != nullptr ? std::getenv("HOME") : "";
   const std::string msg = echo::testing::error_of([] { refuse_unexpanded_home("run.out_dir", "~/runs/x"); });
   EXPECT_THAT(msg, HasSubstr("'run.out_dir' = ~/runs/x starts with '~', which only a shell expands"));
-  if (!home.empty()) EXPECT_THAT(msg, HasSubstr(": write " + home + "/runs/x"));
+  if (!home.empty()) {
+    EXPECT_THAT(msg, HasSubstr(": write " + home + "/runs/x"));
+  }
   EXPECT_THAT(echo::testing::error_of([] { refuse_unexpanded_home("data.train", "~alice/d/train"); }),
               HasSubstr("'data.train' = ~alice/d/train starts with '~', which only a shell expands (a config or --set "
                         "value is taken as written, so a folder named '~' would be made in the working directory): "
