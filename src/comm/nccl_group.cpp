@@ -12,18 +12,21 @@
 #include "comm/nccl_check.h"
 #include "comm/nccl_watch.h"
 #include "cuda_check.h"
+#include "dist/collective_watchdog.h"
 #include "dist/mpi_check.h"
 
 namespace echo::comm {
 
 struct NcclGroup::Impl {
-  explicit Impl(int ranks) : watch(ranks) {}
+  Impl(int ranks, uint64_t members_id) : watch(ranks, members_id) {}
   ncclComm_t comm = nullptr;
   NcclWatch watch;  // the collective watchdog's view of the calls in flight
 };
 
 NcclGroup::NcclGroup(const dist::Communicator& group)
-    : impl_(std::make_unique<Impl>(group.size())), size_(group.size()), rank_(group.rank()) {
+    : impl_(std::make_unique<Impl>(group.size(), group.members_id())), size_(group.size()), rank_(group.rank()) {
+  // Start-up's patience (comm.save_timeout_s): the peers may still be building their models.
+  const dist::CollectiveScope watched("the NCCL communicator's set-up (ncclCommInitRank)", group, dist::Patience::slow);
   ncclUniqueId id;
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group.get()));
@@ -92,8 +95,10 @@ void NcclGroup::all_reduce(void* data, size_t n, DType dtype, backend::ReduceOp 
     case DType::i32: type = ncclInt32; break;
     default: ECHO_FAIL("NcclGroup::all_reduce: {} values are not reduced (f32, bf16, f64 or i32)", to_string(dtype));
   }
-  NCCL_CHECK(ncclAllReduce(data, data, n, type, op == backend::ReduceOp::max ? ncclMax : ncclSum, impl_->comm, stream));
-  impl_->watch.enqueued("all-reduce", n, fmt::format("{} values", to_string(dtype)), stream);
+  impl_->watch.run("all-reduce", n, fmt::format("{} values", to_string(dtype)), stream, [&] {
+    NCCL_CHECK(
+        ncclAllReduce(data, data, n, type, op == backend::ReduceOp::max ? ncclMax : ncclSum, impl_->comm, stream));
+  });
 }
 
 void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_layout, uint8_t* recv,
@@ -105,20 +110,23 @@ void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_l
              recv_layout.counts[rank_]);
   // NOTE: a zero count is skipped on both sides alike (rank j's send count to me is my receive
   // count from j), so every send meets its receive.
-  nccl_group([&](auto&& note) {
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      if (send_layout.counts[j] > 0)
-        note(ncclSend(send + send_layout.displs[j], static_cast<size_t>(send_layout.counts[j]), ncclUint8, j,
-                      impl_->comm, stream),
-             "ncclSend");
-      if (recv_layout.counts[j] > 0)
-        note(ncclRecv(recv + recv_layout.displs[j], static_cast<size_t>(recv_layout.counts[j]), ncclUint8, j,
-                      impl_->comm, stream),
-             "ncclRecv");
-    }
+  const auto own = static_cast<size_t>(send_layout.counts[rank_]);
+  const size_t moved = total_bytes(send_layout) - own + total_bytes(recv_layout) - own;
+  impl_->watch.run("all-to-all", moved, "bytes sent and received", stream, [&] {
+    nccl_group([&](auto&& note) {
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        if (send_layout.counts[j] > 0)
+          note(ncclSend(send + send_layout.displs[j], static_cast<size_t>(send_layout.counts[j]), ncclUint8, j,
+                        impl_->comm, stream),
+               "ncclSend");
+        if (recv_layout.counts[j] > 0)
+          note(ncclRecv(recv + recv_layout.displs[j], static_cast<size_t>(recv_layout.counts[j]), ncclUint8, j,
+                        impl_->comm, stream),
+               "ncclRecv");
+      }
+    });
   });
-  impl_->watch.enqueued("all-to-all", total_bytes(send_layout), "bytes sent", stream);
   if (send_layout.counts[rank_] > 0)
     CUDA_CHECK(cudaMemcpyAsync(recv + recv_layout.displs[rank_], send + send_layout.displs[rank_],
                                static_cast<size_t>(send_layout.counts[rank_]), cudaMemcpyDeviceToDevice, stream));
@@ -127,17 +135,19 @@ void NcclGroup::all_to_all_bytes(const uint8_t* send, const ByteExchange& send_l
 void NcclGroup::all_gather_bytes(const uint8_t* own, uint8_t* recv, const ByteExchange& gather, cudaStream_t stream) {
   check_layout(gather, size_, "gather");
   const auto own_bytes = static_cast<size_t>(gather.counts[rank_]);
-  nccl_group([&](auto&& note) {
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      if (own_bytes > 0) note(ncclSend(own, own_bytes, ncclUint8, j, impl_->comm, stream), "ncclSend");
-      if (gather.counts[j] > 0)
-        note(ncclRecv(recv + gather.displs[j], static_cast<size_t>(gather.counts[j]), ncclUint8, j, impl_->comm,
-                      stream),
-             "ncclRecv");
-    }
+  const size_t moved = total_bytes(gather);
+  impl_->watch.run("all-gather", moved, "bytes", stream, [&] {
+    nccl_group([&](auto&& note) {
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        if (own_bytes > 0) note(ncclSend(own, own_bytes, ncclUint8, j, impl_->comm, stream), "ncclSend");
+        if (gather.counts[j] > 0)
+          note(ncclRecv(recv + gather.displs[j], static_cast<size_t>(gather.counts[j]), ncclUint8, j, impl_->comm,
+                        stream),
+               "ncclRecv");
+      }
+    });
   });
-  impl_->watch.enqueued("all-gather", total_bytes(gather), "bytes", stream);
   if (own_bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(recv + gather.displs[rank_], own, own_bytes, cudaMemcpyDeviceToDevice, stream));
 }

@@ -23,6 +23,35 @@
 namespace echo::dist {
 namespace {
 
+// A watching thread's looks: sleeps the poll asked for, then says when it woke and how much of the
+// time since its last look this process was stopped (0 unless the look came far later than asked:
+// below that, a scheduler's noise). A thread woken far later than asked was stopped, or starved
+// of a CPU: the part of the delay it was not even runnable (core/runnable_clock.h) is its stop.
+// Make it on the thread that uses it.
+class LookClock {
+ public:
+  struct Look {
+    int64_t now;
+    int64_t poll;
+    int64_t stopped_ns;
+  };
+  Look next(int64_t poll) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
+    const int64_t now = steady_now_ns();
+    const int64_t late = now - last_look_ - poll;  // beyond the sleep asked for
+    const int64_t runnable_now = runnable_.read();
+    const int64_t stopped = stopped_part_ns(now - last_look_, poll, runnable_growth(last_runnable_, runnable_now));
+    last_look_ = now;
+    last_runnable_ = runnable_now;
+    return Look{now, poll, late > std::max<int64_t>(2 * poll, 200'000'000) ? stopped : 0};
+  }
+
+ private:
+  const RunnableClock runnable_;  // tells this thread's stop from its starvation
+  int64_t last_look_ = steady_now_ns();
+  int64_t last_runnable_ = runnable_.read();
+};
+
 struct Watchdog {
   std::atomic<int64_t> timeout_ns{0};       // a step scope's limit (comm.peer_timeout_s); 0: off
   std::atomic<int64_t> slow_timeout_ns{0};  // a slow scope's limit (comm.save_timeout_s); 0: off
@@ -41,14 +70,16 @@ struct Watchdog {
   std::mutex handler_mutex;
   std::function<void(const std::string&)> handler;
   std::once_flag started;
+  std::once_flag devices_started;
   // Where this node's ranks are (dist/node_progress_board.h); null until watch_peers_on_node().
   std::atomic<NodeProgressBoard*> board{nullptr};
-  // The device collectives' probes, and per probe the collective last seen pending: its id, the
-  // time this process was stopped since it was enqueued, and whether it has fired.
+  // The device collectives' probes (watched by their own thread), and per probe the call it last
+  // reported.
   struct DeviceWatch {
     DeviceCollectiveProbe probe;
-    uint64_t id = 0;
-    int64_t excused_ns = 0;
+    uint64_t id = 0;              // the call it reported last (0: none)
+    int64_t seen_ns = 0;          // the look that first found the device in it
+    int64_t stopped_base_ns = 0;  // the device thread's stopped total at that look
     bool fired = false;
   };
   std::mutex probes_mutex;
@@ -75,6 +106,17 @@ struct Watchdog {
     }
   }
 
+  // Nanoseconds between looks: a quarter of the smaller limit in force (at most 0.1 s, at least
+  // 10 ms): an overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's.
+  // Short looks also tell a stop of this process (a look far later than asked) from a scheduler's
+  // delay, and keep the heartbeat fresh; ten wake-ups a second cost nothing.
+  int64_t poll_ns() const {
+    const int64_t step_limit = timeout_ns.load(), slow_limit = slow_timeout_ns.load();
+    const int64_t smaller =
+        step_limit > 0 && slow_limit > 0 ? std::min(step_limit, slow_limit) : std::max(step_limit, slow_limit);
+    return smaller > 0 ? std::clamp<int64_t>(smaller / 4, 10'000'000, 100'000'000) : 100'000'000;
+  }
+
   void watch() {
     uint64_t fired_for = ~uint64_t{0};
     // Time this process did not run (SIGSTOP, Ctrl-Z) while the scope `excused_for` was in force.
@@ -82,28 +124,11 @@ struct Watchdog {
     // continues it before ending it), must not blame the peers it kept waiting.
     uint64_t excused_for = ~uint64_t{0};
     int64_t excused_ns = 0;
-    const RunnableClock runnable;  // tells this thread's stop from its starvation
-    int64_t last_look = steady_now_ns();
-    int64_t last_runnable = runnable.read();
+    LookClock clock;
     for (;;) {
-      // A quarter of the smaller limit in force between looks (at most 0.1 s, at least 10 ms): an
-      // overrun is seen within 1.25 of its limit, a step scope's as soon as a slow one's. Short
-      // looks also tell a stop of this process (a look far later than asked) from a scheduler's
-      // delay, and keep the heartbeat fresh; ten wake-ups a second cost nothing.
-      const int64_t step_limit = timeout_ns.load(), slow_limit = slow_timeout_ns.load();
-      const int64_t smaller =
-          step_limit > 0 && slow_limit > 0 ? std::min(step_limit, slow_limit) : std::max(step_limit, slow_limit);
-      const int64_t poll = smaller > 0 ? std::clamp<int64_t>(smaller / 4, 10'000'000, 100'000'000) : 100'000'000;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(poll));
-      const int64_t now = steady_now_ns();
-      const int64_t late = now - last_look - poll;  // beyond the sleep asked for
-      const int64_t runnable_now = runnable.read();
-      const int64_t stopped = stopped_part_ns(now - last_look, poll, runnable_growth(last_runnable, runnable_now));
-      last_look = now;
-      last_runnable = runnable_now;
-      if (NodeProgressBoard* b = board.load()) b->beat(now, poll);
-      const bool was_late = late > std::max<int64_t>(2 * poll, 200'000'000);
-      check_device_collectives(now, was_late ? stopped : 0);
+      const LookClock::Look look = clock.next(poll_ns());
+      const int64_t now = look.now;
+      if (NodeProgressBoard* b = board.load()) b->beat(now, look.poll);
       const uint64_t gen = generation.load();
       const char* w = what.load();
       const bool slow = patience.load() == static_cast<int>(Patience::slow);
@@ -112,10 +137,7 @@ struct Watchdog {
       const uint64_t in_comm = members.load();
       if ((gen & 1) != 0 || w == nullptr || gen == fired_for || generation.load() != gen) continue;
       if (gen != excused_for) excused_for = gen, excused_ns = 0;
-      // A thread woken far later than asked was stopped, or starved of a CPU: the part of the
-      // delay it was not even runnable (core/runnable_clock.h) is its stop. Below the threshold,
-      // a scheduler's noise.
-      if (was_late) excused_ns += std::min(stopped, std::max<int64_t>(0, now - since));
+      excused_ns += std::min(look.stopped_ns, std::max<int64_t>(0, now - since));
       // The limit of the scope's patience in force now (it may have been turned off).
       const int64_t timeout = slow ? slow_timeout_ns.load() : timeout_ns.load();
       if (timeout <= 0) continue;
@@ -134,25 +156,43 @@ struct Watchdog {
     }
   }
 
-  // Asks each probe for its oldest pending collective; one pending longer than the step limit,
-  // less the time this process was stopped since it was enqueued, fires (once).
-  void check_device_collectives(int64_t now, int64_t stopped) {
+  // The device collectives' own thread (started with the first probe). NOTE: not the scopes'
+  // thread: a probe makes CUDA calls, and one that blocks in the driver (a device wedged by the
+  // very hang it should report) must not stop the MPI timeouts and the heartbeat too. A call is
+  // timed from the first look that finds this GPU has reached it (its probe reports it only
+  // then), not from its enqueue: the host runs up to a step of work ahead of the device, and that
+  // queue is no peer's fault. Time this process was stopped since then is excused, per call.
+  void watch_devices() {
+    LookClock clock;
+    int64_t stopped_total_ns = 0;
+    for (;;) {
+      const LookClock::Look look = clock.next(poll_ns());
+      stopped_total_ns += look.stopped_ns;
+      check_device_collectives(look.now, stopped_total_ns);
+    }
+  }
+
+  void check_device_collectives(int64_t now, int64_t stopped_total_ns) {
     const int64_t timeout = timeout_ns.load();
     std::vector<std::string> overdue;
     {
       std::lock_guard<std::mutex> lock(probes_mutex);
       for (auto& [handle, watch] : probes) {
         const PendingDeviceCollective p = watch.probe();
-        if (p.what.empty()) continue;
-        if (p.id != watch.id) watch.id = p.id, watch.excused_ns = 0, watch.fired = false;
-        watch.excused_ns += std::min(stopped, std::max<int64_t>(0, now - p.since_ns));
-        const int64_t waited = now - p.since_ns - watch.excused_ns;
-        if (timeout <= 0 || watch.fired || waited <= timeout) continue;
+        if (p.id != watch.id) {
+          watch.id = p.id;
+          watch.seen_ns = now;
+          watch.stopped_base_ns = stopped_total_ns;
+          watch.fired = false;
+        }
+        if (p.id == 0 || timeout <= 0 || watch.fired) continue;
+        const int64_t waited = now - watch.seen_ns - (stopped_total_ns - watch.stopped_base_ns);
+        if (waited <= timeout) continue;
         watch.fired = true;
         overdue.push_back(fmt::format(
-            "[rank {}] error: no progress for {} s in {} on this rank's GPU, enqueued{} (comm.peer_timeout_s = {:g}): "
-            "a peer rank of its communicator is stopped, hung or gone, or never made the same call; ending this "
-            "rank so that mpirun ends the job",
+            "[rank {}] error: no progress for {} s in {} on this rank's GPU, enqueued{} (comm.peer_timeout_s = {:g}; "
+            "timed from when the GPU reached it): a peer rank of its communicator is stopped, hung or gone, or never "
+            "made the same call; ending this rank so that mpirun ends the job",
             rank.load(), seconds_text(static_cast<double>(waited) * 1e-9), p.what,
             p.step > 0 ? fmt::format(" at step {}", p.step) : std::string(), static_cast<double>(timeout) * 1e-9));
       }
@@ -239,6 +279,7 @@ uint64_t add_device_collective_probe(DeviceCollectiveProbe probe) {
   std::lock_guard<std::mutex> lock(w.probes_mutex);
   const uint64_t handle = w.next_probe++;
   w.probes[handle].probe = std::move(probe);
+  std::call_once(w.devices_started, [&w] { std::thread([&w] { w.watch_devices(); }).detach(); });
   return handle;
 }
 

@@ -62,18 +62,20 @@ void set_collective_timeout_handler(std::function<void(const std::string& messag
 
 // Collectives a device runs on its own (NCCL calls enqueued on a stream): the host goes on at once,
 // so no CollectiveScope brackets the wait; a peer that never joins leaves the device, and the host
-// at its next wait on the device, blocked for ever. A probe (comm/nccl_watch.h) says which of them
-// is the oldest not yet done; the watchdog's thread asks every probe at each look and, like a step
-// scope, ends the rank when one has lasted longer than comm.peer_timeout_s (time this process was
-// stopped excused). PyTorch's NCCL watchdog works the same way, on CUDA events.
+// at its next wait on the device, blocked for ever. A probe (comm/nccl_watch.h) names the oldest
+// call its device has reached and not finished. A thread of its own asks every probe at each look
+// and, like a step scope, ends the rank when one has lasted longer than comm.peer_timeout_s,
+// timed from the first look that found the device in it, less the time this process was stopped.
+// Like PyTorch's NCCL watchdog, on CUDA events; unlike it, the time queued behind this GPU's
+// earlier work does not count.
 struct PendingDeviceCollective {
-  uint64_t id = 0;       // changes with every collective: one is never blamed for another's time
-  std::string what;      // "" when nothing is pending
-  int64_t since_ns = 0;  // when it was enqueued (steady clock, core/stopwatch.h)
-  int64_t step = 0;      // the training step it was enqueued in; 0: none
+  uint64_t id = 0;   // 0: none (nothing pending, or the device has not reached the oldest call yet)
+  std::string what;  // the call: "NCCL all-reduce of 4096 bf16 values over 2 ranks"
+  int64_t step = 0;  // the training step it was enqueued in; 0: none
 };
 using DeviceCollectiveProbe = std::function<PendingDeviceCollective()>;
-// Registers a probe (called on the watchdog's thread, under a lock) and returns its handle.
+// Registers a probe (called on the device watch thread, under a lock: it must not block) and
+// returns its handle. The first one starts that thread.
 uint64_t add_device_collective_probe(DeviceCollectiveProbe probe);
 // Unregisters it; once this returns the probe is not running and never runs again.
 void remove_device_collective_probe(uint64_t handle);

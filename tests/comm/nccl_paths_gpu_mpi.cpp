@@ -6,11 +6,14 @@
 // otherwise, also under ECHO_REQUIRE_GPU=1 (the lent device machines have one GPU, so the device
 // check cannot run it; a multi-GPU node can). Registered by hand in tests/comm/CMakeLists.txt.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -129,64 +132,143 @@ TEST(NcclPaths, EchoOverNcclEqualsTheCpuAndDefersItsFaults) {
   expect_error([&] { dev.raise_deferred_faults(); }, "non-finite gradient entering the backward all-reduce at backward site 1");
 }
 
+// The collective watchdog armed for a test, its messages recorded instead of ending the process;
+// disarmed however the test ends.
+class ArmedWatchdog {
+ public:
+  ArmedWatchdog(double timeout_s, int rank, int64_t step) {
+    dist::set_collective_timeout_handler([this](const std::string& m) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      messages_.push_back(m);
+    });
+    dist::set_collective_timeout(timeout_s, rank);
+    dist::set_collective_step(step);
+  }
+  ~ArmedWatchdog() {
+    dist::set_collective_timeout(0, 0);
+    dist::set_collective_step(0);
+    dist::set_collective_timeout_handler({});
+  }
+  std::vector<std::string> messages() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return messages_;
+  }
+  // Waits up to `limit_s` for there to be `count` messages; true if there are.
+  bool await_messages(size_t count, double limit_s) {
+    for (int i = 0; i < static_cast<int>(limit_s * 10); ++i) {
+      if (messages().size() >= count) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return messages().size() >= count;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> messages_;
+};
+
+// The seconds in "no progress for T s".
+double seconds_waited(const std::string& message) {
+  const std::string key = "no progress for ";
+  const size_t at = message.find(key);
+  return at == std::string::npos ? -1.0 : std::atof(message.c_str() + at + key.size());
+}
+
 // A peer that has not made the same NCCL call: the GPU waits in it with no timeout of NCCL's own,
-// and nothing on the host waits yet. The collective watchdog's device probe (comm/nccl_watch.h)
-// ends the rank after comm.peer_timeout_s naming the call; here its handler records the message,
-// and then the peer joins, so the call completes with the right sum. The peer's own prompt call
-// fires nothing.
+// and nothing on the host waits yet. The device watch (comm/nccl_watch.h) names the call after
+// comm.peer_timeout_s, timed from when this GPU reached it; here the handler records the message,
+// and then the peer joins, so the call still completes with the right result. Before that, calls
+// queued behind this GPU's own long work (a host function sleeping longer than the limit) fire
+// nothing: that wait is no peer's.
 TEST(NcclPaths, ACallAPeerHasNotMadeIsNamedByTheWatchdog) {
   REQUIRE_ONE_GPU_PER_RANK();
   const auto comm = world();
   NcclGroup group(comm);
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  dist::set_collective_timeout_handler([&](const std::string& m) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    messages.push_back(m);
-  });
-  constexpr double kTimeoutS = 2;
-  dist::set_collective_timeout(kTimeoutS, comm.rank());
-  dist::set_collective_step(7);
-  auto fired = [&] {
-    const std::lock_guard<std::mutex> lock(mutex);
-    return messages.size();
-  };
+  constexpr double kTimeoutS = 3;
+  ArmedWatchdog watchdog(kTimeoutS, comm.rank(), 7);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
   // Whole numbers: every summation order gives the same floats.
   const size_t n = 4096;
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 7 + static_cast<size_t>(comm.rank()) * 13) % 101);
   Tensor t = Tensor::from_vector(x, {static_cast<int64_t>(n)}).to(Device::cuda);
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  if (comm.rank() == 0) {
-    group.all_reduce(t.raw(), n, DType::f32, backend::ReduceOp::sum, stream);
-    for (int i = 0; i < 600 && fired() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<float> sum(n);
+  MPI_Allreduce(x.data(), sum.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  std::vector<float> twice = sum;
+  for (float& v : twice) v *= static_cast<float>(comm.size());
+  // The all-gather: rank r's 1000 + 10 r bytes, each r + 1.
+  ByteExchange gather;
+  for (int r = 0; r < comm.size(); ++r) {
+    gather.counts.push_back(1000 + 10 * r);
+    gather.displs.push_back(r == 0 ? 0 : gather.displs.back() + gather.counts[r - 1]);
   }
-  MPI_Barrier(MPI_COMM_WORLD);  // the peers join only now
-  if (comm.rank() != 0) group.all_reduce(t.raw(), n, DType::f32, backend::ReduceOp::sum, stream);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaStreamDestroy(stream));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a look after the call completed
-  dist::set_collective_timeout(0, comm.rank());
-  dist::set_collective_step(0);
-  dist::set_collective_timeout_handler({});
+  const size_t gathered = static_cast<size_t>(gather.displs.back() + gather.counts.back());
+  Tensor own = Tensor::from_vector(std::vector<uint8_t>(static_cast<size_t>(gather.counts[comm.rank()]),
+                                                        static_cast<uint8_t>(comm.rank() + 1)),
+                                   {gather.counts[comm.rank()]})
+                   .to(Device::cuda);
+  Tensor all =
+      Tensor::from_vector(std::vector<uint8_t>(gathered, 0), {static_cast<int64_t>(gathered)}).to(Device::cuda);
+  std::vector<uint8_t> want_all(gathered);
+  for (int r = 0; r < comm.size(); ++r)
+    std::fill_n(want_all.begin() + gather.displs[r], gather.counts[r], static_cast<uint8_t>(r + 1));
 
-  std::vector<float> want(n);
-  MPI_Allreduce(x.data(), want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  EXPECT_EQ(t.to(Device::cpu).to_vector<float>(), want);
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (comm.rank() == 0) {
-    ASSERT_EQ(messages.size(), 1u) << "one message, once";
-    const std::string& m = messages[0];
-    for (const std::string& part :
-         {std::string("[rank 0] error: no progress for "),
-          fmt::format("in NCCL all-reduce of {} f32 values over {} ranks on this rank's GPU, enqueued at step 7", n,
-                      comm.size()),
-          std::string("(comm.peer_timeout_s = 2)"), std::string("stopped, hung or gone")})
-      EXPECT_NE(m.find(part), std::string::npos) << "missing '" << part << "' in: " << m;
-  } else {
-    EXPECT_TRUE(messages.empty()) << messages.front();
+  // 1. Longer than the limit in this GPU's own work before the calls, which every rank then makes.
+  MPI_Barrier(MPI_COMM_WORLD);
+  CUDA_CHECK(cudaLaunchHostFunc(
+      stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(4500)); }, nullptr));
+  group.all_reduce(t.raw(), n, DType::f32, backend::ReduceOp::sum, stream);
+  group.all_gather_bytes(static_cast<const uint8_t*>(own.raw()), static_cast<uint8_t*>(all.raw()), gather, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a look after the calls completed
+  EXPECT_EQ(t.to(Device::cpu).to_vector<float>(), sum);
+  EXPECT_EQ(all.to(Device::cpu).to_vector<uint8_t>(), want_all);
+  EXPECT_TRUE(watchdog.messages().empty()) << watchdog.messages().front();
+
+  // 2. Rank 0 alone in a call until its message, first an all-reduce, then an all-gather.
+  const std::vector<std::string> names = {
+      fmt::format("in NCCL all-reduce of {} f32 values over {} ranks on this rank's GPU, enqueued at step 7", n,
+                  comm.size()),
+      fmt::format("in NCCL all-gather of {} bytes over {} ranks on this rank's GPU, enqueued at step 7", gathered,
+                  comm.size())};
+  std::vector<double> waited_s;
+  for (size_t call = 0; call < names.size(); ++call) {
+    auto enqueue = [&] {
+      if (call == 0)
+        group.all_reduce(t.raw(), n, DType::f32, backend::ReduceOp::sum, stream);
+      else
+        group.all_gather_bytes(static_cast<const uint8_t*>(own.raw()), static_cast<uint8_t*>(all.raw()), gather,
+                               stream);
+    };
+    if (comm.rank() == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      enqueue();
+      EXPECT_TRUE(watchdog.await_messages(call + 1, 60)) << "no message after 60 s for " << names[call];
+      waited_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the peers join only now
+    if (comm.rank() != 0) enqueue();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (comm.rank() == 0) {
+      const std::vector<std::string> m = watchdog.messages();
+      ASSERT_EQ(m.size(), call + 1) << "one message per call, once";
+      EXPECT_NE(m[call].find(names[call]), std::string::npos) << "missing '" << names[call] << "' in: " << m[call];
+      for (const char* part :
+           {"[rank 0] error: no progress for ", "(comm.peer_timeout_s = 3;", "stopped, hung or gone"})
+        EXPECT_NE(m[call].find(part), std::string::npos) << "missing '" << part << "' in: " << m[call];
+      EXPECT_GE(seconds_waited(m[call]), kTimeoutS) << m[call];
+      EXPECT_GE(waited_s[call], kTimeoutS) << "fired before the limit";
+      EXPECT_LT(seconds_waited(m[call]), kTimeoutS + 5) << m[call];
+    }
   }
+  EXPECT_EQ(t.to(Device::cpu).to_vector<float>(), twice);
+  EXPECT_EQ(all.to(Device::cpu).to_vector<uint8_t>(), want_all);
+  if (comm.rank() != 0) {
+    EXPECT_TRUE(watchdog.messages().empty()) << watchdog.messages().front();
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace

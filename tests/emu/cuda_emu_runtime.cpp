@@ -680,6 +680,16 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 
+// The host function runs on the stream's own thread in stream order, as the runtime runs it on a
+// thread of its own ("cudaLaunchHostFunc": it must make no CUDA call).
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+  if (fn == nullptr) return fail_with(cudaErrorInvalidValue);
+  if (!stream_exists(stream)) return fail_with(cudaErrorInvalidResourceHandle);
+  echo::emu::issue(
+      stream, [fn, user_data] { fn(user_data); }, false);
+  return cudaSuccess;
+}
+
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (event == nullptr) return fail_with(cudaErrorInvalidValue);

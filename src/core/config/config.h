@@ -158,7 +158,8 @@ struct CompensatorConfig {
 struct CommConfig {
   AllReduceKind allreduce = AllReduceKind::echo;
   Transport transport = Transport::automatic;
-  double peer_timeout_s = 300;  // a shm wait or a step's MPI collective longer than this is an error
+  double peer_timeout_s =
+      300;  // a shm wait, a step's MPI collective or a reached NCCL call longer than this is an error
   double save_timeout_s = 1800;  // a start-up, agreement or checkpoint collective longer than this is an error
   int shm_threads = 1;          // shm: threads per rank in the pipeline
   int p2p_tiles = 16;           // shm, cuda_ipc: tiles per segment in one round of the pipeline

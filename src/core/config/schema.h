@@ -118,8 +118,9 @@ void visit(CommConfig& c, V& v) {
           "arithmetic over two collectives, unpipelined: the baseline)");
   v.field("transport", c.transport,
           "mpi | shm | cuda_ipc | auto: how the all-reduce bytes travel (auto: shm when the TP group is on one node)");
-  v.field("peer_timeout_s", c.peer_timeout_s, "seconds a wait for a peer lasts before it is an error naming it: a shm wait, or an MPI collective of a "
-          "training step (a watchdog then ends the job)",
+  v.field("peer_timeout_s", c.peer_timeout_s,
+          "seconds a wait for a peer lasts before it is an error naming it: a shm wait, an MPI collective of a "
+          "training step, or an NCCL call this GPU has reached (a watchdog then ends the job)",
           greater_than(0));
   v.field("save_timeout_s", c.save_timeout_s,
           "seconds an MPI collective of start-up, a resume or a checkpoint save may wait for a peer before a watchdog "
